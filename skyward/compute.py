@@ -1,0 +1,244 @@
+"""Lazy computations: ``@sky.compute`` and the operators that send them to a pool.
+
+``f(*args)`` on a ``@sky.compute`` function runs nothing: it returns a frozen, picklable
+:class:`PendingCompute` that remembers the call. An operator then decides where it runs:
+
+=========================  ========================================  =======================
+expression                 meaning                                   returns
+=========================  ========================================  =======================
+``p >> pool``              run on one node (the least busy)          ``T``
+``p @ pool``               run on every node                         ``list[T]`` by node
+``p1 & p2`` then ``>>``    run concurrently across the pool          ``tuple`` in input order
+``gather(*ps) >> pool``    run concurrently across the pool          ``list`` in input order
+``p > pool``               submit, don't wait                        ``Future[T]``
+``f.local(*a)``            run here, now                             ``T``
+=========================  ========================================  =======================
+
+Mind Python's precedence: ``>>`` binds tighter than ``&``, so write ``(p1 & p2) >> pool``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+import cloudpickle
+
+from skyward.errors import ConfigError, SerializationError
+from skyward.protocol import Payload, dumps_payload
+
+if TYPE_CHECKING:
+    from skyward.pool import ComputePool
+
+__all__ = ["ComputeFunction", "PendingCompute", "PendingGather", "compute", "gather"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    name: str
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class PendingCompute(Generic[T]):
+    """A call that has not run yet. Frozen and picklable; send it to a pool with an operator."""
+
+    fn: Callable[..., T]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    options: TaskOptions = field(default_factory=lambda: TaskOptions("task"))
+
+    @property
+    def name(self) -> str:
+        return self.options.name
+
+    def payload(self) -> Payload:
+        """Serialize ``(fn, args, kwargs)`` once; name the argument at fault when one can't be."""
+        try:
+            return dumps_payload((self.fn, self.args, self.kwargs))
+        except Exception as exc:
+            raise _explain_unpicklable(self, exc) from exc
+
+    def local(self) -> T:
+        """Run here and now."""
+        return self.fn(*self.args, **self.kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The decorated function is usually not reachable by its name (the name now holds the
+        # ComputeFunction), so plain pickle can't store it by reference: use cloudpickle.
+        state = cloudpickle.dumps((self.fn, self.args, self.kwargs, self.options), protocol=5)
+        return (_rebuild_pending, (state,))
+
+    # -- operators ---------------------------------------------------------------------------
+    def __rshift__(self, pool: ComputePool) -> T:
+        return _pool(pool, ">>").run(self)
+
+    def __matmul__(self, pool: ComputePool) -> list[T]:
+        return _pool(pool, "@").broadcast(self)
+
+    def __gt__(self, pool: ComputePool) -> Future[T]:  # type: ignore[override]
+        return _pool(pool, ">").submit(self)
+
+    def __and__(self, other: PendingCompute[Any] | PendingGather) -> PendingGather:
+        return PendingGather((self,)) & other
+
+    def __repr__(self) -> str:
+        return f"<PendingCompute {self.options.name}(...)>"
+
+
+@dataclass(frozen=True, eq=False)
+class PendingGather:
+    """Several pending calls to run concurrently. ``>> pool`` runs them.
+
+    Built by ``p1 & p2`` (gives a tuple) or :func:`gather` (a list, or an iterator when
+    ``stream=True``).
+    """
+
+    items: tuple[PendingCompute[Any], ...]
+    as_tuple: bool = True
+    stream: bool = False
+    ordered: bool = True
+
+    def __and__(self, other: PendingCompute[Any] | PendingGather) -> PendingGather:
+        if isinstance(other, PendingGather):
+            more = other.items
+        elif isinstance(other, PendingCompute):
+            more = (other,)
+        else:
+            raise ConfigError("&", "a pending computation (a call of a @sky.compute function)", _describe(other))
+        return PendingGather(self.items + more, as_tuple=True)
+
+    def __rshift__(self, pool: ComputePool) -> Any:
+        results = _pool(pool, ">>").gather(*self.items, stream=self.stream, ordered=self.ordered)
+        if self.stream:
+            return results
+        return tuple(results) if self.as_tuple else list(results)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def gather(*pending: PendingCompute[Any], stream: bool = False, ordered: bool = True) -> PendingGather:
+    """Group pending calls to run concurrently: ``sky.gather(a(), b()) >> pool``.
+
+    Gives a list in input order, or with ``stream=True`` an iterator that yields results as
+    they become available (in input order, or in completion order with ``ordered=False``).
+    """
+    for i, p in enumerate(pending):
+        if not isinstance(p, PendingCompute):
+            raise ConfigError(
+                f"gather() argument {i}", "a pending computation (a call of a @sky.compute function)", _describe(p)
+            )
+    return PendingGather(tuple(pending), as_tuple=False, stream=bool(stream), ordered=bool(ordered))
+
+
+class ComputeFunction(Generic[P, T]):
+    """A function made lazy by ``@sky.compute``. Calling it returns a :class:`PendingCompute`."""
+
+    def __init__(self, fn: Callable[P, T], *, name: str | None = None, timeout: float | None = None):
+        if not callable(fn):
+            raise ConfigError("compute", "a function", fn)
+        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0):
+            raise ConfigError("timeout", "a positive number of seconds or None", timeout)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ConfigError("name", "a non-empty string or None", name)
+        self.fn = fn
+        self.options = TaskOptions(name or getattr(fn, "__name__", "task"), float(timeout) if timeout else None)
+        functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> PendingCompute[T]:
+        return PendingCompute(self.fn, args, kwargs, self.options)
+
+    def local(self, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run here and now, like calling the undecorated function."""
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<sky.compute {self.options.name}>"
+
+
+@overload
+def compute(fn: Callable[P, T], /) -> ComputeFunction[P, T]: ...
+@overload
+def compute(*, name: str | None = None, timeout: float | None = None) -> Callable[[Callable[P, T]], ComputeFunction[P, T]]: ...
+def compute(fn: Any = None, /, *, name: str | None = None, timeout: float | None = None) -> Any:
+    """Make a function lazy: calling it returns a ``PendingCompute`` to send to a pool.
+
+    >>> import skyward as sky
+    >>> @sky.compute
+    ... def add(a: int, b: int) -> int:
+    ...     return a + b
+    >>> add.local(1, 2)
+    3
+    >>> with sky.ComputePool(nodes=2) as pool:  # doctest: +SKIP
+    ...     add(1, 2) >> pool          # 3, on the least busy node
+    ...     add(1, 2) @ pool           # [3, 3], one per node
+
+    ``timeout`` (seconds) bounds each run on a pool (:class:`~skyward.TaskTimeout`); ``name``
+    is what logs and errors call the task.
+    """
+    if fn is None:
+        return lambda f: ComputeFunction(f, name=name, timeout=timeout)
+    return ComputeFunction(fn, name=name, timeout=timeout)
+
+
+def _rebuild_pending(state: bytes) -> PendingCompute[Any]:
+    import pickle
+
+    return PendingCompute(*pickle.loads(state))
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _pool(pool: Any, op: str) -> ComputePool:
+    from skyward.pool import ComputePool
+
+    if not isinstance(pool, ComputePool):
+        raise ConfigError(f"right-hand side of {op}", "a ComputePool", _describe(pool))
+    return pool
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}"
+
+
+def _explain_unpicklable(p: PendingCompute[Any], exc: Exception) -> SerializationError:
+    """Find which part of the call cannot be pickled and say so by name."""
+    detail = f"{type(exc).__name__}: {exc}"
+    try:
+        sig = inspect.signature(p.fn)
+        bound = sig.bind_partial(*p.args, **p.kwargs)
+        named = list(bound.arguments.items())
+    except (TypeError, ValueError):
+        named = [(f"#{i}", a) for i, a in enumerate(p.args)] + list(p.kwargs.items())
+    for arg_name, value in named:
+        try:
+            cloudpickle.dumps(value, protocol=5)
+        except Exception as arg_exc:
+            return SerializationError(
+                f"argument {arg_name!r} of {p.options.name}()",
+                "a picklable value",
+                type(value).__name__,
+                detail=f"{type(arg_exc).__name__}: {arg_exc}",
+            )
+    return SerializationError(f"function {p.options.name}", "a picklable function", p.fn, detail=detail)
+
+
+def _iter_results(futures: list[Future[Any]], ordered: bool) -> Iterator[Any]:
+    from concurrent.futures import as_completed
+
+    if ordered:
+        for f in futures:
+            yield f.result()
+    else:
+        for f in as_completed(futures):
+            yield f.result()

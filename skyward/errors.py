@@ -1,0 +1,177 @@
+"""Every error Skyward raises, under one root.
+
+::
+
+    SkywardError
+    ├── ConfigError            bad input, raised before anything is provisioned
+    │   └── SerializationError an argument or result that cannot be pickled
+    ├── ProvisionError         a machine could not be acquired
+    │   └── CapacityError      the provider had no capacity / quota for the request
+    ├── BootstrapError         preparing a machine or starting its worker failed
+    ├── PluginError            a plugin hook failed on a node
+    ├── ConnectionLost         the byte stream to a worker broke
+    │   └── WorkerLost         the worker process died or went silent
+    ├── RemoteError            a task raised an exception that cannot be rebuilt here
+    └── TaskTimeout            a task ran past its ``timeout``
+
+Each error keeps its data as attributes (``node``, ``host``, ``step``, ``exit_code``,
+``log_tail``...) and builds its message from them, so callers can branch on fields instead
+of parsing text. Errors from libraries underneath (paramiko, botocore) are translated at the
+boundary with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "BootstrapError",
+    "CapacityError",
+    "ConfigError",
+    "ConnectionLost",
+    "PluginError",
+    "ProvisionError",
+    "RemoteError",
+    "SerializationError",
+    "SkywardError",
+    "TaskTimeout",
+    "WorkerLost",
+]
+
+
+def _tail(lines: Sequence[str], limit: int = 20) -> str:
+    shown = list(lines)[-limit:]
+    return "\n".join("    " + line for line in shown)
+
+
+class SkywardError(Exception):
+    """Root of every error Skyward raises."""
+
+
+class ConfigError(SkywardError, ValueError):
+    """Invalid user input, detected before any machine or worker is started.
+
+    ``parameter`` names what was wrong and ``accepted`` says what would have been accepted.
+    """
+
+    def __init__(self, parameter: str, accepted: str, got: object = None, *, detail: str = ""):
+        self.parameter = parameter
+        self.accepted = accepted
+        self.got = got
+        self.detail = detail
+        msg = f"invalid {parameter}: expected {accepted}, got {got!r}"
+        if detail:
+            msg += f" ({detail})"
+        super().__init__(msg)
+
+    def __reduce__(self):  # keyword-only fields survive pickling
+        return (_rebuild_config_error, (type(self), self.parameter, self.accepted, self.got, self.detail))
+
+
+def _rebuild_config_error(cls, parameter, accepted, got, detail):
+    return cls(parameter, accepted, got, detail=detail)
+
+
+class SerializationError(ConfigError, TypeError):
+    """An argument (or a result) could not be pickled for transfer."""
+
+    def __init__(self, parameter: str, accepted: str = "a picklable value", got: object = None, *, detail: str = ""):
+        super().__init__(parameter, accepted, got, detail=detail)
+
+
+class ProvisionError(SkywardError):
+    """A provider could not acquire the machines asked for."""
+
+    def __init__(self, message: str, *, provider: str = "", instance_type: str = "", zone: str = ""):
+        self.provider = provider
+        self.instance_type = instance_type
+        self.zone = zone
+        where = ", ".join(x for x in (provider, instance_type, zone) if x)
+        super().__init__(f"{message} [{where}]" if where else message)
+
+
+class CapacityError(ProvisionError):
+    """The provider refused for lack of capacity or quota."""
+
+
+class BootstrapError(SkywardError):
+    """Preparing a machine (environment build, worker start) failed on ``host`` at ``step``."""
+
+    def __init__(self, host: str, step: str, message: str, *, exit_code: int | None = None,
+                 log_tail: Sequence[str] = (), node: int | None = None):
+        self.host = host
+        self.step = step
+        self.exit_code = exit_code
+        self.log_tail = list(log_tail)
+        self.node = node
+        who = f"node {node} ({host})" if node is not None else host
+        msg = f"{who}: {step} failed: {message}"
+        if exit_code is not None:
+            msg += f" (exit code {exit_code})"
+        if self.log_tail:
+            msg += "\n  last output:\n" + _tail(self.log_tail)
+        super().__init__(msg)
+
+
+class PluginError(SkywardError):
+    """A plugin hook raised on a node while the worker was starting or stopping."""
+
+    def __init__(self, plugin: str, node: int, hook: str, message: str, traceback: str = ""):
+        self.plugin = plugin
+        self.node = node
+        self.hook = hook
+        self.traceback = traceback
+        text = f"plugin {plugin!r} failed in {hook} on node {node}: {message}"
+        if traceback:
+            text += "\n  remote traceback:\n" + _tail(traceback.rstrip().splitlines(), 40)
+        super().__init__(text)
+
+
+class ConnectionLost(SkywardError):
+    """The byte stream to a worker broke."""
+
+    def __init__(self, node: int, reason: str, *, exit_code: int | None = None, log_tail: Sequence[str] = ()):
+        self.node = node
+        self.reason = reason
+        self.exit_code = exit_code
+        self.log_tail = list(log_tail)
+        msg = f"node {node}: {reason}"
+        if exit_code is not None:
+            msg += f" (exit code {exit_code})"
+        if self.log_tail:
+            msg += "\n  last output:\n" + _tail(self.log_tail)
+        super().__init__(msg)
+
+
+class WorkerLost(ConnectionLost):
+    """A worker process died or stopped answering heartbeats while it had work."""
+
+
+class RemoteError(SkywardError):
+    """A task raised an exception whose type cannot be rebuilt on the client."""
+
+    def __init__(self, type_name: str, message: str, traceback: str, *, node: int | None = None):
+        self.type_name = type_name
+        self.message = message
+        self.traceback = traceback
+        self.node = node
+        where = f" on node {node}" if node is not None else ""
+        super().__init__(f"{type_name}: {message}{where}\n  remote traceback:\n" + _tail(traceback.rstrip().splitlines(), 60))
+
+    def __reduce__(self):
+        return (_rebuild_remote_error, (self.type_name, self.message, self.traceback, self.node))
+
+
+def _rebuild_remote_error(type_name, message, traceback, node):
+    return RemoteError(type_name, message, traceback, node=node)
+
+
+class TaskTimeout(SkywardError, TimeoutError):
+    """A task did not finish within its ``timeout`` (seconds)."""
+
+    def __init__(self, task: str, timeout: float, *, node: int | None = None):
+        self.task = task
+        self.timeout = timeout
+        self.node = node
+        where = f" on node {node}" if node is not None else ""
+        super().__init__(f"task {task!r} did not finish within {timeout:g}s{where}")

@@ -1,0 +1,93 @@
+"""Typed events a pool emits over its lifetime. Subscribe with ``ComputePool(on_event=...)`` or
+``pool.subscribe(callback)``; the console is one such subscriber.
+
+Callbacks run on the pool's threads and must return quickly; an exception in a callback is
+reported on stderr and does not disturb the pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "Event",
+    "NodeLog",
+    "NodeStage",
+    "PoolReady",
+    "PoolStarting",
+    "PoolStopped",
+    "Stage",
+    "TaskFinished",
+    "TaskOutput",
+    "TaskStarted",
+]
+
+Stage = Literal["provisioning", "connecting", "bootstrapping", "starting", "ready", "stopping", "stopped", "lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStarting:
+    pool_id: str
+    nodes: int
+    provider: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStage:
+    """A node moved to ``stage`` (``detail`` says more, e.g. the host or the reason)."""
+
+    node: int
+    stage: Stage
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLog:
+    """A line of a node's bootstrap or worker diagnostics (not task output)."""
+
+    node: int
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class PoolReady:
+    pool_id: str
+    nodes: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStarted:
+    task_id: int
+    node: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFinished:
+    task_id: int
+    node: int
+    name: str
+    ok: bool
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutput:
+    """One line a task printed (``task_id`` is None for output outside any task)."""
+
+    node: int
+    task_id: int | None
+    stream: Literal["stdout", "stderr"]
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStopped:
+    pool_id: str
+    seconds: float
+    clean: bool
+
+
+Event = PoolStarting | NodeStage | NodeLog | PoolReady | TaskStarted | TaskFinished | TaskOutput | PoolStopped

@@ -1,0 +1,293 @@
+"""``Image``: what a machine needs before it can run your functions.
+
+An ``Image`` is a frozen value describing the Python environment every node of a pool runs
+in: the Python version, pip packages and indexes, apt packages, environment variables, setup
+commands, and local files to ship along. It is turned into a bootstrap script by
+:func:`skyward.bootstrap.render`.
+
+Guarantees:
+
+1. An ``Image`` never changes. ``with_pip``, ``with_apt``, ``with_env``, ``with_setup``,
+   ``with_include`` and ``replace`` return a new image; appending keeps what was already
+   there, in order, and drops exact duplicates (the first occurrence wins).
+2. Invalid input raises :class:`~skyward.errors.ConfigError` naming the parameter, when the
+   image is built — before anything is provisioned. ``include`` paths are checked to exist on
+   this machine at that moment, too.
+3. :meth:`Image.content_hash` is stable across processes and machines and changes whenever
+   anything that affects the built environment changes (not ``include``, which is synced on
+   every start; :meth:`Image.include_hash` tracks that).
+4. ``repr(image)`` never shows the value of a secret-looking environment variable (name
+   containing TOKEN, SECRET, KEY, PASSWORD, PASSWD or CREDENTIAL), nor credentials embedded
+   in URLs.
+
+Example::
+
+    image = sky.Image(pip=["numpy"], env={"HF_TOKEN": token})
+    image = image.with_pip("torch", index="https://download.pytorch.org/whl/cpu")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from skyward.errors import ConfigError
+
+__all__ = ["Image"]
+
+# Bump when the meaning of a field changes, so environments built under the old meaning are
+# not reused as warm.
+_HASH_FORMAT = 1
+
+_PYTHON_RE = re.compile(r"^3\.\d{1,2}(\.\d{1,3})?$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Debian package names (policy 5.6.1), optionally with :arch and =version.
+_APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.\-]*(:[a-z0-9\-]+)?(=[A-Za-z0-9.+~:\-]+)?$")
+_SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL")
+_MASK = "***"
+_URL_USERINFO_RE = re.compile(r"(://)[^/@\s]+@")
+# Build artefacts that change without their sources changing.
+_SKIP_DIRS = frozenset({"__pycache__", ".git", ".mypy_cache", ".pytest_cache"})
+_SKIP_SUFFIXES = (".pyc", ".pyo")
+
+
+def _looks_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in _SECRET_WORDS)
+
+
+def _mask_url(text: str) -> str:
+    """``https://user:tok@host/x`` -> ``https://***@host/x``; anything else unchanged."""
+    return _URL_USERINFO_RE.sub(r"\1" + _MASK + "@", text)
+
+
+class _Env(Mapping[str, str]):
+    """A read-only, hashable ``dict``-like mapping whose repr hides secret values."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Iterable[tuple[str, str]] = ()):
+        self._items: dict[str, str] = dict(sorted(items))
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items.items()))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self._items == dict(other.items())
+        return NotImplemented
+
+    def __reduce__(self):
+        return (_Env, (tuple(self._items.items()),))
+
+    def __repr__(self) -> str:
+        shown = {k: (_MASK if _looks_secret(k) else v) for k, v in self._items.items()}
+        return repr(shown)
+
+
+def _strings(parameter: str, value: Any, accepted: str) -> tuple[str, ...]:
+    """Validate a list of non-empty strings; return it as a tuple without duplicates."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        hint = f"pass a list, e.g. [{value!r}]" if isinstance(value, str) else ""
+        raise ConfigError(parameter, accepted, value, detail=hint)
+    out: dict[str, None] = {}
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise ConfigError(parameter, accepted, item)
+        out.setdefault(item.strip(), None)
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """The environment every node of a pool runs in. See the module docstring.
+
+    Args:
+        python: ``"auto"`` (this client's ``major.minor``) or a version like ``"3.12"``.
+        pip: requirement strings installed with ``uv pip install`` (``"numpy>=1.26"``).
+        pip_indexes: extra package indexes (``http(s)://`` or ``file://`` URLs).
+        apt: Debian/Ubuntu packages installed with ``apt-get`` (needs root or sudo).
+        env: environment variables for setup commands and for the worker.
+        setup: shell commands run once when the environment is first built, in order.
+        include: local files or directories shipped to every node on every start.
+
+    Raises:
+        ConfigError: naming the parameter, for any invalid field.
+    """
+
+    python: str = "auto"
+    pip: tuple[str, ...] = ()
+    pip_indexes: tuple[str, ...] = ()
+    apt: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    setup: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__  # frozen: normalise once, here
+        if not isinstance(self.python, str) or not (self.python == "auto" or _PYTHON_RE.match(self.python)):
+            raise ConfigError("python", '"auto" or a version string like "3.12"', self.python)
+        put(self, "pip", _strings("pip", self.pip, "a list of requirement strings"))
+        for req in self.pip:
+            if req.startswith("-"):
+                raise ConfigError("pip", "requirement strings, not pip options", req,
+                                  detail="use pip_indexes for indexes")
+        put(self, "pip_indexes", _strings("pip_indexes", self.pip_indexes, "a list of http(s):// or file:// URLs"))
+        for url in self.pip_indexes:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https", "file") or (parts.scheme != "file" and not parts.netloc):
+                raise ConfigError("pip_indexes", "http(s):// or file:// URLs", _mask_url(url))
+        put(self, "apt", _strings("apt", self.apt, "a list of Debian package names"))
+        for pkg in self.apt:
+            if not _APT_RE.match(pkg):
+                raise ConfigError("apt", "Debian package names like 'ffmpeg' or 'libgl1=1.7.0-1'", pkg)
+        put(self, "env", _check_env(self.env))
+        put(self, "setup", _strings("setup", self.setup, "a list of shell commands"))
+        put(self, "include", _check_include(self.include))
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def resolved_python(self) -> str:
+        """The Python version to build, with ``"auto"`` replaced by this client's major.minor."""
+        if self.python == "auto":
+            return f"{sys.version_info.major}.{sys.version_info.minor}"
+        return self.python
+
+    def content_hash(self) -> str:
+        """16 hex digits identifying the built environment (everything except ``include``)."""
+        payload = {
+            "v": _HASH_FORMAT,
+            "python": self.resolved_python,
+            "pip": list(self.pip),
+            "pip_indexes": list(self.pip_indexes),
+            "apt": list(self.apt),
+            "env": sorted(self.env.items()),
+            "setup": list(self.setup),
+        }
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def include_hash(self) -> str:
+        """16 hex digits over the included files' relative paths and bytes.
+
+        Paths are taken relative to each include's parent directory, so the digest does not
+        depend on where the project is checked out. ``__pycache__``, ``.git`` and ``*.pyc``
+        are ignored.
+
+        Raises:
+            ConfigError: an include path no longer exists.
+        """
+        digest = hashlib.sha256()
+        for root in self.include:
+            for rel, path in _included_files(Path(root)):
+                data = path.read_bytes()
+                for chunk in (rel.encode("utf-8", "surrogateescape"), data):
+                    digest.update(len(chunk).to_bytes(8, "big"))
+                    digest.update(chunk)
+        return digest.hexdigest()[:16]
+
+    # -- changing (always a new image) -----------------------------------------------------
+
+    def replace(self, **changes: Any) -> Image:
+        """A copy with the given fields replaced (and validated again)."""
+        names = {f.name for f in dataclasses.fields(self)}
+        for name in changes:
+            if name not in names:
+                raise ConfigError("replace", "one of " + ", ".join(sorted(names)), name)
+        return dataclasses.replace(self, **changes)
+
+    def with_pip(self, *packages: str, index: str | None = None) -> Image:
+        """A copy with ``packages`` appended to ``pip`` and ``index`` (if any) to ``pip_indexes``."""
+        indexes = self.pip_indexes + ((index,) if index is not None else ())
+        return self.replace(pip=self.pip + packages, pip_indexes=indexes)
+
+    def with_apt(self, *packages: str) -> Image:
+        """A copy with ``packages`` appended to ``apt``."""
+        return self.replace(apt=self.apt + packages)
+
+    def with_env(self, env: Mapping[str, str] | None = None, /, **values: str) -> Image:
+        """A copy with these variables set; a name already present takes the new value."""
+        merged = dict(self.env)
+        merged.update(env or {})
+        merged.update(values)
+        return self.replace(env=merged)
+
+    def with_setup(self, *commands: str) -> Image:
+        """A copy with ``commands`` appended to ``setup``."""
+        return self.replace(setup=self.setup + commands)
+
+    def with_include(self, *paths: str | os.PathLike[str]) -> Image:
+        """A copy with ``paths`` appended to ``include`` (they must exist)."""
+        return self.replace(include=self.include + tuple(os.fspath(p) for p in paths))
+
+    def __repr__(self) -> str:
+        shown = [f"python={self.python!r}"]
+        for name in ("pip", "pip_indexes", "apt", "env", "setup", "include"):
+            value = getattr(self, name)
+            if not value:
+                continue
+            if name in ("pip", "pip_indexes"):
+                value = tuple(_mask_url(v) for v in value)
+            shown.append(f"{name}={value!r}")
+        return "Image(" + ", ".join(shown) + ")"
+
+
+def _check_env(env: Any) -> _Env:
+    if not isinstance(env, Mapping):
+        raise ConfigError("env", "a mapping of variable names to string values", type(env).__name__)
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
+            raise ConfigError("env", "variable names matching [A-Za-z_][A-Za-z0-9_]*", key)
+        if not isinstance(value, str):
+            shown = _MASK if _looks_secret(key) else value
+            raise ConfigError("env", "string values", shown, detail=f"for {key}")
+    return env if isinstance(env, _Env) else _Env(env.items())
+
+
+def _check_include(paths: Any) -> tuple[str, ...]:
+    if isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Iterable):
+        raise ConfigError("include", "a list of existing local paths", paths)
+    out: dict[str, None] = {}
+    for item in paths:
+        if not isinstance(item, (str, os.PathLike)) or not os.fspath(item):
+            raise ConfigError("include", "existing local paths", item)
+        path = Path(item).expanduser()
+        if not path.exists():
+            raise ConfigError("include", "existing local paths", os.fspath(item),
+                              detail="not found on this machine")
+        out.setdefault(str(path.resolve()), None)
+    return tuple(out)
+
+
+def _included_files(root: Path) -> Iterator[tuple[str, Path]]:
+    if not root.exists():
+        raise ConfigError("include", "existing local paths", str(root), detail="it was removed")
+    if root.is_file():
+        yield root.name, root
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            path = Path(dirpath, name)
+            if name.endswith(_SKIP_SUFFIXES) or not path.is_file():  # also skips broken links
+                continue
+            yield path.relative_to(root.parent).as_posix(), path

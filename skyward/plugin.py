@@ -1,0 +1,75 @@
+"""Plugins: values with optional hooks, applied by the pool (client) and the worker.
+
+Hooks, all optional (an absent hook is a no-op):
+
+* ``transform(image, cluster) -> image`` — client side, before machines are prepared.
+* ``around_app(info)`` — a context manager entered once per worker process at start (after
+  the worker knows its :class:`~skyward.InstanceInfo`) and exited when it stops.
+* ``around_task(fn) -> fn`` — wraps every task function on the worker.
+* ``around_client(pool)`` — a context manager on the client for the pool's lifetime.
+
+Order: plugins nest in list order, the first plugin outermost. For ``plugins=[a, b]``:
+``a.around_app`` is entered before ``b.around_app`` and exited after it; a task runs as
+``a.around_task(b.around_task(fn))``; ``transform`` runs ``a`` then ``b``; ``around_client``
+enters ``a`` then ``b``.
+
+A plugin travels to the worker by pickling, so its hooks must be picklable (module-level
+functions, or ``functools.partial`` of them, pickle by reference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from skyward.errors import ConfigError
+
+if TYPE_CHECKING:
+    from skyward.image import Image
+    from skyward.runtime import InstanceInfo
+
+__all__ = ["Cluster", "Plugin"]
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """What a plugin's ``transform`` knows about the pool being built."""
+
+    nodes: int
+    accelerator: Any = None  # skyward.accelerators.Accelerator | None
+    provider: str = "local"
+    concurrency: int = 1
+
+    @property
+    def cuda(self) -> bool:
+        """True when the pool's accelerator is CUDA-capable."""
+        return bool(getattr(self.accelerator, "cuda", False))
+
+
+@dataclass(frozen=True, slots=True)
+class Plugin:
+    """A named bundle of hooks. See the module docstring for the contract and order."""
+
+    name: str
+    transform: Callable[[Image, Cluster], Image] | None = None
+    around_app: Callable[[InstanceInfo], AbstractContextManager[Any]] | None = None
+    around_task: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+    around_client: Callable[[Any], AbstractContextManager[Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError("Plugin.name", "a non-empty string", self.name)
+        for hook in ("transform", "around_app", "around_task", "around_client"):
+            value = getattr(self, hook)
+            if value is not None and not callable(value):
+                raise ConfigError(f"Plugin.{hook}", "a callable or None", value, detail=f"plugin {self.name!r}")
+
+
+def wrap_task(plugins: tuple[Plugin, ...], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Apply every ``around_task`` hook so that the first plugin is outermost."""
+    for plugin in reversed(plugins):
+        if plugin.around_task is not None:
+            fn = plugin.around_task(fn)
+    return fn

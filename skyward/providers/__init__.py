@@ -1,0 +1,17 @@
+"""Providers acquire and release machines: ``Local`` (this machine), ``SSH``, ``AWS``.
+
+Only ``Local`` is imported eagerly; the others load their SDKs lazily.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skyward.providers.base import Instance, PoolSpec, Provider
+from skyward.providers.local import Local
+
+__all__ = ["Instance", "Local", "PoolSpec", "Provider"]
+
+
+def __getattr__(name: str) -> Any:
+    raise AttributeError(f"module 'skyward.providers' has no attribute {name!r}")

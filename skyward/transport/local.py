@@ -1,0 +1,100 @@
+"""Local transport: subprocesses on this machine, each worker in its own session."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from skyward.transport.base import Channel, CommandResult, Transport, WorkerLaunch
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid`` (Linux /proc; else best effort)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        return [pgid]
+    members = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(entry))
+    return members
+
+
+class LocalChannel(Channel):
+    def __init__(self, process: subprocess.Popen[bytes]):
+        self.process = process
+        assert process.stdin and process.stdout and process.stderr
+        self.stdin = process.stdin
+        self.stdout = process.stdout
+        self.stderr = process.stderr
+        self.pgid = process.pid  # start_new_session: the worker leads its own group
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.wait(5)
+
+    def confirm_gone(self, timeout: float = 5.0) -> bool:
+        deadline = time.monotonic() + timeout
+        self.wait(max(0.0, deadline - time.monotonic()))
+        while True:
+            members = _group_members(self.pgid)
+            if not members:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            for pid in members:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+
+
+class LocalTransport(Transport):
+    host = "localhost"
+
+    def start(self, launch: WorkerLaunch) -> Channel:
+        env = dict(os.environ)
+        env.update(launch.env)
+        process = subprocess.Popen(
+            list(launch.argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=launch.cwd,
+            start_new_session=True,  # Ctrl-C in the terminal reaches the client only
+        )
+        return LocalChannel(process)
+
+    def run(self, command: str, *, timeout: float | None = None) -> CommandResult:
+        done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=timeout)
+        return CommandResult(done.returncode, done.stdout, done.stderr)
+
+    def put(self, local_path: str, remote_path: str) -> None:
+        import shutil
+
+        shutil.copyfile(local_path, remote_path)

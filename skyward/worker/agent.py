@@ -1,0 +1,264 @@
+"""The worker's main loop: handshake, plugins' ``around_app``, task slots, heartbeats, exit.
+
+Lifecycle:
+
+1. Take the protocol streams off fds 0/1 and point fd 1 at stderr, so stray writes from C
+   code (or a subprocess) can never corrupt a frame. Become a process-group leader so that
+   everything the tasks start can be stopped together.
+2. Wait for SETUP (identity, settings, plugins); export ``COMPUTE_POOL``; enter every plugin's
+   ``around_app`` in order; answer READY (or FATAL naming the plugin).
+3. Run TASK frames in ``concurrency`` slots; stream output; answer RESULT / ERROR.
+4. Stop on SHUTDOWN (clean: hooks exited, BYE sent), on end of input or when the client has
+   been silent for ``idle_timeout`` seconds (dead man's switch): then the whole process group
+   is killed, so nothing the tasks started outlives the worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from skyward import runtime
+from skyward._wire_errors import encode_exception
+from skyward.plugin import Plugin
+from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload
+from skyward.worker.slots import Slots, make_slots
+
+SETUP_TIMEOUT = 60.0
+
+
+def _log(msg: str) -> None:
+    try:
+        os.write(2, f"[skyward.worker {os.getpid()}] {msg}\n".encode())
+    except OSError:
+        pass
+
+
+def _kill_group_and_exit(code: int) -> None:
+    """Stop everything this worker started, then exit without running more Python code."""
+    try:
+        os.killpg(os.getpgrp(), signal.SIGKILL)  # includes this process
+    finally:
+        os._exit(code)
+
+
+class _LineSink:
+    """Collects a task's (or the worker's) writes and sends them as whole lines."""
+
+    def __init__(self, send: Any, task_id: int | None):
+        self._send = send
+        self._task_id = task_id
+        self._buffers = {"stdout": "", "stderr": ""}
+        self._lock = threading.Lock()
+
+    def __call__(self, stream: str, text: str) -> None:
+        with self._lock:
+            if text == "":  # flush(): send a partial line too
+                pending, self._buffers[stream] = self._buffers[stream], ""
+                lines = [pending] if pending else []
+            else:
+                data = self._buffers[stream] + text
+                *lines, self._buffers[stream] = data.split("\n")
+        for line in lines:
+            self._send(self._task_id, stream, line)
+
+    def close(self) -> None:
+        self("stdout", "")
+        self("stderr", "")
+
+
+class _WorkerStream:
+    """The fallthrough target of the routers: output not attributed to a task."""
+
+    def __init__(self, name: str, sink: _LineSink):
+        self._name = name
+        self._sink = sink
+
+    def write(self, text: str) -> int:
+        self._sink(self._name, text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._sink(self._name, "")
+
+    def fileno(self) -> int:
+        return 2
+
+
+class Agent:
+    def __init__(self, reader: FrameReader, writer: FrameWriter):
+        self.reader = reader
+        self.writer = writer
+        self.last_heard = time.monotonic()
+        self.stopping = threading.Event()
+        self.plugins: tuple[Plugin, ...] = ()
+        self.slots: Slots | None = None
+        self.node = -1
+
+    # -- sending ---------------------------------------------------------------------------
+    def send(self, control: tuple, payload: Any = None) -> None:
+        try:
+            self.writer.send(control, payload)
+        except (OSError, ValueError):
+            # The client is gone; nothing to report to.
+            _kill_group_and_exit(0 if self.stopping.is_set() else 2)
+
+    def send_output(self, task_id: int | None, stream: str, line: str) -> None:
+        self.send((Kind.OUTPUT, task_id, stream, line))
+
+    # -- start -----------------------------------------------------------------------------
+    def handshake(self) -> tuple[dict[str, Any], tuple[Plugin, ...]]:
+        timer = threading.Timer(SETUP_TIMEOUT, lambda: (_log("no SETUP from the client"), _kill_group_and_exit(3)))
+        timer.daemon = True
+        timer.start()
+        try:
+            frame = self.reader.recv()
+        finally:
+            timer.cancel()
+        if frame is None:
+            _kill_group_and_exit(0)
+        control, parts = frame
+        if control[0] != Kind.SETUP:
+            _log(f"expected SETUP, got {control[0]!r}")
+            _kill_group_and_exit(3)
+        settings: dict[str, Any] = control[1]
+        plugins = tuple(loads_payload(parts)) if parts else ()
+        return settings, plugins
+
+    def heartbeat_loop(self, interval: float, idle_timeout: float) -> None:
+        while not self.stopping.wait(interval):
+            silent_for = time.monotonic() - self.last_heard
+            if silent_for > idle_timeout:
+                _log(f"no word from the client for {silent_for:.0f}s (idle_timeout={idle_timeout:g}s); exiting")
+                _kill_group_and_exit(4)
+            self.send((Kind.HEARTBEAT,))
+
+    def run(self) -> int:
+        settings, plugins = self.handshake()
+        self.last_heard = time.monotonic()
+        info_json: str = settings["info"]
+        os.environ[runtime.ENV_VAR] = info_json
+        for key, value in settings.get("env", {}).items():
+            os.environ[key] = value
+        info = runtime.instance_info()
+        self.node = info.node
+        self.plugins = plugins
+
+        threading.Thread(
+            target=self.heartbeat_loop,
+            args=(float(settings["heartbeat_interval"]), float(settings["idle_timeout"])),
+            name="skyward-heartbeat",
+            daemon=True,
+        ).start()
+
+        with contextlib.ExitStack() as app:
+            for plugin in plugins:
+                if plugin.around_app is None:
+                    continue
+                try:
+                    app.enter_context(plugin.around_app(info))
+                except BaseException as exc:  # report which plugin failed, then stop
+                    self.send((Kind.FATAL, {
+                        "plugin": plugin.name, "hook": "around_app", "node": info.node,
+                        "message": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
+                    }))
+                    self.stopping.set()
+                    app.close()
+                    return 5
+            self.slots = make_slots(settings["executor"], int(settings["concurrency"]), self)
+            self.send((Kind.READY, os.getpid()))
+            clean = self.serve()
+            self.stopping.set()
+            self.slots.shutdown(grace=float(settings.get("shutdown_grace", 3.0)))
+            if not clean:
+                _kill_group_and_exit(0)
+            # Leaving the ExitStack runs the plugins' exits (e.g. destroy_process_group);
+            # a watchdog makes sure a hook that hangs cannot keep the worker alive.
+            watchdog = threading.Timer(15.0, lambda: (_log("plugin shutdown hung"), _kill_group_and_exit(6)))
+            watchdog.daemon = True
+            watchdog.start()
+        self.send((Kind.BYE,))
+        return 0
+
+    def serve(self) -> bool:
+        """Read frames until SHUTDOWN (returns True) or end of input (returns False)."""
+        assert self.slots is not None
+        while True:
+            try:
+                frame = self.reader.recv()
+            except (EOFError, OSError) as exc:
+                _log(f"client stream broke: {exc}")
+                return False
+            if frame is None:
+                return False
+            self.last_heard = time.monotonic()
+            control, parts = frame
+            kind = control[0]
+            if kind == Kind.TASK:
+                self.slots.submit(control[1], control[2], parts)
+            elif kind == Kind.PING:
+                pass
+            elif kind == Kind.CANCEL:
+                self.slots.cancel(control[1])
+            elif kind == Kind.SHUTDOWN:
+                return True
+            else:
+                _log(f"unknown message {kind!r}")
+
+
+def main() -> int:
+    # 1. Protocol streams on private fds; fd 0 <- /dev/null, fd 1 -> stderr.
+    proto_in = os.fdopen(os.dup(0), "rb", buffering=1 << 16)
+    proto_out = os.fdopen(os.dup(1), "wb", buffering=1 << 16)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    if os.getpgrp() != os.getpid():
+        with contextlib.suppress(OSError):
+            os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client decides when we stop
+
+    agent = Agent(FrameReader(proto_in), FrameWriter(proto_out))
+    sys.stdout = runtime._Router("stdout", _WorkerStream("stdout", _LineSink(agent.send_output, None)))
+    sys.stderr = runtime._Router("stderr", _WorkerStream("stderr", _LineSink(agent.send_output, None)))
+    try:
+        code = agent.run()
+    except BaseException:
+        _log("worker failed:\n" + traceback.format_exc())
+        code = 1
+    try:
+        proto_out.flush()
+    except OSError:
+        pass
+    # Tasks may have started processes of their own; none may outlive the worker.
+    if _group_has_others():
+        _kill_group_and_exit(code)
+    os._exit(code)
+
+
+def _group_has_others() -> bool:
+    me, group = os.getpid(), os.getpgrp()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True  # can't tell: be safe
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != b"Z":
+            return True
+    return False

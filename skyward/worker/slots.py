@@ -1,0 +1,261 @@
+"""Task slots on a worker: ``concurrency`` threads, or ``concurrency`` long-lived child processes.
+
+Both run a task the same way (:func:`run_task`): unpickle, wrap with the plugins'
+``around_task``, call, and answer RESULT or ERROR; output is routed per task, so two tasks
+running side by side keep their lines (and their silencing) apart.
+
+* ``thread``: tasks share the worker process (and what ``around_app`` set up, such as a torch
+  process group). A timed-out task is interrupted with an asynchronous exception, which
+  Python delivers the next time that thread runs Python code.
+* ``process``: each slot is a child process started once (no per-task spawn); a timed-out
+  task's child is killed and replaced. ``around_app`` state lives in the agent, not in the
+  children.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import cloudpickle
+
+from skyward import runtime
+from skyward._wire_errors import encode_exception
+from skyward.errors import SerializationError
+from skyward.plugin import Plugin, wrap_task
+from skyward.protocol import Kind, Payload, dumps_payload, loads_payload
+
+if TYPE_CHECKING:
+    from skyward.worker.agent import Agent
+
+
+class TaskCancelled(BaseException):
+    """Raised inside a task the client gave up on (timeout or cancellation)."""
+
+
+class Slots(Protocol):
+    def submit(self, task_id: int, name: str, parts: list[Any]) -> None: ...
+    def cancel(self, task_id: int) -> None: ...
+    def shutdown(self, grace: float) -> None: ...
+
+
+def run_task(
+    plugins: tuple[Plugin, ...],
+    task_id: int,
+    parts: list[Any],
+    send: Callable[[tuple, Payload | None], None],
+    send_output: Callable[[int | None, str, str], None],
+) -> None:
+    from skyward.worker.agent import _LineSink
+
+    sink = _LineSink(send_output, task_id)
+    token = runtime._sink.set(sink)
+    try:
+        try:
+            fn, args, kwargs = loads_payload(parts)
+            result = wrap_task(plugins, fn)(*args, **kwargs)
+        except BaseException as exc:
+            sink.close()
+            send((Kind.ERROR, task_id, encode_exception(exc)), None)
+            return
+        sink.close()
+        try:
+            payload = dumps_payload(result)
+        except Exception as exc:
+            err = SerializationError(
+                "return value", "a picklable value", type(result).__name__,
+                detail=f"{type(exc).__name__}: {exc}",
+            )
+            send((Kind.ERROR, task_id, encode_exception(err)), None)
+            return
+        send((Kind.RESULT, task_id), payload)
+    finally:
+        runtime._sink.reset(token)
+
+
+class ThreadSlots:
+    def __init__(self, concurrency: int, agent: Agent):
+        self._agent = agent
+        self._queue: queue.SimpleQueue[tuple[int, str, list[Any]] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._running: dict[int, int] = {}  # task id -> thread ident
+        self._cancelled: set[int] = set()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"skyward-slot-{i}", daemon=True) for i in range(concurrency)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, task_id: int, name: str, parts: list[Any]) -> None:
+        self._queue.put((task_id, name, parts))
+
+    def cancel(self, task_id: int) -> None:
+        with self._lock:
+            ident = self._running.get(task_id)
+            if ident is None:
+                self._cancelled.add(task_id)
+                return
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(TaskCancelled))
+
+    def _loop(self) -> None:
+        agent = self._agent
+        me = threading.get_ident()
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            task_id, _name, parts = item
+            try:
+                with self._lock:
+                    if task_id in self._cancelled:
+                        self._cancelled.discard(task_id)
+                        continue
+                    self._running[task_id] = me
+                try:
+                    run_task(agent.plugins, task_id, parts, agent.send, agent.send_output)
+                finally:
+                    with self._lock:
+                        self._running.pop(task_id, None)
+            except TaskCancelled:
+                pass  # arrived just after the task ended; nothing to report
+
+    def shutdown(self, grace: float) -> None:
+        with self._lock:
+            running = list(self._running)
+        for task_id in running:
+            self.cancel(task_id)
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(timeout=grace / max(1, len(self._threads)))
+
+
+# -- process slots -------------------------------------------------------------------------
+
+
+def _child_main(conn: Any, plugins_blob: bytes, env: dict[str, str]) -> None:
+    os.environ.update(env)
+    plugins = cloudpickle.loads(plugins_blob)
+
+    def send(control: tuple, payload: Payload | None) -> None:
+        parts = [] if payload is None else [bytes(p) for p in payload.parts]
+        conn.send((control, parts))
+
+    def send_output(task_id: int | None, stream: str, line: str) -> None:
+        conn.send(((Kind.OUTPUT, task_id, stream, line), []))
+
+    from skyward.worker.agent import _LineSink, _WorkerStream
+
+    import sys
+
+    sys.stdout = runtime._Router("stdout", _WorkerStream("stdout", _LineSink(send_output, None)))
+    sys.stderr = runtime._Router("stderr", _WorkerStream("stderr", _LineSink(send_output, None)))
+    while True:
+        try:
+            item = conn.recv()
+        except EOFError:
+            return
+        if item is None:
+            return
+        task_id, parts = item
+        run_task(plugins, task_id, parts, send, send_output)
+
+
+class _Child:
+    def __init__(self, ctx: Any, plugins_blob: bytes):
+        self.conn, child_conn = ctx.Pipe()
+        env = {runtime.ENV_VAR: os.environ.get(runtime.ENV_VAR, "")}
+        self.process = ctx.Process(target=_child_main, args=(child_conn, plugins_blob, env), daemon=True)
+        self.process.start()
+        child_conn.close()
+        self.task_id: int | None = None
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join(5)
+
+
+class ProcessSlots:
+    def __init__(self, concurrency: int, agent: Agent):
+        self._agent = agent
+        self._ctx = multiprocessing.get_context("spawn")
+        self._blob = cloudpickle.dumps(agent.plugins)
+        self._queue: queue.SimpleQueue[tuple[int, str, list[Any]] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._cancelled: set[int] = set()
+        self._children = [_Child(self._ctx, self._blob) for _ in range(concurrency)]
+        self._threads = [
+            threading.Thread(target=self._loop, args=(i,), name=f"skyward-slot-{i}", daemon=True)
+            for i in range(concurrency)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, task_id: int, name: str, parts: list[Any]) -> None:
+        self._queue.put((task_id, name, parts))
+
+    def cancel(self, task_id: int) -> None:
+        with self._lock:
+            for child in self._children:
+                if child.task_id == task_id:
+                    child.task_id = None
+                    child.kill()  # the slot's loop sees EOF and replaces the child
+                    return
+            self._cancelled.add(task_id)
+
+    def _loop(self, index: int) -> None:
+        agent = self._agent
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            task_id, _name, parts = item
+            with self._lock:
+                if task_id in self._cancelled:
+                    self._cancelled.discard(task_id)
+                    continue
+                child = self._children[index]
+                child.task_id = task_id
+            try:
+                child.conn.send((task_id, [bytes(p) for p in parts]))
+                while True:
+                    control, out_parts = child.conn.recv()
+                    agent.send(control, Payload(out_parts[0], out_parts[1:]) if out_parts else None)
+                    if control[0] in (Kind.RESULT, Kind.ERROR):
+                        break
+            except (EOFError, OSError):
+                with self._lock:
+                    cancelled = child.task_id is None
+                    child.task_id = None
+                    if not self._agent.stopping.is_set():
+                        self._children[index] = _Child(self._ctx, self._blob)
+                if not cancelled:
+                    err = RuntimeError(f"task process exited with code {child.process.exitcode}")
+                    agent.send((Kind.ERROR, task_id, encode_exception(err)))
+            else:
+                with self._lock:
+                    child.task_id = None
+
+    def shutdown(self, grace: float) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        for child in self._children:
+            try:
+                child.conn.send(None)
+            except OSError:
+                pass
+        for child in self._children:
+            child.process.join(grace / max(1, len(self._children)))
+            if child.process.is_alive():
+                child.kill()
+
+
+def make_slots(executor: str, concurrency: int, agent: Agent) -> Slots:
+    if executor == "process":
+        return ProcessSlots(concurrency, agent)
+    return ThreadSlots(concurrency, agent)

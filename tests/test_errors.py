@@ -1,0 +1,161 @@
+"""Remote failures keep their type and traceback; lost workers and timeouts raise promptly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import skyward as sky
+from tests.conftest import pid_alive
+
+
+class CustomError(Exception):
+    def __init__(self, code: int):
+        super().__init__(f"custom failure {code}")
+        self.code = code
+
+
+class Unpicklable(Exception):
+    def __init__(self) -> None:
+        super().__init__("carries a lock")
+        self.lock = threading.Lock()
+
+
+@sky.compute
+def fail_with(kind: str) -> None:
+    if kind == "key":
+        raise KeyError("missing")
+    if kind == "custom":
+        raise CustomError(7)
+    if kind == "unpicklable":
+        raise Unpicklable()
+
+
+@sky.compute
+def die(code: int) -> None:
+    print("about to die", flush=True)
+    time.sleep(0.2)  # let the line reach the client first
+    os._exit(code)
+
+
+@sky.compute
+def node_of() -> int:
+    return sky.instance_info().node
+
+
+@sky.compute
+def sleep_then_node(seconds: float) -> int:
+    time.sleep(seconds)
+    return sky.instance_info().node
+
+
+@sky.compute(timeout=0.5)
+def spins_too_long() -> str:
+    for _ in range(200):  # short sleeps: the cancellation lands between them
+        time.sleep(0.05)
+    return "finished"
+
+
+@sky.compute
+def returns_lock() -> object:
+    return threading.Lock()
+
+
+@sky.compute
+def add(a: object, b: object) -> object:
+    return a + b  # type: ignore[operator]
+
+
+def test_remote_exception_keeps_its_type_and_traceback(pool2: sky.ComputePool) -> None:
+    with pytest.raises(KeyError) as info:
+        fail_with("key") >> pool2
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "remote traceback" in notes
+    assert "fail_with" in notes and 'raise KeyError("missing")' in notes
+
+
+def test_user_exception_class_is_rebuilt_with_its_fields(pool2: sky.ComputePool) -> None:
+    with pytest.raises(CustomError) as info:
+        fail_with("custom") >> pool2
+    assert info.value.code == 7
+    assert "custom failure 7" in str(info.value)
+
+
+def test_exception_that_cannot_be_rebuilt_becomes_remote_error(pool2: sky.ComputePool) -> None:
+    with pytest.raises(sky.RemoteError) as info:
+        fail_with("unpicklable") >> pool2
+    err = info.value
+    assert err.type_name.endswith("Unpicklable")
+    assert err.message == "carries a lock"
+    assert "fail_with" in err.traceback
+    assert err.node in (0, 1)
+
+
+def test_broadcast_failure_names_the_node(pool2: sky.ComputePool) -> None:
+    with pytest.raises(KeyError) as info:
+        fail_with("key") @ pool2
+    assert getattr(info.value, "node", None) in (0, 1)
+
+
+def test_unpicklable_argument_is_named_before_anything_is_sent(pool2: sky.ComputePool) -> None:
+    with pytest.raises(sky.SerializationError) as info:
+        add(threading.Lock(), 1) >> pool2
+    assert "argument 'a'" in str(info.value)
+    assert info.value.parameter == "argument 'a' of add()"
+    assert isinstance(info.value, TypeError)
+    assert add(1, 2) >> pool2 == 3  # nothing half-sent broke the pool
+
+
+def test_unpicklable_return_value_raises_serialization_error(pool2: sky.ComputePool) -> None:
+    with pytest.raises(sky.SerializationError, match="return value"):
+        returns_lock() >> pool2
+
+
+def test_task_timeout_raises_and_frees_the_slot() -> None:
+    with sky.ComputePool(nodes=1, console=False) as pool:
+        started = time.monotonic()
+        with pytest.raises(sky.TaskTimeout) as info:
+            spins_too_long() >> pool
+        assert time.monotonic() - started < 3
+        assert info.value.timeout == 0.5 and info.value.task == "spins_too_long"
+        # The one slot is usable again: the timed-out task was interrupted on the worker.
+        started = time.monotonic()
+        assert node_of() >> pool == 0
+        assert time.monotonic() - started < 3
+
+
+def test_worker_dying_mid_task_raises_worker_lost_and_other_nodes_keep_working() -> None:
+    with sky.ComputePool(nodes=2, console=False) as pool:
+        long_task = sleep_then_node(1.5) > pool  # lands on one node
+        started = time.monotonic()
+        with pytest.raises(sky.WorkerLost) as info:
+            die(7) >> pool  # least busy: the other node
+        assert time.monotonic() - started < 5
+        lost = info.value
+        assert lost.exit_code == 7
+        assert lost.node == 1 - long_task.result(timeout=10)
+        assert any("about to die" in line for line in lost.log_tail)
+        # The surviving node goes on serving.
+        assert [node_of() >> pool for _ in range(3)] == [1 - lost.node] * 3
+        # Broadcasting to a pool with a lost node says so instead of hanging.
+        with pytest.raises(sky.WorkerLost):
+            node_of() @ pool
+
+
+def test_worker_killed_from_outside_raises_worker_lost_promptly() -> None:
+    with sky.ComputePool(nodes=1, console=False) as pool:
+        future = sleep_then_node(30) > pool
+        time.sleep(0.3)
+        pid = pool.worker_pids()[0]
+        assert pid is not None and pid_alive(pid)
+        started = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(sky.WorkerLost) as info:
+            future.result(timeout=10)
+        assert time.monotonic() - started < 5
+        assert info.value.exit_code == -signal.SIGKILL
+        assert info.value.node == 0

@@ -1,0 +1,43 @@
+"""The public names are pinned; importing skyward stays light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import skyward as sky
+
+PUBLIC = [
+    "BootstrapError", "CapacityError", "Cluster", "ComputeFunction", "ComputePool", "ConfigError",
+    "ConnectionLost", "Image", "InstanceInfo", "Local", "PendingCompute", "PendingGather", "Peer",
+    "Plugin", "PluginError", "ProvisionError", "RemoteError", "SerializationError", "SkywardError",
+    "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "plugins",
+    "shard", "silent", "stderr", "stdout",
+]
+
+
+def test_public_names_are_pinned() -> None:
+    assert sorted(sky.__all__) == sorted(PUBLIC)
+    assert sky.__all__ == sorted(sky.__all__)
+    for name in PUBLIC:
+        assert getattr(sky, name) is not None
+
+
+def test_errors_share_one_root() -> None:
+    for name in PUBLIC:
+        obj = getattr(sky, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, sky.SkywardError)
+    assert issubclass(sky.WorkerLost, sky.ConnectionLost)
+    assert issubclass(sky.CapacityError, sky.ProvisionError)
+
+
+def test_import_skyward_loads_nothing_heavy() -> None:
+    code = (
+        "import sys, skyward, skyward.worker.agent, skyward.plugins\n"
+        "heavy = [m for m in ('boto3', 'botocore', 'paramiko', 'torch', 'numpy', 'pandas', 'rich', 'pydantic')"
+        " if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
