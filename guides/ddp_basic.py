@@ -50,7 +50,9 @@ def train(epochs: int = 8) -> dict:
             optimizer.step()
         print(f"epoch {epoch}: loss={loss.item():.4f}")
 
-    return {"rank": rank, "final_loss": loss.item()}
+    # DDP kept the replicas in sync, so this checksum is the same on every rank.
+    checksum = sum(p.detach().double().sum().item() for p in model.parameters())
+    return {"rank": rank, "final_loss": loss.item(), "checksum": checksum}
 
 
 if __name__ == "__main__":
@@ -58,4 +60,5 @@ if __name__ == "__main__":
         results = train() @ pool  # one result per node, ordered by node
 
     for r in results:
-        print(f"rank {r['rank']}: final loss {r['final_loss']:.4f}")
+        print(f"rank {r['rank']}: final loss on its last batch {r['final_loss']:.4f}")
+    print("same weights on every rank:", len({r["checksum"] for r in results}) == 1)
