@@ -36,6 +36,7 @@ def train(epochs: int = 8) -> dict:
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(dataset, batch_size=128, sampler=sampler)
 
+    torch.manual_seed(0)  # reproducible runs (DDP copies rank 0's initial weights to all ranks anyway)
     model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()

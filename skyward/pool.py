@@ -29,6 +29,7 @@ from skyward.plugin import Cluster, Plugin
 from skyward.protocol import Kind, dumps_payload
 from skyward.providers.base import Instance, PoolSpec, Provider
 from skyward.runtime import InstanceInfo, Peer
+from skyward.transport.base import WorkerLaunch
 
 __all__ = ["ComputePool"]
 
@@ -140,6 +141,7 @@ class ComputePool:
         self._connections: list[NodeConnection] = []
         self._instances: list[Instance] = []
         self._transports: list[Any] = []
+        self._launches: list[tuple[Any, WorkerLaunch]] = []
         self._client_stack = contextlib.ExitStack()
         self._stop_heartbeat = threading.Event()
         self._rr = 0
@@ -188,37 +190,8 @@ class ComputePool:
         for node in range(self.nodes):
             self._emit(ev.NodeStage(node, "provisioning"))
         self._instances = self.provider.provision(self.spec)
-        head_port = self.provider.rendezvous_port(self.spec)
-        peers = tuple(Peer(i.node, i.private_addr) for i in self._instances)
-
-        self._connections = self._start_workers(image)
-
-        plugins_payload = dumps_payload(list(self.plugins))
-        for inst, conn in zip(self._instances, self._connections, strict=True):
-            info = InstanceInfo(
-                node=inst.node, total_nodes=self.nodes, head_addr=peers[0].addr, head_port=head_port,
-                accelerators=inst.accelerators, peers=peers, pool_id=self.id,
-            )
-            settings = {
-                "info": info.to_json(),
-                "env": dict(image.env),
-                "concurrency": self.concurrency,
-                "executor": self.executor,
-                "idle_timeout": self.idle_timeout,
-                "heartbeat_interval": self.heartbeat_interval,
-            }
-            conn.send((Kind.SETUP, settings), plugins_payload)
-
-        deadline = started + self.start_timeout
-        for conn in self._connections:
-            try:
-                conn.ready.result(timeout=max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                raise BootstrapError(
-                    conn.host, "starting worker", f"not ready within {self.start_timeout:g}s",
-                    node=conn.node, log_tail=list(conn.tail),
-                ) from None
-            self._emit(ev.NodeStage(conn.node, "ready"))
+        self._prepare_nodes(image)
+        self._connections = self._spawn_workers(deadline=started + self.start_timeout)
 
         threading.Thread(target=self._heartbeat_loop, name="skyward-heartbeat", daemon=True).start()
         for plugin in self.plugins:
@@ -227,10 +200,10 @@ class ComputePool:
         self._state = "open"
         self._emit(ev.PoolReady(self.id, self.nodes, time.monotonic() - started))
 
-    def _start_workers(self, image: Any) -> list[NodeConnection]:
-        """Prepare every node and start its worker, all nodes in parallel."""
+    def _prepare_nodes(self, image: Any) -> None:
+        """Reach every node and prepare it (bootstrap, if any), all nodes in parallel."""
 
-        def start(inst: Instance) -> NodeConnection:
+        def prepare(inst: Instance) -> tuple[Any, WorkerLaunch]:
             def log(line: str) -> None:
                 self._emit(ev.NodeLog(inst.node, line))
 
@@ -238,20 +211,99 @@ class ComputePool:
             self._transports.append(transport)
             if not self.provider.uses_client_environment:
                 self._emit(ev.NodeStage(inst.node, "bootstrapping", inst.private_addr))
-            launch = self.provider.worker_launch(inst, transport, image, log)
-            self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
-            return NodeConnection(inst.node, transport.host, transport.start(launch), self._emit)
+            return transport, self.provider.worker_launch(inst, transport, image, log)
 
         if len(self._instances) == 1:
-            return [start(self._instances[0])]
-        with ThreadPoolExecutor(max_workers=min(32, len(self._instances))) as pool:
-            futures = [pool.submit(start, inst) for inst in self._instances]
-        started = [f for f in futures if f.exception() is None]
-        failed = [f.exception() for f in futures if f.exception() is not None]
-        if failed:
-            self._connections = [f.result() for f in started]  # so that teardown stops them
-            raise failed[0]  # type: ignore[misc]
-        return [f.result() for f in futures]
+            self._launches = [prepare(self._instances[0])]
+            return
+        with ThreadPoolExecutor(max_workers=min(32, len(self._instances))) as executor:
+            futures = [executor.submit(prepare, inst) for inst in self._instances]
+        for f in futures:
+            if f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
+        self._launches = [f.result() for f in futures]
+
+    def _spawn_workers(self, deadline: float) -> list[NodeConnection]:
+        """Start a worker on every prepared node and wait until each has said READY.
+
+        Every worker gets its SETUP before any is waited on: plugins such as torch rendezvous
+        in ``around_app``, which needs all of them at once.
+        """
+        connections: list[NodeConnection] = []
+        self._connections = connections  # teardown stops whatever started, even on failure
+        for inst, (transport, launch) in zip(self._instances, self._launches, strict=True):
+            self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
+            connections.append(NodeConnection(inst.node, transport.host, transport.start(launch), self._emit))
+
+        head_port = self.provider.rendezvous_port(self.spec)
+        peers = tuple(Peer(i.node, i.private_addr) for i in self._instances)
+        plugins_payload = dumps_payload(list(self.plugins))
+        for inst, conn in zip(self._instances, connections, strict=True):
+            info = InstanceInfo(
+                node=inst.node, total_nodes=self.nodes, head_addr=peers[0].addr, head_port=head_port,
+                accelerators=inst.accelerators, peers=peers, pool_id=self.id,
+            )
+            settings = {
+                "info": info.to_json(),
+                "env": dict(self.image.env),
+                "concurrency": self.concurrency,
+                "executor": self.executor,
+                "idle_timeout": self.idle_timeout,
+                "heartbeat_interval": self.heartbeat_interval,
+            }
+            conn.send((Kind.SETUP, settings), plugins_payload)
+
+        for conn in connections:
+            try:
+                conn.ready.result(timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise BootstrapError(
+                    conn.host, "starting worker", f"not ready within {self.start_timeout:g}s",
+                    node=conn.node, log_tail=list(conn.tail),
+                ) from None
+            self._emit(ev.NodeStage(conn.node, "ready"))
+        return connections
+
+    def _stop_workers(self, connections: list[NodeConnection], *, graceful: bool) -> list[str]:
+        """Stop the given workers, confirm they are gone, fail what they still had; return problems."""
+        problems: list[str] = []
+        for conn in connections:
+            self._emit(ev.NodeStage(conn.node, "stopping"))
+            conn.closing = True
+            if conn.alive and graceful:
+                with contextlib.suppress(OSError, ValueError):
+                    conn.writer.send((Kind.SHUTDOWN,))
+        grace_end = time.monotonic() + (5.0 if graceful else 0.0)
+        for conn in connections:
+            if conn.channel.wait(max(0.0, grace_end - time.monotonic())) is None:
+                conn.channel.kill()
+        for conn in connections:
+            if not conn.channel.confirm_gone(5.0):
+                problems.append(f"node {conn.node}: worker processes still running after kill")
+            conn.join_reader(2.0)
+            with conn.lock:
+                leftovers, conn.tasks = conn.tasks, {}
+            for task in leftovers.values():
+                if task.timer:
+                    task.timer.cancel()
+                if not task.future.done():
+                    task.future.set_exception(ConnectionLost(conn.node, "the worker was stopped before the task finished"))
+            self._emit(ev.NodeStage(conn.node, "stopped"))
+        return problems
+
+    def restart_workers(self) -> None:
+        """Replace every worker with a fresh one (machines and environments are kept).
+
+        The pool does this by itself when a broadcast fails and some nodes cannot be stopped
+        (e.g. blocked in a collective operation); plugins' ``around_app`` hooks run again.
+        """
+        self._require_open()
+        with self._pick_lock:
+            old = self._connections
+            problems = self._stop_workers(old, graceful=False)
+            if problems:
+                raise SkywardError("could not stop the old workers:\n  " + "\n  ".join(problems))
+            self._spawn_workers(deadline=time.monotonic() + self.start_timeout)
 
     def _heartbeat_loop(self) -> None:
         while not self._stop_heartbeat.wait(self.heartbeat_interval):
@@ -273,28 +325,7 @@ class ComputePool:
         except Exception as exc:
             problems.append(f"around_client exit failed: {exc!r}")
         self._stop_heartbeat.set()
-        for conn in self._connections:
-            self._emit(ev.NodeStage(conn.node, "stopping"))
-            conn.closing = True
-            if conn.alive:
-                with contextlib.suppress(OSError, ValueError):
-                    conn.writer.send((Kind.SHUTDOWN,))
-        grace_end = time.monotonic() + (5.0 if was_open else 1.0)
-        for conn in self._connections:
-            if conn.channel.wait(max(0.0, grace_end - time.monotonic())) is None:
-                conn.channel.kill()
-        for conn in self._connections:
-            if not conn.channel.confirm_gone(5.0):
-                problems.append(f"node {conn.node}: worker processes still running after kill")
-            conn.join_reader(2.0)
-            with conn.lock:
-                leftovers, conn.tasks = conn.tasks, {}
-            for task in leftovers.values():
-                if task.timer:
-                    task.timer.cancel()
-                if not task.future.done():
-                    task.future.set_exception(ConnectionLost(conn.node, "the pool was closed before the task finished"))
-            self._emit(ev.NodeStage(conn.node, "stopped"))
+        problems += self._stop_workers(self._connections, graceful=was_open)
         for transport in self._transports:
             with contextlib.suppress(Exception):
                 transport.close()
