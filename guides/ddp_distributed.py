@@ -43,7 +43,7 @@ def train(x: torch.Tensor, y: torch.Tensor, x_val: torch.Tensor, y_val: torch.Te
     model = nn.Sequential(nn.Linear(x.shape[1], 64), nn.ReLU(), nn.Linear(64, 3))
     if dist.is_initialized():  # the same code also runs as one plain process (train.local(...))
         model = DDP(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     loss_fn = nn.CrossEntropyLoss(reduction="sum")
 
     train_set, val_set = TensorDataset(x, y), TensorDataset(x_val, y_val)

@@ -9,6 +9,7 @@ frames into events, and, when the stream ends unexpectedly, fails every in-fligh
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import threading
 import time
@@ -93,6 +94,14 @@ class NodeConnection:
         except WorkerLost:
             pass  # _lose() already failed the future
         return future
+
+    def interrupt(self, future: Future[Any]) -> None:
+        """Ask the worker to stop the task behind ``future``; its future resolves when it does."""
+        with self.lock:
+            ids = [tid for tid, t in self.tasks.items() if t.future is future]
+        for tid in ids:
+            with contextlib.suppress(OSError, ValueError):
+                self.writer.send((Kind.CANCEL, tid))
 
     def cancel(self, future: Future[Any]) -> None:
         """Stop the task behind ``future`` on the worker (best effort) and forget it."""

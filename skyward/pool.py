@@ -36,6 +36,8 @@ __all__ = ["ComputePool"]
 T = TypeVar("T")
 Executor = Literal["thread", "process"]
 _EXECUTORS = ("thread", "process")
+#: Seconds the other nodes of a failed broadcast get to stop before their workers are replaced.
+BROADCAST_GRACE = 2.0
 
 
 def _positive(name: str, value: Any, *, integer: bool) -> Any:
@@ -407,7 +409,56 @@ class ComputePool:
                 raise c.lost or WorkerLost(c.node, "worker is not running")
         payload = pending.payload()
         futures = [c.submit(payload, pending.options.name, pending.options.timeout) for c in conns]
-        return self._collect(futures, conns)
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        except BaseException:  # Ctrl-C while waiting: stop what we started
+            self._cancel(futures, conns)
+            raise
+        failed = [f for f in futures if f in done and f.exception() is not None]
+        if failed:
+            error = failed[0].exception()
+            assert error is not None
+            self._recover_from_failed_broadcast(futures, conns, error)
+            raise error
+        return [f.result() for f in futures]
+
+    def _recover_from_failed_broadcast(
+        self, futures: list[Future[Any]], conns: list[NodeConnection], error: BaseException
+    ) -> None:
+        """One node failed: stop the others' copies of the task, restarting workers if need be.
+
+        The other nodes may be blocked in a collective operation waiting for the failed one (a
+        DDP all-reduce, say) and would otherwise sit there until the framework's own timeout.
+        They are asked to stop; a node that has not stopped within ``BROADCAST_GRACE`` seconds,
+        or a node that was lost, leaves the pool's distributed state unusable, so every worker is
+        replaced (plugins' ``around_app`` hooks run again) and the pool stays usable.
+        """
+        for f, conn in zip(futures, conns, strict=True):
+            if not f.done():
+                conn.interrupt(f)
+        wait(futures, timeout=BROADCAST_GRACE)
+        stuck = [c.node for f, c in zip(futures, conns, strict=True) if not f.done()]
+        lost = [c.node for c in conns if not c.alive]
+        if not stuck and not lost:
+            return
+        why = []
+        if stuck:
+            why.append(f"node(s) {stuck} did not stop within {BROADCAST_GRACE:g}s")
+        if lost:
+            why.append(f"node(s) {lost} were lost")
+        try:
+            self.restart_workers()
+        except Exception as exc:
+            self._note(error, f"skyward: {' and '.join(why)}; restarting the workers failed ({exc!r}), "
+                              "closing the pool")
+            self._stop(clean=False)
+            return
+        self._note(error, f"skyward: {' and '.join(why)}; every worker was restarted and the pool is usable")
+
+    @staticmethod
+    def _note(error: BaseException, text: str) -> None:
+        with contextlib.suppress(Exception):
+            error.add_note(text)
 
     def gather(self, *pending: PendingCompute[Any], stream: bool = False, ordered: bool = True) -> Any:
         """Run several pending calls concurrently across the pool.

@@ -159,3 +159,27 @@ def test_worker_killed_from_outside_raises_worker_lost_promptly() -> None:
         assert time.monotonic() - started < 5
         assert info.value.exit_code == -signal.SIGKILL
         assert info.value.node == 0
+
+
+@sky.compute
+def head_blocks_other_fails() -> int:
+    if sky.instance_info().node == 1:
+        raise ValueError("rank 1 broke")
+    time.sleep(120)  # one C call: an interruption can't land until it returns, like a collective
+    return 0
+
+
+def test_failed_broadcast_with_a_blocked_node_raises_promptly_and_restarts_workers() -> None:
+    with sky.ComputePool(nodes=2, console=False) as pool:
+        old = pool.worker_pids()
+        started = time.monotonic()
+        with pytest.raises(ValueError, match="rank 1 broke") as info:
+            head_blocks_other_fails() @ pool
+        assert time.monotonic() - started < 10
+        assert info.value.node == 1  # type: ignore[attr-defined]
+        notes = "\n".join(info.value.__notes__)
+        assert "node(s) [0] did not stop" in notes and "restarted" in notes
+        # The pool is usable with fresh workers, and the old ones are gone.
+        assert node_of() @ pool == [0, 1]
+        assert set(pool.worker_pids()).isdisjoint(old)
+        assert not any(pid_alive(p) for p in old if p)
