@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -60,9 +61,14 @@ class PendingCompute(Generic[T]):
         return self.options.name
 
     def payload(self) -> Payload:
-        """Serialize ``(fn, args, kwargs)`` once; name the argument at fault when one can't be."""
+        """Serialize the call for a worker; name the argument at fault when one can't be.
+
+        The function travels as its own pickle, made once per function object and reused for
+        every later call (workers keep the unpickled function by those bytes too), so sending
+        the same function many times costs only its arguments.
+        """
         try:
-            return dumps_payload((self.fn, self.args, self.kwargs))
+            return dumps_payload((function_blob(self.fn), self.args, self.kwargs))
         except Exception as exc:
             raise _explain_unpicklable(self, exc) from exc
 
@@ -187,6 +193,27 @@ def compute(fn: Any = None, /, *, name: str | None = None, timeout: float | None
     if fn is None:
         return lambda f: ComputeFunction(f, name=name, timeout=timeout)
     return ComputeFunction(fn, name=name, timeout=timeout)
+
+
+_blobs: weakref.WeakKeyDictionary[Callable[..., Any], bytes] = weakref.WeakKeyDictionary()
+
+
+def function_blob(fn: Callable[..., Any]) -> bytes:
+    """The pickle of ``fn``, made once per function object.
+
+    Note the consequence: globals a function captured by value are those of its first
+    dispatch. Redefining the function (a new object) is always seen.
+    """
+    try:
+        return _blobs[fn]
+    except (KeyError, TypeError):
+        pass
+    blob = cloudpickle.dumps(fn, protocol=5)
+    try:
+        _blobs[fn] = blob
+    except TypeError:  # not weak-referenceable (a builtin): just don't cache
+        pass
+    return blob
 
 
 def _rebuild_pending(state: bytes) -> PendingCompute[Any]:

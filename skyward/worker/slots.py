@@ -44,6 +44,21 @@ class Slots(Protocol):
     def shutdown(self, grace: float) -> None: ...
 
 
+_functions: dict[bytes, Callable[..., Any]] = {}
+_FUNCTION_CACHE_SIZE = 256
+
+
+def resolve_function(blob: bytes) -> Callable[..., Any]:
+    """Unpickle a task's function once per distinct pickle (see compute.function_blob)."""
+    fn = _functions.get(blob)
+    if fn is None:
+        fn = cloudpickle.loads(blob)
+        if len(_functions) >= _FUNCTION_CACHE_SIZE:
+            _functions.pop(next(iter(_functions)))
+        _functions[blob] = fn
+    return fn
+
+
 def run_task(
     plugins: tuple[Plugin, ...],
     task_id: int,
@@ -57,8 +72,8 @@ def run_task(
     token = runtime._sink.set(sink)
     try:
         try:
-            fn, args, kwargs = loads_payload(parts)
-            result = wrap_task(plugins, fn)(*args, **kwargs)
+            blob, args, kwargs = loads_payload(parts)
+            result = wrap_task(plugins, resolve_function(blob))(*args, **kwargs)
         except BaseException as exc:
             sink.close()
             send((Kind.ERROR, task_id, encode_exception(exc)), None)
