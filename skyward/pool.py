@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from skyward import events as ev
 from skyward._node import NodeConnection
@@ -34,6 +34,7 @@ from skyward.transport.base import WorkerLaunch
 __all__ = ["ComputePool"]
 
 T = TypeVar("T")
+A = TypeVar("A")
 Executor = Literal["thread", "process"]
 _EXECUTORS = ("thread", "process")
 #: Seconds the other nodes of a failed broadcast get to stop before their workers are replaced.
@@ -479,7 +480,11 @@ class ComputePool:
             return self._stream(futures, owners, ordered)
         return self._collect(futures, owners)
 
-    def map(self, fn: Callable[[Any], T] | ComputeFunction[Any, T], iterable: Iterable[Any]) -> list[T]:
+    @overload
+    def map(self, fn: ComputeFunction[[A], T], iterable: Iterable[A]) -> list[T]: ...
+    @overload
+    def map(self, fn: Callable[[A], T], iterable: Iterable[A]) -> list[T]: ...
+    def map(self, fn: Any, iterable: Iterable[Any]) -> list[Any]:
         """Run ``fn(item)`` for every item across the pool; results in input order."""
         if isinstance(fn, ComputeFunction):
             pending = [fn(item) for item in iterable]
