@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skyward import plugins
+from skyward import integrations, plugins
 from skyward.compute import ComputeFunction, PendingCompute, PendingGather, compute, gather
 from skyward.errors import (
     BootstrapError,
@@ -65,6 +65,7 @@ __all__ = [
     "compute",
     "gather",
     "instance_info",
+    "integrations",
     "plugins",
     "shard",
     "silent",

@@ -30,6 +30,8 @@ on a Debian/Ubuntu host (as root or not), guarantees:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -100,12 +102,18 @@ def _array(name: str, values: Sequence[str]) -> str:
 
 
 def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[str] = (),
-           no_index: bool = False) -> Script:
+           no_index: bool = False, system_site_packages: bool | Sequence[str] = False) -> Script:
     """The bootstrap script for ``image`` under ``root`` on the remote host.
 
     ``skyward_wheel`` is the path of the client's skyward wheel on the host (the client copies
     it there first). ``find_links`` (local directories or URLs) and ``no_index`` are passed to
     every package installation, including uv's own, for offline or mirrored installs.
+
+    ``system_site_packages`` True makes the venv see the host Python's own packages
+    (``uv venv --system-site-packages``); a list of distribution names does that too and
+    also keeps uv from installing those names (as requirements or as dependencies), so the
+    host's copies are used. Either way the environment gets its own directory (the hash
+    covers this choice).
 
     Raises:
         ConfigError: ``root`` is neither absolute nor ``~``-relative.
@@ -113,6 +121,11 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
     if not (root.startswith("/") or root == "~" or root.startswith("~/")):
         raise ConfigError("root", "an absolute path or one starting with ~/", root)
     digest = image.content_hash()
+    host_packages = () if isinstance(system_site_packages, bool) else tuple(system_site_packages)
+    venv_args = ["--system-site-packages"] if system_site_packages else []
+    if system_site_packages:
+        keyed = json.dumps([digest, "system-site-packages", sorted(host_packages)])
+        digest = hashlib.sha256(keyed.encode()).hexdigest()[:16]
     base = root.rstrip("/")  # "/" -> "", so that paths below never start with "//"
     root = base or "/"
     env_dir = f"{base}/envs/{digest}"
@@ -139,6 +152,8 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
         _array("SOURCE_ARGS", index_args + local_args),  # for uv pip install
         _array("UV_PIP_ARGS", local_args),  # for installing uv itself with pip
         _array("UV_FETCH_LINKS", list(find_links)),
+        _array("VENV_ARGS", venv_args),
+        _array("HOST_PKGS", host_packages),
         f"UV_FETCH_NO_INDEX={int(no_index)}",
         f"STEP_PREFIX={shlex.quote(STEP_PREFIX)}",
         f"WARM_PREFIX={shlex.quote(WARM_PREFIX)}",
@@ -163,13 +178,20 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
     return Script(text=text, hash=digest, env_dir=env_dir, python=f"{env_dir}/bin/python")
 
 
-def worker_command(script: Script, *, root: str, args: Sequence[str] = ()) -> str:
+def worker_command(script: Script, *, root: str, args: Sequence[str] = (),
+                   pythonpath: Sequence[str] = ()) -> str:
     """The shell command that starts ``python -m skyward.worker`` in the script's environment.
 
     It runs in ``root`` with the image's env exported; ``args`` are appended, quoted.
+    ``pythonpath`` directories are put first on ``PYTHONPATH`` (after the image's env is read,
+    so an image that sets ``PYTHONPATH`` keeps its entries behind them).
     """
     tail = "".join(" " + shlex.quote(a) for a in args)
-    return (f"cd {_q(root)} && . {_q(script.env_dir + '/.skyward-env')} && "
+    path = ""
+    if pythonpath:
+        joined = ":".join(_q(p) for p in pythonpath)
+        path = f'export PYTHONPATH={joined}"${{PYTHONPATH:+:$PYTHONPATH}}" && '
+    return (f"cd {_q(root)} && . {_q(script.env_dir + '/.skyward-env')} && {path}"
             f"exec {_q(script.python)} -m skyward.worker{tail}")
 
 
@@ -180,6 +202,8 @@ fail() { printf 'skyward bootstrap: %s\n' "$*" >&2; exit 1; }
 # Runs "$@" with the image's env exported. The arguments were expanded by the caller, so an
 # image variable that happens to share a name with one of this script's cannot change them.
 in_env() ( . "$ENV_DIR/.skyward-env" && exec "$@" )
+HOST_ARGS=()
+[ ${#HOST_PKGS[@]} -eq 0 ] || HOST_ARGS=(--overrides "$ENV_DIR/.skyward-host-packages")
 
 mkdir -p "$ROOT/envs"
 if command -v flock >/dev/null 2>&1; then
@@ -269,13 +293,19 @@ _APT = r"""  step apt
 
 _VENV = r"""  step venv
   rm -rf "$ENV_DIR"
-  UV_PYTHON_DOWNLOADS="$PYTHON_DOWNLOADS" "$UV" venv --python "$PYTHON_VERSION" "$ENV_DIR" \
+  UV_PYTHON_DOWNLOADS="$PYTHON_DOWNLOADS" "$UV" venv ${VENV_ARGS[@]+"${VENV_ARGS[@]}"} --python "$PYTHON_VERSION" "$ENV_DIR" \
     || fail "no Python $PYTHON_VERSION for uv venv on this host:" \
             "install it, or set UV_PYTHON_DOWNLOADS=automatic in the image env"
+  # Packages taken from the host's Python: an override with a marker that is never true
+  # drops them from every resolution (works with any uv, old ones included).
+  for pkg in ${HOST_PKGS[@]+"${HOST_PKGS[@]}"}; do
+    printf '%s ; python_version < "0"\n' "$pkg"
+  done > "$ENV_DIR/.skyward-host-packages"
 """
 
 _PIP = r"""  step pip
-  in_env "$UV" pip install --python "$PY" ${SOURCE_ARGS[@]+"${SOURCE_ARGS[@]}"} "${PIP_PKGS[@]}"
+  in_env "$UV" pip install --python "$PY" ${SOURCE_ARGS[@]+"${SOURCE_ARGS[@]}"} ${HOST_ARGS[@]+"${HOST_ARGS[@]}"} \
+    "${PIP_PKGS[@]}"
 """
 
 _SETUP = r"""  step setup
@@ -299,7 +329,8 @@ if [ -f "$ENV_DIR/.skyward-wheel-$WHEEL_SHA" ]; then
   echo "skyward wheel $WHEEL_SHA already installed"
 else
   find_uv
-  in_env "$UV" pip install --python "$PY" --reinstall-package skyward ${SOURCE_ARGS[@]+"${SOURCE_ARGS[@]}"} "$WHEEL"
+  in_env "$UV" pip install --python "$PY" --reinstall-package skyward ${SOURCE_ARGS[@]+"${SOURCE_ARGS[@]}"} \
+    ${HOST_ARGS[@]+"${HOST_ARGS[@]}"} "$WHEEL"
   rm -f "$ENV_DIR"/.skyward-wheel-*
   : > "$ENV_DIR/.skyward-wheel-$WHEEL_SHA"
 fi"""

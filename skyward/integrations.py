@@ -35,8 +35,10 @@ import functools
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, overload
 
+from skyward.compute import ComputeFunction
 from skyward.errors import ConfigError
 from skyward.plugins._torch import DEFAULT_TIMEOUT, Backend, check_backend, check_timeout, setup_process_group
+from skyward.runtime import instance_info
 
 __all__ = ["torch"]
 
@@ -58,7 +60,8 @@ def torch(fn: Any = None, /, *, backend: Backend | None = None, timeout: float =
         timeout: seconds each rank waits for the others, at start and in every collective.
 
     Raises:
-        ConfigError: for an invalid argument, when the function is decorated.
+        ConfigError: for an invalid argument, or when placed above ``@sky.compute``, when the
+            function is decorated.
     """
     if fn is not None and not callable(fn):
         raise ConfigError("integrations.torch", "a function, or keyword arguments backend=/timeout=", fn,
@@ -67,10 +70,11 @@ def torch(fn: Any = None, /, *, backend: Backend | None = None, timeout: float =
     seconds = check_timeout(timeout)
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
+        if isinstance(func, ComputeFunction):  # it would run on the client, not on the workers
+            raise ConfigError("integrations.torch", "to be placed below @sky.compute", func,
+                              detail="@sky.compute must be the outermost decorator")
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            from skyward.runtime import instance_info
-
             setup_process_group(instance_info(), backend, seconds)
             return func(*args, **kwargs)
 

@@ -183,3 +183,28 @@ def test_failed_broadcast_with_a_blocked_node_raises_promptly_and_restarts_worke
         assert node_of() @ pool == [0, 1]
         assert set(pool.worker_pids()).isdisjoint(old)
         assert not any(pid_alive(p) for p in old if p)
+
+
+@sky.compute(timeout=0.3)
+def imports_slowly_then_spins() -> None:
+    import tests.data.slow_import  # noqa: F401
+
+    for _ in range(100):
+        time.sleep(0.05)
+
+
+@sky.compute
+def slow_import_ready() -> bool:
+    import tests.data.slow_import
+
+    return tests.data.slow_import.READY
+
+
+def test_timeout_never_interrupts_an_import(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    marker = tmp_path / "marker"
+    monkeypatch.setenv("SLOW_IMPORT_MARKER", str(marker))
+    with sky.ComputePool(nodes=1, console=False) as pool:
+        with pytest.raises(sky.TaskTimeout):
+            imports_slowly_then_spins() >> pool
+        assert slow_import_ready() >> pool is True
+    assert not marker.exists(), marker.read_text()

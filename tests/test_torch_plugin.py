@@ -189,6 +189,13 @@ def test_decorator_validates_its_arguments() -> None:
         integrations.torch("gloo")  # type: ignore[call-overload]  # backend must be a keyword
 
 
+def test_decorator_above_compute_is_rejected() -> None:
+    from skyward import integrations
+
+    with pytest.raises(sky.ConfigError, match="below @sky.compute"):
+        integrations.torch(sky.compute(lambda: 1))
+
+
 # -- the torchrun variables ----------------------------------------------------------------------
 
 

@@ -98,8 +98,6 @@ def _get_backend_class() -> type:
             super().__init__(nesting_level=nesting_level, inner_max_num_threads=inner_max_num_threads,
                              **backend_kwargs)
             self.pool = pool
-            self._futures: set[Future[Any]] = set()
-            self._futures_lock = threading.Lock()
 
         def effective_n_jobs(self, n_jobs: int | None) -> int:
             return _effective_n_jobs(self.pool, n_jobs)
@@ -117,9 +115,6 @@ def _get_backend_class() -> type:
             pending = PendingCompute(_run_batch, (func,), {}, TaskOptions(TASK_NAME))
             future = self.pool.submit(pending)
             future.get = future.result  # type: ignore[attr-defined]  # joblib's AsyncResult-style API
-            with self._futures_lock:
-                self._futures.add(future)
-            future.add_done_callback(self._forget)
             if callback is not None:
                 future.add_done_callback(callback)
             return future
@@ -130,18 +125,12 @@ def _get_backend_class() -> type:
         def retrieve_result_callback(self, out: Future[Any]) -> Any:
             return out.result()
 
-        def _forget(self, future: Future[Any]) -> None:
-            with self._futures_lock:
-                self._futures.discard(future)
-
         def abort_everything(self, ensure_ready: bool = True) -> None:
-            """A call failed: stop the batches still queued or running on the nodes (best effort)."""
-            with self._futures_lock:
-                pending, self._futures = [f for f in self._futures if not f.done()], set()
-            for future in pending:
-                for conn in getattr(self.pool, "_connections", ()):
-                    with contextlib.suppress(Exception):
-                        conn.cancel(future)
+            """A call failed: joblib stops dispatching and raises. Batches already sent run to
+            completion and their results are dropped. They are deliberately not cancelled: a
+            worker interrupts a running task with an asynchronous exception, which can land in
+            the middle of an import (unpickling a batch imports its libraries) and leave that
+            worker's modules half-initialised for every later task."""
 
         def __repr__(self) -> str:
             return f"SkywardBackend(pool={self.pool!r})"

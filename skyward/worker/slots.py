@@ -18,6 +18,7 @@ import ctypes
 import multiprocessing
 import os
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -93,6 +94,16 @@ def run_task(
         runtime._sink.reset(token)
 
 
+def _importing(ident: int) -> bool:
+    """True if the thread ``ident`` is executing an import right now."""
+    frame = sys._current_frames().get(ident)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class ThreadSlots:
     def __init__(self, concurrency: int, agent: Agent):
         self._agent = agent
@@ -111,11 +122,24 @@ class ThreadSlots:
 
     def cancel(self, task_id: int) -> None:
         with self._lock:
+            if task_id not in self._running:
+                self._cancelled.add(task_id)  # still queued: skip it when its turn comes
+                return
+        self._interrupt(task_id)
+
+    def _interrupt(self, task_id: int) -> None:
+        with self._lock:
             ident = self._running.get(task_id)
             if ident is None:
-                self._cancelled.add(task_id)
+                return  # finished meanwhile
+            if not _importing(ident):
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(TaskCancelled))
                 return
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(TaskCancelled))
+        # An exception landing inside an import can leave a half-initialised module behind for
+        # every later task of this worker: wait until the import is over.
+        retry = threading.Timer(0.05, self._interrupt, args=(task_id,))
+        retry.daemon = True
+        retry.start()
 
     def _loop(self) -> None:
         agent = self._agent
@@ -165,8 +189,6 @@ def _child_main(conn: Any, plugins_blob: bytes, env: dict[str, str]) -> None:
         conn.send(((Kind.OUTPUT, task_id, stream, line), []))
 
     from skyward.worker.agent import _LineSink, _WorkerStream
-
-    import sys
 
     sys.stdout = runtime._Router("stdout", _WorkerStream("stdout", _LineSink(send_output, None)))
     sys.stderr = runtime._Router("stderr", _WorkerStream("stderr", _LineSink(send_output, None)))

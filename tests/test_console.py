@@ -1,0 +1,399 @@
+"""The console: a subscriber of the pool's events, in plain, live and off modes."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import skyward as sky
+from skyward import events as ev
+from skyward.console import Console
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@pytest.fixture(autouse=True)
+def _no_console_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SKYWARD_CONSOLE", raising=False)
+    monkeypatch.delenv("SKYWARD_CONSOLE_VERBOSE", raising=False)
+
+
+def startup(c: Console, nodes: int = 2, *, logs: bool = True) -> None:
+    """What a 2-node SSH pool emits from start to ready."""
+    c(ev.PoolStarting("p1", nodes, "ssh"))
+    for n in range(nodes):
+        c(ev.NodeStage(n, "provisioning"))
+    for n in range(nodes):
+        c(ev.NodeStage(n, "bootstrapping", f"10.0.0.{n + 1}"))
+        if logs:
+            c(ev.NodeLog(n, f"installing numpy on {n}"))
+            c(ev.NodeLog(n, f"bootstrap done on {n}"))
+    for n in range(nodes):
+        c(ev.NodeStage(n, "starting", f"10.0.0.{n + 1}"))
+    for n in range(nodes):
+        c(ev.NodeStage(n, "ready"))
+    c(ev.PoolReady("p1", nodes, 1.5))
+
+
+def work_and_stop(c: Console, nodes: int = 2) -> None:
+    """Each node runs one task that prints; node 1's second task fails; then the pool stops."""
+    for n in range(nodes):
+        c(ev.TaskStarted(n, n, "f"))
+        c(ev.TaskOutput(n, n, "stdout", f"hello from {n}"))
+        c(ev.TaskOutput(n, n, "stderr", f"warning from {n}"))
+        c(ev.TaskFinished(n, n, "f", True, 0.1))
+    c(ev.TaskStarted(10, 1, "g"))
+    c(ev.TaskFinished(10, 1, "g", False, 0.1))
+    for n in range(nodes):
+        c(ev.NodeStage(n, "stopping"))
+    for n in range(nodes):
+        c(ev.NodeStage(n, "stopped"))
+    c(ev.PoolStopped("p1", 0.2, True))
+
+
+def strip(text: str) -> str:
+    return ANSI.sub("", text)
+
+
+# -- plain mode --------------------------------------------------------------------------------
+def test_plain_mode_logs_stages_summaries_and_output(capsys: pytest.CaptureFixture[str]) -> None:
+    c = Console(mode="plain")
+    startup(c)
+    work_and_stop(c)
+    out, err = capsys.readouterr()
+    assert out == "[node 0] hello from 0\n[node 1] hello from 1\n"
+    lines = err.splitlines()
+    assert "[node 0] warning from 0" in lines and "[node 1] warning from 1" in lines
+    status = [ln for ln in lines if ln.startswith("skyward:")]
+    shapes = [re.sub(r"\(\d+\.\ds\)", "(T)", ln) for ln in status]
+    assert shapes == [
+        "skyward: node 0 provisioning (T)",
+        "skyward: node 1 provisioning (T)",
+        "skyward: node 0 bootstrapping 10.0.0.1 (T)",
+        "skyward: node 1 bootstrapping 10.0.0.2 (T)",
+        "skyward: node 0 ready (T)",
+        "skyward: node 1 ready (T)",
+        "skyward: pool p1 ready: 2 nodes on ssh in 1.5s",
+        "skyward: node 0 stopped (T)",
+        "skyward: node 1 stopped (T)",
+        "skyward: pool p1 stopped: 3 tasks (2 done, 1 failed), up 0.0s",
+    ]
+    # quiet: no starting/stopping lines, no bootstrap log of healthy nodes
+    assert "installing numpy" not in err and "starting" not in err and "stopping" not in err
+
+
+def test_plain_mode_shows_the_log_of_a_lost_node(capsys: pytest.CaptureFixture[str]) -> None:
+    c = Console(mode="plain")
+    startup(c, logs=False)
+    c(ev.TaskStarted(1, 1, "f"))
+    c(ev.NodeLog(1, "Segmentation fault (core dumped)"))  # after ready: stray output, shown
+    c(ev.NodeStage(1, "stopping"))
+    c(ev.NodeLog(1, "worker: exiting"))  # while stopping: kept for the failure report
+    c(ev.NodeStage(1, "lost", "worker exited while running 1 task(s)"))
+    c(ev.PoolStopped("p1", 0.1, False))
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert "[node 1] Segmentation fault (core dumped)" in lines
+    lost = lines.index(next(ln for ln in lines if ln.startswith("skyward: node 1 lost")))
+    assert lines[lost].endswith(": worker exited while running 1 task(s)")
+    assert lines[lost + 1] == "[node 1] worker: exiting"
+    assert lines[-1].endswith("1 task (0 done, 1 failed), up 0.0s, node 1 lost, teardown incomplete")
+
+
+def test_plain_mode_shows_the_log_of_a_node_that_never_came_up(capsys: pytest.CaptureFixture[str]) -> None:
+    c = Console(mode="plain")
+    c(ev.PoolStarting("p2", 2, "ssh"))
+    for n in range(2):
+        c(ev.NodeStage(n, "bootstrapping", "h"))
+    for i in range(30):
+        c(ev.NodeLog(0, f"pip line {i}"))
+    c(ev.NodeLog(0, "ERROR: no matching distribution"))
+    c(ev.NodeLog(1, "fine so far"))
+    c(ev.PoolStopped("p2", 0.1, True))
+    err = capsys.readouterr().err
+    assert "[node 0] ERROR: no matching distribution" in err
+    assert "[node 0] pip line 29" in err and "[node 0] pip line 0\n" not in err  # only the tail
+    assert "[node 1] fine so far" in err
+    assert err.splitlines()[-1].startswith("skyward: pool p2 stopped: no tasks")
+
+
+def test_verbose_prints_every_log_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKYWARD_CONSOLE_VERBOSE", "1")
+    c = Console(mode="plain")
+    assert c.verbose
+    startup(c)
+    err = capsys.readouterr().err
+    assert "[node 0] installing numpy on 0\n" in err and "[node 1] bootstrap done on 1\n" in err
+    assert not Console(mode="plain", verbose=False).verbose
+
+
+def test_off_prints_task_output_only(capsys: pytest.CaptureFixture[str]) -> None:
+    c = Console(mode="off")
+    startup(c)
+    work_and_stop(c)
+    out, err = capsys.readouterr()
+    assert out == "[node 0] hello from 0\n[node 1] hello from 1\n"
+    assert err == "[node 0] warning from 0\n[node 1] warning from 1\n"
+
+
+def test_file_receives_the_status_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    log = io.StringIO()
+    c = Console(mode="plain", file=log)
+    startup(c)
+    work_and_stop(c)
+    out, err = capsys.readouterr()
+    assert "skyward:" not in out + err
+    assert "[node 0] hello from 0\n" in out
+    assert "skyward: pool p1 ready" in log.getvalue() and "skyward: pool p1 stopped" in log.getvalue()
+
+
+# -- choosing the mode ---------------------------------------------------------------------------
+class FakeTTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_mode_follows_the_terminal_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Console().mode == "plain"  # pytest captures stdout: not a terminal
+    monkeypatch.setattr(sys, "stdout", FakeTTY())
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert Console().mode == "live"
+    monkeypatch.setenv("TERM", "dumb")
+    assert Console().mode == "plain"
+    for value, mode in [("off", "off"), ("PLAIN", "plain"), (" live ", "live"), ("auto", "plain"), ("", "plain")]:
+        monkeypatch.setenv("SKYWARD_CONSOLE", value)
+        assert Console().mode == mode, value
+    monkeypatch.setenv("SKYWARD_CONSOLE", "off")
+    assert Console(mode="plain").mode == "plain"  # an explicit mode wins over the variable
+
+
+def test_unknown_mode_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKYWARD_CONSOLE", "fancy")
+    with pytest.raises(sky.ConfigError, match="SKYWARD_CONSOLE"):
+        Console()
+    with pytest.raises(sky.ConfigError, match="SKYWARD_CONSOLE"):
+        sky.ComputePool(nodes=1)  # before anything starts
+    monkeypatch.delenv("SKYWARD_CONSOLE")
+    with pytest.raises(sky.ConfigError, match="mode"):
+        Console(mode="loud")  # type: ignore[arg-type]
+
+
+def test_plain_console_does_not_import_rich() -> None:
+    code = (
+        "import sys, skyward, skyward.worker\n"
+        "from skyward import events as ev\n"
+        "from skyward.console import Console\n"
+        "c = Console(mode='plain')\n"
+        "c(ev.PoolStarting('p', 1, 'local')); c(ev.NodeStage(0, 'ready')); c(ev.PoolStopped('p', 0.1, True))\n"
+        "print('rich' in sys.modules, file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "SKYWARD_CONSOLE": ""})
+    assert out.stderr.strip().splitlines()[-1] == "False"
+
+
+# -- live mode -----------------------------------------------------------------------------------
+def rich_console(width: int = 100) -> tuple[object, io.StringIO]:
+    from rich.console import Console as RichConsole
+
+    buf = io.StringIO()
+    return RichConsole(file=buf, force_terminal=True, width=width), buf
+
+
+def render(c: Console, width: int = 100) -> str:
+    rc, buf = rich_console(width)
+    rc.print(c.renderable())  # type: ignore[attr-defined]
+    return strip(buf.getvalue())
+
+
+def row(text: str, node: int) -> str:
+    return next(ln for ln in text.splitlines() if re.match(rf"\s*{node}\s{{2,}}", ln))
+
+
+def test_live_view_shows_stage_time_and_log_tail_per_node() -> None:
+    rc, _ = rich_console()
+    c = Console(rich_console=rc)  # type: ignore[arg-type]
+    assert c.mode == "live"
+    c._apply(ev.PoolStarting("p1", 3, "ssh"), time.monotonic())  # state only: no live refresh thread
+    for n, stage in enumerate(["provisioning", "bootstrapping", "starting"]):
+        c._apply(ev.NodeStage(n, stage, f"10.0.0.{n + 1}" if n else ""), time.monotonic())
+    c._apply(ev.NodeLog(1, "Collecting numpy==2.1"), time.monotonic())
+    c._apply(ev.NodeLog(1, "\x1b[32mSuccessfully installed numpy\x1b[0m"), time.monotonic())
+    c._apply(ev.NodeLog(2, "worker listening"), time.monotonic())
+    text = render(c)
+    assert "pool p1" in text and "ssh" in text and "3 nodes" in text and "starting" in text
+    assert "provisioning" in row(text, 0)
+    assert "bootstrapping" in row(text, 1) and "Successfully installed numpy" in row(text, 1)
+    assert "Collecting" not in text  # only the last line
+    assert "starting" in row(text, 2) and "worker listening" in row(text, 2) and "10.0.0.3" in row(text, 2)
+    assert re.search(r"\d+\.\ds / \d+\.\ds", row(text, 0))
+    assert "done" not in text  # no task columns before the pool is ready
+
+
+def test_live_view_shows_task_counts_after_ready_and_lost_nodes() -> None:
+    rc, _ = rich_console()
+    c = Console(rich_console=rc)  # type: ignore[arg-type]
+    now = time.monotonic
+    c._apply(ev.PoolStarting("p1", 3, "local"), now())
+    for n in range(3):
+        c._apply(ev.NodeStage(n, "ready"), now())
+    c._apply(ev.PoolReady("p1", 3, 0.4), now())
+    for t in range(5):
+        c._apply(ev.TaskStarted(t, 0, "f"), now())
+    for t in range(3):
+        c._apply(ev.TaskFinished(t, 0, "f", t != 2, 0.1), now())
+    c._apply(ev.TaskStarted(9, 2, "f"), now())
+    c._apply(ev.NodeStage(2, "lost", "no heartbeat for 31s"), now())
+    text = render(c)
+    header = text.splitlines()[0]
+    assert "2/3 ready in 0.4s" in header and "2 running, 2 done, 2 failed" in header
+    assert re.search(r"run\s+done\s+failed", text)
+    assert re.search(r"ready\s+\S+ / \S+\s+2\s+2\s+1\b", row(text, 0))
+    assert re.search(r"ready\s+\S+ / \S+\s+0\s+0\s+0\b", row(text, 1))
+    assert re.search(r"lost\s+\S+ / \S+\s+0\s+0\s+1\s+no heartbeat for 31s", row(text, 2))
+
+
+def test_live_view_collapses_many_nodes() -> None:
+    from rich.console import Console as RichConsole
+
+    rc = RichConsole(file=io.StringIO(), force_terminal=True, width=100, height=20)
+    c = Console(rich_console=rc)
+    c._apply(ev.PoolStarting("big", 64, "aws"), time.monotonic())
+    for n in range(60):
+        c._apply(ev.NodeStage(n, "ready"), time.monotonic())
+    for n in range(60, 64):
+        c._apply(ev.NodeStage(n, "bootstrapping"), time.monotonic())
+    buf = io.StringIO()
+    RichConsole(file=buf, force_terminal=True, width=100, height=20).print(c.renderable())
+    text = strip(buf.getvalue())
+    assert len(text.splitlines()) < 20
+    assert "51 more" in text and "47 ready, 4 bootstrapping" in text  # 13 rows + 1 summary row
+
+
+def test_live_mode_prints_output_above_the_view_and_a_summary_at_the_end(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rc, buf = rich_console()
+    c = Console(mode="live", rich_console=rc)  # type: ignore[arg-type]
+    startup(c)
+    assert c._live is not None and c._live.is_started
+    time.sleep(0.3)  # let the view refresh a couple of times
+    drawn = strip(buf.getvalue())
+    assert "bootstrap done on 1" in drawn and "ready" in drawn  # the table was drawn
+    work_and_stop(c)
+    assert c._live is None
+    text = strip(buf.getvalue())
+    assert "[node 0] hello from 0" in text and "[node 1] hello from 1" in text
+    assert "skyward: pool p1 ready: 2 nodes on ssh in 1.5s" in text
+    assert "skyward: pool p1 stopped: 3 tasks (2 done, 1 failed)" in text
+    assert "skyward: node 0 ready" not in text  # per-node stage lines are the table's job
+    # stderr is not a terminal here: task stderr goes to it, not through the view
+    out, err = capsys.readouterr()
+    assert err == "[node 0] warning from 0\n[node 1] warning from 1\n" and out == ""
+    # the view was taken down: another console can go live now
+    rc2, _ = rich_console()
+    c2 = Console(rich_console=rc2)  # type: ignore[arg-type]
+    c2(ev.PoolStarting("p3", 1, "local"))
+    assert c2._live is not None
+    c2(ev.PoolStopped("p3", 0.0, True))
+    assert c2._live is None
+
+
+def test_live_events_from_many_threads() -> None:
+    rc, buf = rich_console()
+    c = Console(rich_console=rc)  # type: ignore[arg-type]
+    startup(c, nodes=4)
+
+    def hammer(node: int) -> None:
+        for t in range(200):
+            tid = node * 1000 + t
+            c(ev.TaskStarted(tid, node, "f"))
+            c(ev.TaskOutput(node, tid, "stdout", f"line {t}"))
+            c(ev.NodeLog(node, f"diag {t}"))
+            c(ev.TaskFinished(tid, node, "f", t % 10 != 0, 0.0))
+
+    threads = [threading.Thread(target=hammer, args=(n,)) for n in range(4)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert time.monotonic() - started < 30 and not any(t.is_alive() for t in threads)
+    header = strip(render(c)).splitlines()[0]
+    assert "0 running, 720 done, 80 failed" in header
+    c(ev.PoolStopped("p1", 0.1, True))
+    assert strip(buf.getvalue()).count("] line 199") == 4
+
+
+# -- with a real pool ----------------------------------------------------------------------------
+@sky.compute
+def chatty(tag: str) -> int:
+    node = sky.instance_info().node
+    print(f"{tag} out {node}")
+    print(f"{tag} err {node}", file=sys.stderr)
+    return node
+
+
+@sky.compute
+def die() -> None:
+    os._exit(3)
+
+
+def test_real_pool_in_plain_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    with sky.ComputePool(nodes=2) as pool:
+        assert chatty("hi") @ pool == [0, 1]
+    out, err = capsys.readouterr()
+    assert sorted(out.splitlines()) == ["[node 0] hi out 0", "[node 1] hi out 1"]
+    assert "[node 0] hi err 0\n" in err and "[node 1] hi err 1\n" in err
+    for n in (0, 1):
+        assert re.search(rf"^skyward: node {n} provisioning \(\d+\.\ds\)$", err, re.M)
+        assert re.search(rf"^skyward: node {n} ready \(\d+\.\ds\)$", err, re.M)
+        assert re.search(rf"^skyward: node {n} stopped \(\d+\.\ds\)$", err, re.M)
+    assert re.search(r"^skyward: pool \w+ ready: 2 nodes on local in \d+\.\ds$", err, re.M)
+    assert re.search(r"^skyward: pool \w+ stopped: 2 tasks \(2 done, 0 failed\), up \d+\.\ds$", err, re.M)
+
+
+def test_real_pool_reports_a_lost_node(capsys: pytest.CaptureFixture[str]) -> None:
+    with sky.ComputePool(nodes=1) as pool:
+        with pytest.raises(sky.WorkerLost):
+            die() >> pool
+    err = capsys.readouterr().err
+    assert re.search(r"^skyward: node 0 lost \(\d+\.\ds\): ", err, re.M)
+    assert re.search(r"stopped: 1 task \(0 done, 1 failed\), up \d+\.\ds, node 0 lost$", err, re.M)
+
+
+def test_real_pool_with_console_off(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKYWARD_CONSOLE", "off")
+    with sky.ComputePool(nodes=2) as pool:
+        chatty("quiet") @ pool
+    out, err = capsys.readouterr()
+    assert sorted(out.splitlines()) == ["[node 0] quiet out 0", "[node 1] quiet out 1"]
+    assert sorted(err.splitlines()) == ["[node 0] quiet err 0", "[node 1] quiet err 1"]
+
+
+def test_real_pool_with_console_false_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    with sky.ComputePool(nodes=1, console=False) as pool:
+        chatty("none") >> pool
+    assert capsys.readouterr() == ("", "")
+
+
+def test_real_pool_with_live_forced(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKYWARD_CONSOLE", "live")  # draws even though stdout is not a terminal
+    stdout = sys.stdout
+    with sky.ComputePool(nodes=2) as pool:
+        assert chatty("drawn") @ pool == [0, 1]
+        time.sleep(0.3)
+    assert sys.stdout is stdout  # the view's redirection of stdout was undone
+    out, err = capsys.readouterr()
+    text = strip(out)
+    assert "[node 0] drawn out 0" in text and "[node 1] drawn out 1" in text
+    assert re.search(r"skyward: pool \w+ stopped: 2 tasks \(2 done, 0 failed\)", text)
+    assert re.search(r"ready\s+\d", text)  # the table was drawn while the pool ran
+    assert "[node 0] drawn err 0" in err
