@@ -14,4 +14,7 @@ if ! python3 -c "import torch" 2>/dev/null; then
         || python3 -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
 fi
 
+# JAX (CPU build from PyPI) so the jax plugin is tested with real jax.distributed.
+python3 -c "import jax" 2>/dev/null || python3 -m pip install -q jax
+
 python3 -m pip install -q -e ".[test]"

@@ -333,11 +333,7 @@ class Console:
                 from rich.live import Live
 
                 own = self._rich is None
-                if own:
-                    rc = RichConsole(file=self._file, force_terminal=True if self._force_terminal else None)
-                else:
-                    rc = self._rich
-                assert rc is not None
+                rc = self._rich or RichConsole(file=self._file, force_terminal=True if self._force_terminal else None)
                 # stderr shares the screen only if it is the same terminal; otherwise (2> file)
                 # task stderr goes to it directly, untouched by the view.
                 self._stderr_on_screen = own and self._file is None and _isatty(sys.stderr) and rc.is_terminal
