@@ -202,7 +202,7 @@ class Console:
             node.last_log = event.line
             # After a node is ready its diagnostics are stray writes of the tasks themselves
             # (e.g. C code printing to fd 1/2): output, not chatter.
-            if self.verbose or (node.stage == "ready" and node.was_ready):
+            if self.verbose or node.stage == "ready":
                 msgs.append(("stderr", f"[node {event.node}] {event.line}"))
             else:
                 node.unshown.append(event.line)
@@ -211,8 +211,8 @@ class Console:
             if event.stage in ("stopped", "lost"):
                 node.failed += len(node.running)  # the pool failed them; no TaskFinished follows
                 node.running.clear()
-            if event.stage == "stopping":
-                self._stopping = True
+            if event.stage in ("stopping", "starting"):  # workers restart: starting again
+                self._stopping = event.stage == "stopping"
             node.stage, node.detail, node.since = event.stage, event.detail, now
             if event.stage == "ready":
                 node.was_ready, node.was_lost = True, False
@@ -256,9 +256,9 @@ class Console:
         return msgs
 
     def _flush_tail(self, n: int, node: _Node) -> list[_Msg]:
-        lines = [("stderr", f"[node {n}] {line}") for line in node.unshown]
+        lines: list[_Msg] = [("stderr", f"[node {n}] {line}") for line in node.unshown]
         node.unshown.clear()
-        return lines  # type: ignore[return-value]
+        return lines
 
     def _summary(self, event: ev.PoolStopped, now: float) -> str:
         done = sum(n.done for n in self._nodes.values())
@@ -333,7 +333,7 @@ class Console:
                 from rich.live import Live
 
                 own = self._rich is None
-                rc = self._rich or RichConsole(file=self._file, force_terminal=True if self._force_terminal else None)
+                rc = self._rich if self._rich is not None else RichConsole(file=self._file, force_terminal=True if self._force_terminal else None)
                 # stderr shares the screen only if it is the same terminal; otherwise (2> file)
                 # task stderr goes to it directly, untouched by the view.
                 self._stderr_on_screen = own and self._file is None and _isatty(sys.stderr) and rc.is_terminal

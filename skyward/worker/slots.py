@@ -164,6 +164,7 @@ class ThreadSlots:
                 pass  # arrived just after the task ended; nothing to report
 
     def shutdown(self, grace: float) -> None:
+        _drain(self._queue)  # queued tasks never start once the worker is stopping
         with self._lock:
             running = list(self._running)
         for task_id in running:
@@ -279,6 +280,7 @@ class ProcessSlots:
                     child.task_id = None
 
     def shutdown(self, grace: float) -> None:
+        _drain(self._queue)
         for _ in self._threads:
             self._queue.put(None)
         for child in self._children:
@@ -290,6 +292,14 @@ class ProcessSlots:
             child.process.join(grace / max(1, len(self._children)))
             if child.process.is_alive():
                 child.kill()
+
+
+def _drain(q: queue.SimpleQueue[Any]) -> None:
+    while True:
+        try:
+            q.get_nowait()
+        except queue.Empty:
+            return
 
 
 def make_slots(executor: str, concurrency: int, agent: Agent) -> Slots:

@@ -1,0 +1,372 @@
+"""The SSH provider: machines you already have, reached over SSH.
+
+Each host given to :class:`SSH` is one node. Starting a pool connects to every host (in
+parallel, one SSH connection each), ships the client's skyward as a wheel, builds the
+image's environment with the bootstrap script (skipped when the host already has it), and
+starts the worker over the same connection. Nothing is bought, so nothing is released
+afterwards — but no skyward process is left running on any host (see :mod:`skyward.transport.ssh`).
+
+Layout on a host, under ``root`` (default ``~/.skyward``)::
+
+    wheels/<sha>/skyward-<version>-py3-none-any.whl   the client's skyward, by content
+    bootstrap/<env>.sh                                the bootstrap script (mode 0600)
+    envs/<env>/                                       the venv for an image (+ .ready marker)
+    include/<include_hash>/                           the image's include files
+    uv-pkg/                                           uv, when the host had none
+
+paramiko is imported only when a pool actually connects.
+"""
+
+from __future__ import annotations
+
+import collections
+import getpass
+import io
+import os
+import re
+import shlex
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from skyward.errors import BootstrapError, ConfigError
+from skyward.providers.base import Instance, PoolSpec, Provider
+from skyward.transport.base import Transport, WorkerLaunch
+
+__all__ = ["SSH"]
+
+_HOST_RE = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[0-9A-Fa-f:.%\w]+)\]|(?P<name>[^@\s:\[\]]+))(?::(?P<port>\d+))?$")
+_DIST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_LOG_TAIL = 40
+
+
+def _parse_host(spec: str) -> tuple[str | None, str, int | None]:
+    """``"user@host:port"`` -> (user, host, port); user and port are optional; IPv6 in brackets."""
+    text = spec.strip()
+    if text.count(":") > 1 and "[" not in text and "@" not in text:
+        return None, text, None  # a bare IPv6 address
+    m = _HOST_RE.match(text)
+    if not m:
+        raise ConfigError("hosts", 'entries like "host", "user@host" or "user@host:port"', spec)
+    port = int(m["port"]) if m["port"] else None
+    if port is not None and not 1 <= port <= 65535:
+        raise ConfigError("hosts", "ports between 1 and 65535", spec)
+    return m["user"], m["v6"] or m["name"], port
+
+
+def _strings(parameter: str, value: Any, accepted: str) -> tuple[str, ...]:
+    if isinstance(value, (str, bytes, os.PathLike)) or not isinstance(value, Iterable):
+        hint = f"pass a list, e.g. [{os.fspath(value)!r}]" if isinstance(value, (str, os.PathLike)) else ""
+        raise ConfigError(parameter, accepted, value, detail=hint)
+    out = []
+    for item in value:
+        if not isinstance(item, (str, os.PathLike)) or not os.fspath(item).strip():
+            raise ConfigError(parameter, accepted, item)
+        out.append(os.fspath(item).strip())
+    return tuple(out)
+
+
+class SSH(Provider):
+    """Use machines you can reach over SSH; one node per host.
+
+    >>> import skyward as sky
+    >>> ssh = sky.SSH(hosts=["gpu1", "ubuntu@10.0.0.12:2222"], key="~/.ssh/lab")
+    >>> with sky.ComputePool(provider=ssh, nodes=2, image=sky.Image(pip=["numpy"])) as pool:  # doctest: +SKIP
+    ...     ...
+
+    Args:
+        hosts: one entry per node: ``"host"``, ``"user@host"``, ``"host:port"`` or
+            ``"user@host:port"`` (IPv6 in brackets: ``"[fe80::1]:22"``).
+        user: login user for hosts that don't name one (default: your local user name).
+        key: a private key file. When given, only this key is offered; when None, the SSH
+            agent's keys and ``~/.ssh/id_*`` are tried.
+        port: SSH port for hosts that don't name one.
+        known_hosts: known_hosts file(s) to check host keys against (default
+            ``~/.ssh/known_hosts`` and ``/etc/ssh/ssh_known_hosts``).
+        verify_host_keys: True (default) refuses a host whose key is unknown or changed.
+            False accepts any key — only for throw-away machines on a network you trust.
+        root: directory on each host for environments, wheels and scripts (absolute, or
+            starting with ``~/``).
+        connect_timeout: seconds for connecting and authenticating.
+        private_addrs: the address each host has for the *other* hosts (``head_addr`` and
+            ``peers``), when that differs from the address you connect to (e.g. a public
+            name vs. a private network). Default: the host address as given.
+        find_links: wheel directories (paths on the hosts) or URLs that pip/uv search, for
+            offline installs or a local wheelhouse; used for uv itself too.
+        no_index: with ``find_links``, use nothing but them (no package index at all).
+        system_site_packages: True lets the environment see the host Python's own packages;
+            a list of distribution names (e.g. ``["torch"]``) does that and also takes those
+            packages from the host instead of installing them (a preinstalled CUDA torch).
+        bootstrap_timeout: seconds a host's environment build may take.
+
+    Raises:
+        ConfigError: for any invalid argument, when the provider is made.
+    """
+
+    name = "ssh"
+    uses_client_environment = False
+
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        *,
+        user: str | None = None,
+        key: str | os.PathLike[str] | None = None,
+        port: int = 22,
+        known_hosts: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+        verify_host_keys: bool = True,
+        root: str = "~/.skyward",
+        connect_timeout: float = 10.0,
+        private_addrs: Sequence[str] | None = None,
+        find_links: Sequence[str] = (),
+        no_index: bool = False,
+        system_site_packages: bool | Sequence[str] = False,
+        bootstrap_timeout: float = 1800.0,
+    ):
+        entries = _strings("hosts", hosts, 'a list of hosts like "host", "user@host" or "user@host:port"')
+        if not entries:
+            raise ConfigError("hosts", "at least one host", list(hosts))
+        if user is not None and (not isinstance(user, str) or not user.strip() or "@" in user):
+            raise ConfigError("user", "a login user name", user)
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ConfigError("port", "an integer between 1 and 65535", port)
+        default_user = user or getpass.getuser()
+        self.hosts: tuple[tuple[str, str, int], ...] = tuple(
+            (u or default_user, h, p or port) for u, h, p in map(_parse_host, entries)
+        )
+        self.key: str | None = None
+        if key is not None:
+            if not isinstance(key, (str, os.PathLike)):
+                raise ConfigError("key", "the path of a private key file", key)
+            path = os.path.expanduser(os.fspath(key))
+            if not os.path.isfile(path):
+                raise ConfigError("key", "the path of a private key file", os.fspath(key), detail="not found")
+            self.key = path
+        if not isinstance(verify_host_keys, bool):
+            raise ConfigError("verify_host_keys", "True or False", verify_host_keys)
+        self.verify_host_keys = verify_host_keys
+        if known_hosts is None:
+            self.known_hosts = (os.path.expanduser("~/.ssh/known_hosts"), "/etc/ssh/ssh_known_hosts")
+        else:
+            given = (known_hosts,) if isinstance(known_hosts, (str, os.PathLike)) else known_hosts
+            files = tuple(os.path.expanduser(p) for p in _strings("known_hosts", given, "known_hosts file paths"))
+            if verify_host_keys:
+                for path in files:
+                    if not os.path.isfile(path):
+                        raise ConfigError("known_hosts", "existing known_hosts files", path, detail="not found")
+            self.known_hosts = files
+        if not isinstance(root, str) or not (root.startswith("/") or root == "~" or root.startswith("~/")):
+            raise ConfigError("root", "an absolute path or one starting with ~/", root)
+        self.root = root.rstrip("/") or "/"
+        for name, value in (("connect_timeout", connect_timeout), ("bootstrap_timeout", bootstrap_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(name, "a positive number of seconds", value)
+        self.connect_timeout = float(connect_timeout)
+        self.bootstrap_timeout = float(bootstrap_timeout)
+        if private_addrs is None:
+            self.private_addrs = tuple(h for _, h, _ in self.hosts)
+        else:
+            self.private_addrs = _strings("private_addrs", private_addrs, "a list of addresses, one per host")
+            if len(self.private_addrs) != len(self.hosts):
+                raise ConfigError("private_addrs", f"{len(self.hosts)} addresses (one per host)",
+                                  list(self.private_addrs))
+        self.find_links = _strings("find_links", find_links, "a list of directories on the hosts or URLs")
+        if not isinstance(no_index, bool):
+            raise ConfigError("no_index", "True or False", no_index)
+        self.no_index = no_index
+        if isinstance(system_site_packages, bool):
+            self.system_site_packages: bool | tuple[str, ...] = system_site_packages
+        else:
+            names = _strings("system_site_packages", system_site_packages,
+                             'True, False, or a list of distribution names like ["torch"]')
+            for n in names:
+                if not _DIST_RE.match(n):
+                    raise ConfigError("system_site_packages", "distribution names like 'torch'", n)
+            self.system_site_packages = names or False
+
+    # -- the provider contract --------------------------------------------------------------------
+    def validate(self, spec: PoolSpec) -> None:
+        if spec.nodes != len(self.hosts):
+            raise ConfigError("nodes", f"{len(self.hosts)} (one node per host given to sky.SSH)", spec.nodes)
+
+    def provision(self, spec: PoolSpec) -> list[Instance]:
+        self.validate(spec)
+        count = getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0
+        return [
+            Instance(id=f"ssh:{u}@{h}:{p}", node=i, private_addr=self.private_addrs[i], public_addr=h,
+                     accelerators=count)
+            for i, (u, h, p) in enumerate(self.hosts)
+        ]
+
+    def transport(self, instance: Instance) -> Transport:
+        from skyward.transport.ssh import SSHTransport
+
+        user, address, port = self.hosts[instance.node]
+        return SSHTransport(address, port=port, user=user, key_filename=self.key, known_hosts=self.known_hosts,
+                            verify_host_keys=self.verify_host_keys, connect_timeout=self.connect_timeout)
+
+    def terminate(self, instances: list[Instance]) -> None:
+        # The hosts are yours: nothing to release. The pool has already stopped every worker
+        # and confirmed its process group gone, and closed the connections.
+        return None
+
+    def worker_launch(self, instance: Instance, transport: Transport, image: Any,
+                      log: Callable[[str], None]) -> WorkerLaunch:
+        """Connect, ship skyward and the include files, build the environment; say how to start.
+
+        Raises BootstrapError naming the host, the step (``connect``, ``upload``, ``include``,
+        or the bootstrap step that failed: ``uv``, ``apt``, ``venv``, ``pip``, ``setup``,
+        ``skyward``) and the last lines of output.
+        """
+        from skyward.transport.ssh import SSHTransport
+
+        assert isinstance(transport, SSHTransport)
+        return _Bootstrap(self, instance, transport, image, log).run()
+
+    def __repr__(self) -> str:
+        shown = [f"{u}@{h}" + (f":{p}" if p != 22 else "") for u, h, p in self.hosts]
+        return f"SSH(hosts={shown!r})"
+
+
+class _Bootstrap:
+    """Preparing one host: every step, with its log tail, for one ``worker_launch`` call."""
+
+    def __init__(self, provider: SSH, instance: Instance, transport: Any, image: Any, log: Callable[[str], None]):
+        self.provider = provider
+        self.instance = instance
+        self.transport = transport
+        self.image = image
+        self.log = log
+        self.tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL)
+        self.step = "connect"
+
+    def note(self, line: str) -> None:
+        self.tail.append(line)
+        self.log(line)
+
+    def fail(self, message: str, exit_code: int | None = None) -> BootstrapError:
+        return BootstrapError(self.transport.host, self.step, message, exit_code=exit_code,
+                              log_tail=list(self.tail), node=self.instance.node)
+
+    def run(self) -> WorkerLaunch:
+        try:
+            return self._run()
+        except BootstrapError:
+            raise
+        except (OSError, EOFError, TimeoutError) as exc:
+            raise self.fail(f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            if type(exc).__module__.startswith("paramiko"):
+                raise self.fail(f"SSH error: {exc}") from exc
+            raise
+
+    def _run(self) -> WorkerLaunch:
+        from skyward import _ship
+        from skyward.bootstrap import render, worker_command
+
+        t = self.transport
+        p = self.provider
+        self.note(f"connecting to {t.host}")
+        started = time.monotonic()
+        t.connect(node=self.instance.node, log_tail=list(self.tail))
+        self.note(f"connected in {time.monotonic() - started:.2f}s")
+
+        self.step = "upload"
+        root = t.expand(p.root)
+        wheel = _ship.skyward_wheel()
+        wheel_dir = f"{root}/wheels/{wheel.sha256[:16]}"
+        self._sh(f"umask 077 && mkdir -p {shlex.quote(wheel_dir)} {shlex.quote(root + '/bootstrap')}")
+        remote_wheel = f"{wheel_dir}/{wheel.name}"
+        if t.exists(remote_wheel, size=wheel.path.stat().st_size):
+            self.note(f"skyward wheel {wheel.sha256[:16]} already on the host")
+        else:
+            t.put(str(wheel.path), remote_wheel, mode=0o644)
+            self.note(f"uploaded skyward wheel {wheel.sha256[:16]}")
+
+        pythonpath: list[str] = []
+        if self.image.include:
+            self.step = "include"
+            pythonpath.append(self._sync_include(root))
+
+        self.step = "bootstrap"
+        script = render(self.image, root=root, skyward_wheel=remote_wheel, find_links=p.find_links,
+                        no_index=p.no_index, system_site_packages=p.system_site_packages)
+        path = f"{root}/bootstrap/{script.hash}.sh"
+        # The script may hold secrets (the image's env): a private file, never a command line.
+        t.put_bytes(script.text.encode(), path, mode=0o600)
+        self._bootstrap(path)
+        command = worker_command(script, root=root, pythonpath=pythonpath)
+        return WorkerLaunch(("bash", "-c", command), {}, None)
+
+    def _sh(self, command: str, stdin: bytes | None = None) -> None:
+        result = self.transport.run(command, timeout=max(60.0, self.provider.connect_timeout), stdin=stdin)
+        if not result.ok:
+            for line in (result.stdout + result.stderr).splitlines()[-10:]:
+                self.note(line)
+            raise self.fail(f"`{command[:80]}` failed", result.exit_code)
+
+    def _sync_include(self, root: str) -> str:
+        from skyward.image import _included_files
+
+        digest = self.image.include_hash()
+        final = f"{root}/include/{digest}"
+        if self.transport.exists(final + "/.complete"):
+            self.note(f"include files {digest} already on the host")
+            return final
+        # One archive over SFTP, unpacked beside the target and renamed into place, so a
+        # half-copied tree is never used (and two pools racing end up with one copy).
+        buffer = io.BytesIO()
+        count = 0
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            for include in self.image.include:
+                for rel, path in _included_files(Path(include)):
+                    info = tar.gettarinfo(str(path), arcname=rel)
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = ""
+                    with open(path, "rb") as f:
+                        tar.addfile(info, f)
+                    count += 1
+        tag = uuid.uuid4().hex[:8]
+        archive = f"{root}/include/.{digest}.{tag}.tar.gz"
+        staging = f"{root}/include/.{digest}.{tag}"
+        self._sh(f"umask 077 && mkdir -p {shlex.quote(root + '/include')}")
+        self.transport.put_bytes(buffer.getvalue(), archive, mode=0o600)
+        q = shlex.quote
+        self._sh(
+            f"mkdir -p {q(staging)} && tar -xzf {q(archive)} --no-same-owner -C {q(staging)} && rm -f {q(archive)} "
+            f"&& : > {q(staging + '/.complete')} "
+            f"&& if [ -e {q(final)} ]; then rm -rf {q(staging)}; else mv {q(staging)} {q(final)}; fi"
+        )
+        self.note(f"synced {count} include file(s) to {final}")
+        return final
+
+    def _bootstrap(self, script_path: str) -> None:
+        from skyward.bootstrap import WARM_PREFIX, parse_step
+
+        steps: list[str] = []
+        lock = threading.Lock()
+
+        def on_line(stream: str, line: str) -> None:
+            with lock:
+                found = parse_step(line)
+                if found is not None:
+                    steps.append(found)
+                    self.step = found
+                self.note(line)
+
+        started = time.monotonic()
+        try:
+            code = self.transport.stream(f"bash {shlex.quote(script_path)}", on_line,
+                                         timeout=self.provider.bootstrap_timeout)
+        except TimeoutError as exc:
+            raise self.fail(f"the environment build took longer than {self.provider.bootstrap_timeout:g}s") from exc
+        if code != 0:
+            what = "the connection dropped during the environment build" if code == -1 else "the bootstrap script failed"
+            raise self.fail(what, None if code == -1 else code)
+        warm = any(line.startswith(WARM_PREFIX) for line in self.tail)
+        self.note(f"environment {'reused' if warm else 'built'} in {time.monotonic() - started:.1f}s")
+
