@@ -28,6 +28,7 @@ from skyward.errors import (
     RemoteError,
     SerializationError,
     SkywardError,
+    TaskCancelled,
     TaskTimeout,
     WorkerLost,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "RemoteError",
     "SerializationError",
     "SkywardError",
+    "TaskCancelled",
     "TaskTimeout",
     "WorkerLost",
     "__version__",

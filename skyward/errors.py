@@ -12,6 +12,7 @@
     ├── ConnectionLost         the byte stream to a worker broke
     │   └── WorkerLost         the worker process died or went silent
     ├── RemoteError            a task raised an exception that cannot be rebuilt here
+    ├── TaskCancelled          a task was stopped before it finished
     └── TaskTimeout            a task ran past its ``timeout``
 
 Each error keeps its data as attributes (``node``, ``host``, ``step``, ``exit_code``,
@@ -34,6 +35,7 @@ __all__ = [
     "RemoteError",
     "SerializationError",
     "SkywardError",
+    "TaskCancelled",
     "TaskTimeout",
     "WorkerLost",
 ]
@@ -175,3 +177,22 @@ class TaskTimeout(SkywardError, TimeoutError):
         self.node = node
         where = f" on node {node}" if node is not None else ""
         super().__init__(f"task {task!r} did not finish within {timeout:g}s{where}")
+
+
+class TaskCancelled(SkywardError):
+    """A task was stopped on its worker before it finished: the pool was closing, another node
+    of the same broadcast failed, or it was cancelled."""
+
+    def __init__(self, task: str = "", reason: str = "stopped before it finished", *, node: int | None = None):
+        self.task = task
+        self.reason = reason
+        self.node = node
+        where = f" on node {node}" if node is not None else ""
+        super().__init__(f"task {task!r} {reason}{where}")
+
+    def __reduce__(self):
+        return (_rebuild_cancelled, (self.task, self.reason, self.node))
+
+
+def _rebuild_cancelled(task, reason, node):
+    return TaskCancelled(task, reason, node=node)

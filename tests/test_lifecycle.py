@@ -113,3 +113,23 @@ def test_worker_exits_by_itself_when_the_client_goes_silent() -> None:
     finally:
         worker.kill()
         worker.wait()
+
+
+@sky.compute
+def mark_and_sleep(path: str, seconds: float) -> None:
+    with open(path, "a") as f:
+        f.write("started\n")
+    for _ in range(int(seconds / 0.05)):
+        time.sleep(0.05)
+
+
+def test_queued_tasks_do_not_start_once_the_pool_closes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    marks = [tmp_path / f"task{i}" for i in range(3)]
+    with sky.ComputePool(nodes=1, console=False) as pool:
+        futures = [mark_and_sleep(str(m), 1.0) > pool for m in marks]
+        time.sleep(0.3)
+    assert marks[0].exists()
+    assert not marks[1].exists() and not marks[2].exists()
+    for f in futures:
+        with pytest.raises(sky.SkywardError):
+            f.result(timeout=5)

@@ -11,7 +11,7 @@ PUBLIC = [
     "BootstrapError", "CapacityError", "Cluster", "ComputeFunction", "ComputePool", "ConfigError",
     "ConnectionLost", "Image", "InstanceInfo", "Local", "PendingCompute", "PendingGather", "Peer",
     "Plugin", "PluginError", "ProvisionError", "RemoteError", "SerializationError", "SkywardError",
-    "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "integrations", "plugins",
+    "TaskCancelled", "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "integrations", "plugins",
     "shard", "silent", "stderr", "stdout",
 ]
 

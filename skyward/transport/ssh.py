@@ -185,7 +185,8 @@ class SSHChannel(Channel):
                 result = self._transport.run(check, timeout=max(1.0, deadline - time.monotonic()))
             except Exception:
                 return False  # the host cannot be asked: not confirmed
-            if result.stdout.strip() == "gone":
+            words = result.stdout.split()  # a login script may have printed before us
+            if words and words[-1] == "gone":
                 with contextlib.suppress(Exception):
                     self._chan.close()
                 return True

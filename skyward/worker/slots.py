@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import cloudpickle
 
-from skyward import runtime
+from skyward import errors, runtime
 from skyward._wire_errors import encode_exception
 from skyward.errors import SerializationError
 from skyward.plugin import Plugin, wrap_task
@@ -36,7 +36,10 @@ if TYPE_CHECKING:
 
 
 class TaskCancelled(BaseException):
-    """Raised inside a task the client gave up on (timeout or cancellation)."""
+    """Raised inside a task the client gave up on (timeout or cancellation).
+
+    A BaseException, so that a task's own ``except Exception`` cannot swallow it; the client
+    receives it as :class:`skyward.errors.TaskCancelled`."""
 
 
 class Slots(Protocol):
@@ -63,6 +66,7 @@ def resolve_function(blob: bytes) -> Callable[..., Any]:
 def run_task(
     plugins: tuple[Plugin, ...],
     task_id: int,
+    name: str,
     parts: list[Any],
     send: Callable[[tuple, Payload | None], None],
     send_output: Callable[[int | None, str, str], None],
@@ -75,6 +79,11 @@ def run_task(
         try:
             blob, args, kwargs = loads_payload(parts)
             result = wrap_task(plugins, resolve_function(blob))(*args, **kwargs)
+        except TaskCancelled:
+            sink.close()
+            stopped = errors.TaskCancelled(name, node=runtime.instance_info().node)
+            send((Kind.ERROR, task_id, encode_exception(stopped)), None)
+            return
         except BaseException as exc:
             sink.close()
             send((Kind.ERROR, task_id, encode_exception(exc)), None)
@@ -148,7 +157,7 @@ class ThreadSlots:
             item = self._queue.get()
             if item is None:
                 return
-            task_id, _name, parts = item
+            task_id, name, parts = item
             try:
                 with self._lock:
                     if task_id in self._cancelled:
@@ -156,7 +165,7 @@ class ThreadSlots:
                         continue
                     self._running[task_id] = me
                 try:
-                    run_task(agent.plugins, task_id, parts, agent.send, agent.send_output)
+                    run_task(agent.plugins, task_id, name, parts, agent.send, agent.send_output)
                 finally:
                     with self._lock:
                         self._running.pop(task_id, None)
@@ -200,8 +209,8 @@ def _child_main(conn: Any, plugins_blob: bytes, env: dict[str, str]) -> None:
             return
         if item is None:
             return
-        task_id, parts = item
-        run_task(plugins, task_id, parts, send, send_output)
+        task_id, name, parts = item
+        run_task(plugins, task_id, name, parts, send, send_output)
 
 
 class _Child:
@@ -252,7 +261,7 @@ class ProcessSlots:
             item = self._queue.get()
             if item is None:
                 return
-            task_id, _name, parts = item
+            task_id, name, parts = item
             with self._lock:
                 if task_id in self._cancelled:
                     self._cancelled.discard(task_id)
@@ -260,7 +269,7 @@ class ProcessSlots:
                 child = self._children[index]
                 child.task_id = task_id
             try:
-                child.conn.send((task_id, [bytes(p) for p in parts]))
+                child.conn.send((task_id, name, [bytes(p) for p in parts]))
                 while True:
                     control, out_parts = child.conn.recv()
                     agent.send(control, Payload(out_parts[0], out_parts[1:]) if out_parts else None)

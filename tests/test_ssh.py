@@ -1,0 +1,362 @@
+"""The SSH provider against real sshd test hosts (network namespaces, one IP address each).
+
+The hosts share this machine's interpreter (read-only) but not its home or work directory,
+and they cannot reach the internet: packages come from a wheelhouse built once per session
+on this machine under /tmp (which the hosts share) and are installed with ``no_index=True``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import skyward as sky
+from skyward import events as ev
+from skyward.providers.ssh import SSH
+from skyward.transport.base import WorkerLaunch
+
+# skyward's own dependencies, uv (so the hosts need no index to get it), and one package
+# that neither this machine's interpreter nor the hosts have.
+WHEELHOUSE_REQUIREMENTS = ("uv", "cloudpickle>=2.1", "pydantic>=2.5", "rich>=13", "tomli")
+ABSENT_PACKAGE = "tomli"
+
+
+# -- shared helpers (test_ssh_errors.py imports them) -----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def wheelhouse() -> str:
+    """A directory of wheels for the hosts, downloaded once and reused across sessions."""
+    key = hashlib.sha256(json.dumps([WHEELHOUSE_REQUIREMENTS, sys.version_info[:2], platform.machine()])
+                         .encode()).hexdigest()[:12]
+    directory = Path("/tmp/skyward-test-wheelhouse") / key
+    if (directory / ".complete").exists():
+        return str(directory)
+    staging = directory.with_name(f"{key}.{os.getpid()}.partial")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(staging),
+         *WHEELHOUSE_REQUIREMENTS],
+        capture_output=True, text=True, timeout=300,
+    )
+    if proc.returncode != 0:
+        pytest.fail("cannot download the test wheelhouse (needs a package index on this machine):\n"
+                    + proc.stderr[-2000:])
+    (staging / ".complete").touch()
+    try:
+        staging.rename(directory)
+    except OSError:  # another session finished first
+        subprocess.run(["rm", "-rf", str(staging)], check=False)
+    return str(directory)
+
+
+def ssh_provider(hosts, wheelhouse: str, **overrides) -> SSH:
+    """An SSH provider for ``hosts`` that verifies host keys and installs from the wheelhouse."""
+    options = dict(user=hosts[0].user, key=hosts[0].key_path, known_hosts=hosts[0].known_hosts_all,
+                   find_links=[wheelhouse], no_index=True, connect_timeout=5)
+    options.update(overrides)
+    return SSH([h.ip for h in hosts], **options)
+
+
+def unique_image(**fields) -> sky.Image:
+    """An image no earlier test built: its environment on the hosts starts cold."""
+    env = dict(fields.pop("env", {}))
+    env["SKYWARD_TEST_RUN"] = uuid.uuid4().hex
+    return sky.Image(env=env, **fields)
+
+
+def leftovers(hosts, pattern: str = r"skyward") -> dict[str, dict[int, str]]:
+    """Processes matching ``pattern`` still running on each host (empty when all is clean)."""
+    found = {h.name: h.process_cmdlines(pattern) for h in hosts}
+    return {name: procs for name, procs in found.items() if procs}
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+
+
+def pool_on(hosts, wheelhouse: str, image: sky.Image, events: list | None = None, provider: SSH | None = None,
+            **kwargs) -> sky.ComputePool:
+    return sky.ComputePool(provider=provider or ssh_provider(hosts, wheelhouse), nodes=len(hosts), image=image,
+                           console=False, on_event=None if events is None else events.append, **kwargs)
+
+
+# -- tasks (self-contained: they are pickled by value and run on the hosts) -------------------------
+
+
+@sky.compute
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@sky.compute
+def square(x: int) -> int:
+    return x * x
+
+
+@sky.compute
+def whereabouts() -> dict:
+    import socket
+
+    info = sky.instance_info()
+    return {"host": socket.gethostname(), "node": info.node, "python": sys.executable,
+            "head": info.head_addr, "peers": [(p.node, p.addr) for p in info.peers]}
+
+
+@sky.compute
+def absent_package_version() -> str:
+    import tomli
+
+    return tomli.__name__ + " from " + os.path.dirname(tomli.__file__)
+
+
+# -- a pool of two hosts -----------------------------------------------------------------------------
+
+
+def test_cold_pool_builds_the_env_runs_every_operator_and_a_warm_pool_starts_faster(test_hosts, wheelhouse):
+    hosts = test_hosts[:2]
+    for h in hosts:  # the package really is new to the hosts
+        rc, _, _ = h.run(f"{h.python} -c 'import {ABSENT_PACKAGE}'")
+        assert rc != 0
+    image = unique_image(pip=[ABSENT_PACKAGE])
+
+    cold_events: list = []
+    started = time.monotonic()
+    with pool_on(hosts, wheelhouse, image, cold_events) as pool:
+        cold = time.monotonic() - started
+        where = whereabouts() @ pool
+        assert [w["host"] for w in where] == [h.name for h in hosts]
+        assert all("/envs/" in w["python"] for w in where)  # the built venv, not the host's Python
+        assert [w["peers"] for w in where] == [[(0, hosts[0].ip), (1, hosts[1].ip)]] * 2
+        assert {w["head"] for w in where} == {hosts[0].ip}
+        assert all(v.startswith(f"{ABSENT_PACKAGE} from /root/.skyward/envs/") for v in absent_package_version() @ pool)
+
+        assert add(2, 3) >> pool == 5
+        assert (add(1, 1) & add(2, 2) & square(3)) >> pool == (2, 4, 9)
+        assert sky.gather(*(square(i) for i in range(6))) >> pool == [0, 1, 4, 9, 16, 25]
+        assert sorted(sky.gather(*(square(i) for i in range(4)), stream=True, ordered=False) >> pool) == [0, 1, 4, 9]
+        future = add(20, 22) > pool
+        assert future.result(timeout=30) == 42
+        assert pool.map(square, range(8)) == [i * i for i in range(8)]
+        pids = pool.worker_pids()
+        assert all(isinstance(p, int) for p in pids)
+    assert not leftovers(hosts)
+
+    warm_events: list = []
+    started = time.monotonic()
+    with pool_on(hosts, wheelhouse, image, warm_events) as pool:
+        warm = time.monotonic() - started
+        assert absent_package_version() @ pool
+    assert not leftovers(hosts)
+
+    def logs(events: list) -> str:
+        return "\n".join(e.line for e in events if isinstance(e, ev.NodeLog))
+
+    assert "::warm::" not in logs(cold_events) and "::step:: pip" in logs(cold_events)
+    assert logs(warm_events).count("::warm::") == 2 and "::step:: pip" not in logs(warm_events)
+    print(f"\nSSH pool start, 2 hosts: cold {cold:.2f}s, warm {warm:.2f}s ({cold / warm:.1f}x)")
+    assert warm * 1.5 <= cold, (cold, warm)
+
+
+def test_include_env_and_setup_reach_the_tasks_and_setup_runs_once(test_hosts, wheelhouse, tmp_path):
+    hosts = test_hosts[:2]
+    tag = uuid.uuid4().hex[:10]
+    module = f"skyprobe_{tag}"
+    package = tmp_path / module
+    package.mkdir()
+    (package / "__init__.py").write_text(f"from .data import VALUE\nTAG = {tag!r}\n")
+    (package / "data.py").write_text("VALUE = 'shipped with include'\n")
+    marker = f"setup-{tag}.log"
+    image = unique_image(include=[str(package)], env={"PROBE_TAG": tag},
+                         setup=[f'echo "setup ran" >> /opt/skyward-work/{marker}'])
+
+    @sky.compute
+    def probe(name: str) -> tuple:
+        mod = importlib.import_module(name)
+        return mod.TAG, mod.VALUE, os.environ.get("PROBE_TAG")
+
+    for _ in range(2):
+        with pool_on(hosts, wheelhouse, image) as pool:
+            assert probe(module) @ pool == [(tag, "shipped with include", tag)] * 2
+    for h in hosts:
+        assert Path(h.workdir, marker).read_text().splitlines() == ["setup ran"], h.name
+    assert not leftovers(hosts)
+
+
+def test_changed_include_files_are_synced_on_the_next_start(test_hosts, wheelhouse, tmp_path):
+    hosts = test_hosts[:1]
+    module = tmp_path / f"skyprobe_{uuid.uuid4().hex[:10]}.py"
+    module.write_text("VALUE = 1\n")
+
+    @sky.compute
+    def value(name: str) -> int:
+        return importlib.import_module(name).VALUE
+
+    for expected in (1, 2):
+        module.write_text(f"VALUE = {expected}\n")
+        with pool_on(hosts, wheelhouse, sky.Image(include=[str(module)])) as pool:
+            assert value(module.stem) >> pool == expected
+
+
+def test_ddp_with_gloo_across_two_hosts_keeps_parameters_identical(test_hosts, wheelhouse):
+    hosts = test_hosts[:2]
+    # torch is preinstalled in the hosts' Python: take it from there instead of installing it.
+    provider = ssh_provider(hosts, wheelhouse, system_site_packages=["torch"])
+
+    @sky.compute
+    def train(steps: int) -> dict:
+        import socket
+
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        rank = dist.get_rank()
+        torch.manual_seed(100 + rank)  # different initial weights: DDP must make them agree
+        model = DistributedDataParallel(torch.nn.Linear(8, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        data = torch.Generator().manual_seed(rank)  # and each rank sees different data
+        for _ in range(steps):
+            x = torch.randn(32, 8, generator=data)
+            loss = ((model(x) - x.sum(dim=1, keepdim=True)) ** 2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        info = sky.instance_info()
+        return {
+            "rank": rank, "world": dist.get_world_size(), "backend": dist.get_backend(),
+            "host": socket.gethostname(), "torch": torch.__file__,
+            "params": torch.cat([p.detach().flatten() for p in model.parameters()]).tolist(),
+            "head": info.head_addr, "peers": [p.addr for p in info.peers],
+        }
+
+    image = unique_image()
+    with pool_on(hosts, wheelhouse, image, provider=provider, plugins=[sky.plugins.torch(backend="gloo")]) as pool:
+        results = train(5) @ pool
+    assert [r["rank"] for r in results] == [0, 1]
+    assert {r["world"] for r in results} == {2} and {r["backend"] for r in results} == {"gloo"}
+    assert [r["host"] for r in results] == [h.name for h in hosts]
+    assert all(r["peers"] == [hosts[0].ip, hosts[1].ip] and r["head"] == hosts[0].ip for r in results)
+    assert hosts[0].ip != hosts[1].ip
+    assert all("/envs/" not in r["torch"] for r in results)  # the host's torch, not a new install
+    assert results[0]["params"] == results[1]["params"]
+    assert not leftovers(hosts)
+
+
+# -- the worker's channel ----------------------------------------------------------------------------
+
+
+def _transport(host):
+    from skyward.transport.ssh import SSHTransport
+
+    return SSHTransport(host.ip, port=host.port, user=host.user, key_filename=host.key_path,
+                        known_hosts=[host.known_hosts], connect_timeout=5)
+
+
+def test_channel_carries_bytes_both_ways_unchanged_despite_login_script_noise(test_hosts):
+    host = test_hosts[0]
+    bashrc = Path(host.home, ".bashrc")
+    saved = bashrc.read_bytes() if bashrc.exists() else None
+    bashrc.write_text("echo 'noise from .bashrc'\n")  # printed on stdout by every SSH command
+    transport = _transport(host)
+    try:
+        channel = transport.start(WorkerLaunch(("cat",)))
+        payload = os.urandom(8 * 1024 * 1024)
+        writer = threading.Thread(target=lambda: (channel.stdin.write(payload), channel.stdin.close()))
+        writer.start()
+        received = bytearray()
+        while chunk := channel.stdout.read(1 << 20):
+            received += chunk
+        writer.join()
+        assert bytes(received) == payload
+        assert channel.wait(10) == 0
+        assert channel.stderr.readline() == b"noise from .bashrc\n"  # moved to diagnostics
+    finally:
+        transport.close()
+        if saved is None:
+            bashrc.unlink()
+        else:
+            bashrc.write_bytes(saved)
+
+
+def test_channel_kill_stops_the_whole_process_group_on_the_host(test_hosts):
+    host = test_hosts[0]
+    transport = _transport(host)
+    try:
+        channel = transport.start(WorkerLaunch(("bash", "-c", "sleep 4141 & sleep 4242 & wait")))
+        assert isinstance(channel.pgid, int)
+        assert wait_until(lambda: len(host.processes(r"^sleep 4[12]4[12]")) == 2, 10)
+        channel.kill()
+        assert channel.confirm_gone(5)
+        assert host.processes(r"sleep 4[12]4[12]") == []
+        assert channel.wait(5) is not None
+    finally:
+        transport.close()
+
+
+# -- the client killed -------------------------------------------------------------------------------
+
+CLIENT = r"""
+import json, sys
+import skyward as sky
+from skyward.providers.ssh import SSH
+
+cfg = json.loads(sys.argv[1])
+
+@sky.compute
+def hang(tag):
+    import subprocess, time
+    subprocess.Popen(["sleep", "4343"])
+    with open(f"/opt/skyward-work/{tag}-{sky.instance_info().node}", "w") as f:
+        f.write("running")
+    time.sleep(600)
+
+provider = SSH(cfg["hosts"], user=cfg["user"], key=cfg["key"], known_hosts=cfg["known_hosts"],
+               find_links=[cfg["wheelhouse"]], no_index=True)
+with sky.ComputePool(provider=provider, nodes=len(cfg["hosts"]), idle_timeout=cfg["idle_timeout"],
+                     console=False) as pool:
+    hang(cfg["tag"]) @ pool
+"""
+
+
+def test_a_killed_client_leaves_no_worker_on_any_host(test_hosts, wheelhouse, tmp_path):
+    hosts = test_hosts[:2]
+    tag = f"running-{uuid.uuid4().hex[:8]}"
+    idle_timeout = 3.0
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT)
+    cfg = {"hosts": [h.ip for h in hosts], "user": hosts[0].user, "key": hosts[0].key_path,
+           "known_hosts": hosts[0].known_hosts_all, "wheelhouse": wheelhouse, "tag": tag,
+           "idle_timeout": idle_timeout}
+    client = subprocess.Popen([sys.executable, str(script), json.dumps(cfg)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        running = wait_until(lambda: all(Path(h.workdir, f"{tag}-{i}").exists() for i, h in enumerate(hosts)), 90)
+        assert running, client.stdout.read() if client.poll() is not None else "tasks did not start"
+        assert all(h.processes("skyward.worker") and h.processes(r"^sleep 4343") for h in hosts)
+    finally:
+        client.send_signal(signal.SIGKILL)
+        client.wait()
+    killed = time.monotonic()
+    gone = wait_until(lambda: not leftovers(hosts, r"skyward\.worker|^sleep 4343"), idle_timeout + 5)
+    took = time.monotonic() - killed
+    assert gone, leftovers(hosts, r"skyward\.worker|^sleep 4343")
+    print(f"\nworkers gone {took:.2f}s after the client was killed (idle_timeout={idle_timeout:g}s)")
