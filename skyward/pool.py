@@ -410,18 +410,7 @@ class ComputePool:
                 raise c.lost or WorkerLost(c.node, "worker is not running")
         payload = pending.payload()
         futures = [c.submit(payload, pending.options.name, pending.options.timeout) for c in conns]
-        try:
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        except BaseException:  # Ctrl-C while waiting: stop what we started
-            self._cancel(futures, conns)
-            raise
-        failed = [f for f in futures if f in done and f.exception() is not None]
-        if failed:
-            error = failed[0].exception()
-            assert error is not None
-            self._recover_from_failed_broadcast(futures, conns, error)
-            raise error
-        return [f.result() for f in futures]
+        return self._collect(futures, conns, on_failure=self._recover_from_failed_broadcast)
 
     def _recover_from_failed_broadcast(
         self, futures: list[Future[Any]], conns: list[NodeConnection], error: BaseException
@@ -495,16 +484,25 @@ class ComputePool:
             raise ConfigError("fn", "a @sky.compute function or a callable", fn)
         return self.gather(*pending)
 
-    def _collect(self, futures: list[Future[Any]], owners: list[NodeConnection]) -> list[Any]:
+    def _collect(
+        self,
+        futures: list[Future[Any]],
+        owners: list[NodeConnection],
+        on_failure: Callable[[list[Future[Any]], list[NodeConnection], BaseException], None] | None = None,
+    ) -> list[Any]:
+        """Wait for every future; at the first failure stop the rest and raise that failure."""
         try:
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         except BaseException:  # Ctrl-C while waiting: stop what we started
             self._cancel(futures, owners)
             raise
-        failed = [f for f in futures if f in done and f.exception() is not None]
-        if failed:
-            self._cancel(futures, owners)
-            raise failed[0].exception()  # type: ignore[misc]
+        error = next((f.exception() for f in futures if f in done and f.exception() is not None), None)
+        if error is not None:
+            if on_failure is None:
+                self._cancel(futures, owners)
+            else:
+                on_failure(futures, owners, error)
+            raise error
         return [f.result() for f in futures]
 
     def _stream(self, futures: list[Future[Any]], owners: list[NodeConnection], ordered: bool) -> Iterator[Any]:

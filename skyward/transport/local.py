@@ -7,31 +7,19 @@ import signal
 import subprocess
 import time
 
+from skyward._procs import group_members
 from skyward.transport.base import Channel, CommandResult, Transport, WorkerLaunch
 
 
 def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group ``pgid`` (Linux /proc; else best effort)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return []
-        return [pgid]
-    members = []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            members.append(int(entry))
-    return members
+    members = group_members(pgid)
+    if members is not None:
+        return members
+    try:  # no /proc: all we can tell is whether the group exists
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    return [pgid]
 
 
 class LocalChannel(Channel):

@@ -26,6 +26,7 @@ import traceback
 from typing import Any
 
 from skyward import runtime
+from skyward._procs import group_members
 from skyward._wire_errors import encode_exception
 from skyward.plugin import Plugin
 from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload
@@ -246,19 +247,5 @@ def main() -> int:
 
 
 def _group_has_others() -> bool:
-    me, group = os.getpid(), os.getpgrp()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return True  # can't tell: be safe
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group and fields[0] != b"Z":
-            return True
-    return False
+    members = group_members(os.getpgrp())
+    return members is None or any(pid != os.getpid() for pid in members)

@@ -113,21 +113,45 @@ def _importing(ident: int) -> bool:
     return False
 
 
-class ThreadSlots:
+class _QueuedSlots:
+    """A queue of tasks and ``concurrency`` threads taking from it (``_loop(index)``)."""
+
     def __init__(self, concurrency: int, agent: Agent):
         self._agent = agent
         self._queue: queue.SimpleQueue[tuple[int, str, list[Any]] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._running: dict[int, int] = {}  # task id -> thread ident
-        self._cancelled: set[int] = set()
+        self._cancelled: set[int] = set()  # cancelled while still queued
         self._threads = [
-            threading.Thread(target=self._loop, name=f"skyward-slot-{i}", daemon=True) for i in range(concurrency)
+            threading.Thread(target=self._loop, args=(i,), name=f"skyward-slot-{i}", daemon=True)
+            for i in range(concurrency)
         ]
+
+    def _start_threads(self) -> None:
         for t in self._threads:
             t.start()
 
+    def _loop(self, index: int) -> None:
+        raise NotImplementedError
+
     def submit(self, task_id: int, name: str, parts: list[Any]) -> None:
         self._queue.put((task_id, name, parts))
+
+    def _stop_threads(self) -> None:
+        """Drop queued tasks (they never start once stopping) and tell each thread to end."""
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self._threads:
+            self._queue.put(None)
+
+
+class ThreadSlots(_QueuedSlots):
+    def __init__(self, concurrency: int, agent: Agent):
+        super().__init__(concurrency, agent)
+        self._running: dict[int, int] = {}  # task id -> thread ident
+        self._start_threads()
 
     def cancel(self, task_id: int) -> None:
         with self._lock:
@@ -150,7 +174,7 @@ class ThreadSlots:
         retry.daemon = True
         retry.start()
 
-    def _loop(self) -> None:
+    def _loop(self, index: int) -> None:
         agent = self._agent
         me = threading.get_ident()
         while True:
@@ -173,13 +197,11 @@ class ThreadSlots:
                 pass  # arrived just after the task ended; nothing to report
 
     def shutdown(self, grace: float) -> None:
-        _drain(self._queue)  # queued tasks never start once the worker is stopping
+        self._stop_threads()
         with self._lock:
             running = list(self._running)
         for task_id in running:
             self.cancel(task_id)
-        for _ in self._threads:
-            self._queue.put(None)
         for t in self._threads:
             t.join(timeout=grace / max(1, len(self._threads)))
 
@@ -227,24 +249,13 @@ class _Child:
         self.process.join(5)
 
 
-class ProcessSlots:
+class ProcessSlots(_QueuedSlots):
     def __init__(self, concurrency: int, agent: Agent):
-        self._agent = agent
+        super().__init__(concurrency, agent)
         self._ctx = multiprocessing.get_context("spawn")
         self._blob = cloudpickle.dumps(agent.plugins)
-        self._queue: queue.SimpleQueue[tuple[int, str, list[Any]] | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._cancelled: set[int] = set()
         self._children = [_Child(self._ctx, self._blob) for _ in range(concurrency)]
-        self._threads = [
-            threading.Thread(target=self._loop, args=(i,), name=f"skyward-slot-{i}", daemon=True)
-            for i in range(concurrency)
-        ]
-        for t in self._threads:
-            t.start()
-
-    def submit(self, task_id: int, name: str, parts: list[Any]) -> None:
-        self._queue.put((task_id, name, parts))
+        self._start_threads()
 
     def cancel(self, task_id: int) -> None:
         with self._lock:
@@ -289,9 +300,7 @@ class ProcessSlots:
                     child.task_id = None
 
     def shutdown(self, grace: float) -> None:
-        _drain(self._queue)
-        for _ in self._threads:
-            self._queue.put(None)
+        self._stop_threads()
         for child in self._children:
             try:
                 child.conn.send(None)
@@ -301,14 +310,6 @@ class ProcessSlots:
             child.process.join(grace / max(1, len(self._children)))
             if child.process.is_alive():
                 child.kill()
-
-
-def _drain(q: queue.SimpleQueue[Any]) -> None:
-    while True:
-        try:
-            q.get_nowait()
-        except queue.Empty:
-            return
 
 
 def make_slots(executor: str, concurrency: int, agent: Agent) -> Slots:
