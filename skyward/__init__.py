@@ -58,6 +58,7 @@ __all__ = [
     "PluginError",
     "ProvisionError",
     "RemoteError",
+    "SSH",
     "SerializationError",
     "SkywardError",
     "TaskCancelled",
@@ -82,4 +83,8 @@ def __getattr__(name: str) -> Any:
         import skyward.accelerators as accelerators
 
         return accelerators
+    if name == "SSH":
+        from skyward.providers.ssh import SSH
+
+        return SSH
     raise AttributeError(f"module 'skyward' has no attribute {name!r}")

@@ -126,7 +126,7 @@ def _metadata(package_dir: Path) -> tuple[str, list[str], str, str | None]:
     if dist is not None:
         version = dist.version
         requires = [r for r in (dist.requires or []) if "extra ==" not in r and "extra==" not in r]
-        requires_python = dist.metadata.get("Requires-Python")
+        requires_python = (dist.metadata.get_all("Requires-Python") or [None])[0]
         entry_points = dist.read_text("entry_points.txt")
 
     pyproject = package_dir.parent / "pyproject.toml"

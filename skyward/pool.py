@@ -76,7 +76,8 @@ class ComputePool:
         accelerator: e.g. ``"A100:8"``; providers that rent machines choose by it.
         idle_timeout: seconds without word from the client after which a worker stops itself,
             and without word from a worker after which the client declares it lost.
-        start_timeout: seconds to wait for every worker to become ready.
+        start_timeout: seconds to wait for every worker to become ready once its machine is
+            prepared (environment builds have their own limit, set on the provider).
         console: print task output with a ``[node N]`` prefix (and progress, when supported).
         on_event: a callback receiving every :mod:`skyward.events` event.
 
@@ -193,8 +194,8 @@ class ComputePool:
         for node in range(self.nodes):
             self._emit(ev.NodeStage(node, "provisioning"))
         self._instances = self.provider.provision(self.spec)
-        self._prepare_nodes(image)
-        self._connections = self._spawn_workers(deadline=started + self.start_timeout)
+        self._prepare_nodes(image)  # bounded by the provider's own bootstrap timeout
+        self._connections = self._spawn_workers(deadline=time.monotonic() + self.start_timeout)
 
         threading.Thread(target=self._heartbeat_loop, name="skyward-heartbeat", daemon=True).start()
         for plugin in self.plugins:

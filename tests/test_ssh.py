@@ -248,7 +248,9 @@ def test_ddp_with_gloo_across_two_hosts_keeps_parameters_identical(test_hosts, w
             "head": info.head_addr, "peers": [p.addr for p in info.peers],
         }
 
-    image = unique_image()
+    # The hosts have a resolver configured but no route to it, and torch's store looks up the
+    # name of every peer socket: without this each lookup waits out glibc's default 2 x 5 s.
+    image = unique_image(env={"RES_OPTIONS": "timeout:1 attempts:1"})
     with pool_on(hosts, wheelhouse, image, provider=provider, plugins=[sky.plugins.torch(backend="gloo")]) as pool:
         results = train(5) @ pool
     assert [r["rank"] for r in results] == [0, 1]

@@ -10,8 +10,12 @@ from typing import Any
 from skyward.providers.base import Instance, PoolSpec, Provider
 from skyward.providers.local import Local
 
-__all__ = ["Instance", "Local", "PoolSpec", "Provider"]
+__all__ = ["Instance", "Local", "PoolSpec", "Provider", "SSH"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "SSH":
+        from skyward.providers.ssh import SSH
+
+        return SSH
     raise AttributeError(f"module 'skyward.providers' has no attribute {name!r}")

@@ -134,7 +134,12 @@ class SSH(Provider):
             raise ConfigError("user", "a login user name", user)
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
             raise ConfigError("port", "an integer between 1 and 65535", port)
-        default_user = user or getpass.getuser()
+        if user is None:
+            try:
+                user = getpass.getuser()
+            except (OSError, KeyError) as exc:  # no name for this uid (some containers)
+                raise ConfigError("user", "a login user name (this machine's user name is unknown)", None) from exc
+        default_user = user
         self.hosts: tuple[tuple[str, str, int], ...] = tuple(
             (u or default_user, h, p or port) for u, h, p in map(_parse_host, entries)
         )
@@ -149,6 +154,7 @@ class SSH(Provider):
         if not isinstance(verify_host_keys, bool):
             raise ConfigError("verify_host_keys", "True or False", verify_host_keys)
         self.verify_host_keys = verify_host_keys
+        self.known_hosts: tuple[str, ...]
         if known_hosts is None:
             self.known_hosts = (os.path.expanduser("~/.ssh/known_hosts"), "/etc/ssh/ssh_known_hosts")
         else:
@@ -347,15 +353,17 @@ class _Bootstrap:
     def _bootstrap(self, script_path: str) -> None:
         from skyward.bootstrap import WARM_PREFIX, parse_step
 
-        steps: list[str] = []
+        last_error = ""
         lock = threading.Lock()
 
         def on_line(stream: str, line: str) -> None:
+            nonlocal last_error
             with lock:
                 found = parse_step(line)
                 if found is not None:
-                    steps.append(found)
                     self.step = found
+                elif stream == "stderr" and line.strip():
+                    last_error = line.strip().removeprefix("skyward bootstrap: ")
                 self.note(line)
 
         started = time.monotonic()
@@ -364,9 +372,11 @@ class _Bootstrap:
                                          timeout=self.provider.bootstrap_timeout)
         except TimeoutError as exc:
             raise self.fail(f"the environment build took longer than {self.provider.bootstrap_timeout:g}s") from exc
+        if code == -1:
+            raise self.fail("the connection dropped during the environment build")
         if code != 0:
-            what = "the connection dropped during the environment build" if code == -1 else "the bootstrap script failed"
-            raise self.fail(what, None if code == -1 else code)
+            raise self.fail(f"the bootstrap script failed: {last_error}" if last_error else
+                            "the bootstrap script failed", code)
         warm = any(line.startswith(WARM_PREFIX) for line in self.tail)
         self.note(f"environment {'reused' if warm else 'built'} in {time.monotonic() - started:.1f}s")
 

@@ -49,10 +49,12 @@ __all__ = ["SSHChannel", "SSHTransport"]
 
 #: Printed (with the worker's pid) on stdout right before the worker is exec'd.
 START_MARKER = b"::skyward-worker:: "
+_PID_MARKER = "::skyward-pid:: "
 # paramiko's default window is 2 MiB; a larger one keeps big task payloads flowing on links
 # with some latency (the window is credit, not memory allocated up front).
 _WINDOW = 16 * 1024 * 1024
 _MAX_READ = 1024 * 1024
+_RECV_ALL = 1 << 30  # "everything buffered": paramiko never holds more than the window
 _BUFFER = 256 * 1024
 _KEEPALIVE_S = 30
 
@@ -72,7 +74,7 @@ def _fingerprint(key: Any) -> str:
 
 class _UnknownHostKey(Exception):
     def __init__(self, name: str, key: Any):
-        super().__init__(name)
+        super().__init__(f"unknown host key for {name}")
         self.name = name
         self.key = key
 
@@ -91,29 +93,30 @@ def _reject_policy() -> Any:
 
 
 class _ChannelReader(io.RawIOBase):
-    """A raw reader over ``recv``-like callables (stdout or stderr of a paramiko channel)."""
+    """A raw reader over ``recv``-like callables (stdout or stderr of a paramiko channel).
+
+    paramiko has no ``recv_into``, and its ``recv(n)`` with less than everything buffered
+    copies the rest of its buffer down each time. So every ``recv`` takes all that is
+    buffered, and what does not fit the caller's buffer waits here for the next read.
+    """
 
     def __init__(self, recv: Callable[[int], bytes], prefix: bytes = b""):
         self._recv = recv
-        self._prefix = prefix
+        self._pending = memoryview(prefix)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: Any) -> int:
         view = memoryview(b).cast("B")
-        if self._prefix:
-            n = min(len(view), len(self._prefix))
-            view[:n] = self._prefix[:n]
-            self._prefix = self._prefix[n:]
-            return n
-        try:
-            # paramiko has no recv_into: one copy out of its buffer, straight into ours.
-            data = self._recv(min(len(view), _MAX_READ))
-        except (OSError, EOFError):
-            return 0
-        n = len(data)
-        view[:n] = data
+        if not self._pending:
+            try:
+                self._pending = memoryview(self._recv(_RECV_ALL))
+            except (OSError, EOFError):
+                return 0
+        n = min(len(view), len(self._pending))
+        view[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
         return n
 
 
@@ -167,7 +170,7 @@ class SSHChannel(Channel):
     def kill(self) -> None:
         if self.pgid is not None:
             with contextlib.suppress(Exception):
-                self._transport.run(f"kill -9 -- -{self.pgid} 2>/dev/null; true", timeout=10)
+                self._transport.run(f"kill -9 -{self.pgid} 2>/dev/null; true", timeout=10)
             self._chan.status_event.wait(2.0)
         with contextlib.suppress(Exception):
             self._chan.close()
@@ -178,21 +181,11 @@ class SSHChannel(Channel):
         if self.pgid is None:
             # It never reported a pid, so it never reached the worker: gone once the channel is.
             return self.wait(max(0.0, deadline - time.monotonic())) is not None
-        pg = self.pgid
-        check = f"if kill -0 -- -{pg} 2>/dev/null; then kill -9 -- -{pg} 2>/dev/null; echo alive; else echo gone; fi"
-        while True:
-            try:
-                result = self._transport.run(check, timeout=max(1.0, deadline - time.monotonic()))
-            except Exception:
-                return False  # the host cannot be asked: not confirmed
-            words = result.stdout.split()  # a login script may have printed before us
-            if words and words[-1] == "gone":
-                with contextlib.suppress(Exception):
-                    self._chan.close()
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
+        gone = self._transport.kill_group(self.pgid, max(0.0, deadline - time.monotonic()))
+        if gone:
+            with contextlib.suppress(Exception):
+                self._chan.close()
+        return gone
 
 
 # -- the transport ---------------------------------------------------------------------------------
@@ -249,7 +242,7 @@ class SSHTransport(Transport):
                     self.address, port=self.port, username=self.user,
                     key_filename=self.key_filename, allow_agent=not explicit, look_for_keys=not explicit,
                     timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
-                    auth_timeout=self.connect_timeout, channel_timeout=self.connect_timeout,
+                    auth_timeout=self.connect_timeout,
                 )
             except Exception as exc:
                 client.close()
@@ -316,7 +309,7 @@ class SSHTransport(Transport):
 
         try:
             return self._transport().open_session(window_size=_WINDOW, timeout=self.connect_timeout)
-        except paramiko.SSHException as exc:
+        except (paramiko.SSHException, EOFError) as exc:
             raise ConnectionResetError(f"cannot open a channel to {self.host}: {exc}") from exc
 
     # -- commands ----------------------------------------------------------------------------
@@ -332,25 +325,58 @@ class SSHTransport(Transport):
         """Run ``command``, calling ``on_line(stream, line)`` for each output line as it comes.
 
         ``stream`` is "stdout" or "stderr"; calls are serialised. Returns the exit code (-1 if
-        the command ended without one). Raises TimeoutError after ``timeout`` seconds.
+        the command ended without one). After ``timeout`` seconds the command's whole process
+        group is killed on the host and TimeoutError is raised.
         """
         lock = threading.Lock()
+        pid: list[int] = []
 
         def emit(stream: str) -> Callable[[bytes], None]:
             def call(raw: bytes) -> None:
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
                 with lock:
-                    on_line(stream, raw.decode("utf-8", "replace").rstrip("\r\n"))
+                    if stream == "stdout" and not pid and line.startswith(_PID_MARKER):
+                        number = line[len(_PID_MARKER):].strip()
+                        if number.isdigit():
+                            pid.append(int(number))
+                            return
+                    on_line(stream, line)
             return call
 
-        return self._exec(command, emit("stdout"), emit("stderr"), timeout=timeout, lines=True, stdin=stdin)
+        # sshd makes each session its own process group: "$$" before exec names it.
+        wrapped = f"printf '%s%s\\n' {shlex.quote(_PID_MARKER)} \"$$\" && exec {command}"
+        try:
+            return self._exec(wrapped, emit("stdout"), emit("stderr"), timeout=timeout, lines=True, stdin=stdin)
+        except TimeoutError:
+            if pid:
+                self.kill_group(pid[0], 10.0)
+            raise
+
+    def kill_group(self, pgid: int, timeout: float = 5.0) -> bool:
+        """``kill -9`` process group ``pgid`` on the host until it is gone; False if not confirmed."""
+        deadline = time.monotonic() + timeout
+        # `kill -9 -PGID`, not `kill -9 -- -PGID`: dash's kill does not take "--".
+        check = f"if kill -0 -{pgid} 2>/dev/null; then kill -9 -{pgid} 2>/dev/null; echo alive; else echo gone; fi"
+        while True:
+            try:
+                result = self.run(check, timeout=max(1.0, deadline - time.monotonic()))
+            except Exception:
+                return False  # the host cannot be asked: not confirmed
+            words = result.stdout.split()  # a login script may have printed before us
+            if words and words[-1] == "gone":
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
     def _exec(self, command: str, on_out: Callable[[bytes], None], on_err: Callable[[bytes], None], *,
               timeout: float | None, lines: bool, stdin: bytes | None = None) -> int:
         chan = self._session()
         try:
-            chan.exec_command(command)
+            # Whatever the login shell (bash, zsh, fish...), the command is POSIX sh.
+            chan.exec_command("exec /bin/sh -c " + shlex.quote(command))
             if stdin is not None:
-                chan.sendall(stdin)
+                _ChannelWriter(chan).write(stdin)  # paramiko's sendall can spin on a closed channel
             chan.shutdown_write()
             deadline = None if timeout is None else time.monotonic() + timeout
 
@@ -366,20 +392,25 @@ class SSHTransport(Transport):
             err_thread = threading.Thread(target=pump, args=(chan.recv_stderr, on_err), daemon=True,
                                           name=f"skyward-ssh-stderr-{self.address}")
             err_thread.start()
+            expired = threading.Event()
+
+            def expire() -> None:
+                expired.set()
+                chan.close()  # ends both pumps
+
+            timer = None
             if deadline is not None:
-                timer = threading.Timer(max(0.0, deadline - time.monotonic()), chan.close)
+                timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
                 timer.daemon = True
                 timer.start()
-            else:
-                timer = None
             try:
                 pump(chan.recv, on_out)
                 err_thread.join()
-                chan.status_event.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                chan.status_event.wait()  # set by the exit status, or by the close
             finally:
                 if timer is not None:
                     timer.cancel()
-            if deadline is not None and time.monotonic() >= deadline and not chan.exit_status_ready():
+            if expired.is_set() and chan.exit_status == -1:  # closed by us before it finished
                 raise TimeoutError(f"`{command[:60]}` on {self.host} did not finish within {timeout:g}s")
             return int(chan.exit_status)
         finally:
@@ -462,13 +493,18 @@ class SSHTransport(Transport):
             parts.append("cd " + shlex.quote(self.expand(launch.cwd)))
         parts.append("exec " + shlex.join(launch.argv))
         command = "exec /bin/sh -c " + shlex.quote(" && ".join(parts))
-        chan = self._session()
+        try:
+            chan = self._session()
+        except OSError as exc:
+            raise BootstrapError(self.host, "starting worker", str(exc)) from exc
         try:
             chan.exec_command(command)
             pgid, stdout_rest, noise = self._read_marker(chan)
-        except BaseException:
+        except BaseException as exc:
             chan.close()
-            raise
+            if isinstance(exc, BootstrapError) or not isinstance(exc, Exception):
+                raise
+            raise BootstrapError(self.host, "starting worker", f"{type(exc).__name__}: {exc}") from exc
         # Anything a login script printed before the marker goes to diagnostics, not the protocol.
         return SSHChannel(self, chan, pgid, stdout_rest, noise)
 
