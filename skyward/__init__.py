@@ -41,6 +41,7 @@ from skyward.runtime import InstanceInfo, Peer, instance_info, shard, silent, st
 __version__ = "0.1.0"
 
 __all__ = [
+    "AWS",
     "BootstrapError",
     "CapacityError",
     "Cluster",
@@ -83,6 +84,10 @@ def __getattr__(name: str) -> Any:
         import skyward.accelerators as accelerators
 
         return accelerators
+    if name == "AWS":
+        from skyward.providers.aws import AWS
+
+        return AWS
     if name == "SSH":
         from skyward.providers.ssh import SSH
 

@@ -8,7 +8,7 @@ import sys
 import skyward as sky
 
 PUBLIC = [
-    "BootstrapError", "CapacityError", "Cluster", "ComputeFunction", "ComputePool", "ConfigError",
+    "AWS", "BootstrapError", "CapacityError", "Cluster", "ComputeFunction", "ComputePool", "ConfigError",
     "ConnectionLost", "Image", "InstanceInfo", "Local", "PendingCompute", "PendingGather", "Peer",
     "Plugin", "PluginError", "ProvisionError", "RemoteError", "SSH", "SerializationError", "SkywardError",
     "TaskCancelled", "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "integrations", "plugins",

@@ -10,10 +10,14 @@ from typing import Any
 from skyward.providers.base import Instance, PoolSpec, Provider
 from skyward.providers.local import Local
 
-__all__ = ["Instance", "Local", "PoolSpec", "Provider", "SSH"]
+__all__ = ["AWS", "Instance", "Local", "PoolSpec", "Provider", "SSH"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "AWS":
+        from skyward.providers.aws import AWS
+
+        return AWS
     if name == "SSH":
         from skyward.providers.ssh import SSH
 

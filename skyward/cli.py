@@ -1,0 +1,205 @@
+"""The ``skyward`` command: see and remove the cloud resources pools left behind.
+
+::
+
+    skyward ls [--region R] [--profile P] [--json]
+    skyward down POOL [--region R] [--profile P] [--timeout S]
+    skyward down --all [--yes] [--region R] [--profile P] [--timeout S]
+
+``ls`` lists every skyward-tagged EC2 instance (not yet terminated), key pair and security
+group in a region, with its pool id, type, state, age and approximate on-demand price per
+hour. ``down`` removes one pool's resources (or every pool's, with ``--all``) and waits until
+AWS confirms it: instances shutting down or terminated, key pairs and security groups gone.
+
+Exit status: 0 on success (also when there was nothing to remove), 1 when something failed
+or could not be confirmed, 2 for a usage error, 130 when interrupted.
+
+boto3 (and rich, for tables on a terminal) are imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import IO, Any
+
+__all__ = ["main"]
+
+_COLUMNS = ("POOL", "RESOURCE", "ID", "TYPE", "MARKET", "STATE", "AGE", "PRICE/H")
+
+
+def _parser() -> argparse.ArgumentParser:
+    from skyward import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="skyward",
+        description="Inspect and remove the cloud resources of skyward pools (tagged skyward:pool=<id>).",
+        epilog="Credentials and the default region come from the usual AWS configuration "
+               "(environment variables, ~/.aws/config, AWS_PROFILE, SSO).",
+    )
+    parser.add_argument("--version", action="version", version=f"skyward {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def aws_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--region", help="AWS region (default: the configured one)")
+        p.add_argument("--profile", help="AWS profile from ~/.aws/config")
+
+    ls = commands.add_parser("ls", help="list skyward-tagged instances, key pairs and security groups",
+                             description="List every skyward-tagged EC2 instance (not yet terminated), "
+                                         "key pair and security group in a region.")
+    aws_options(ls)
+    ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    down = commands.add_parser("down", help="remove a pool's resources (or every pool's) and confirm",
+                               description="Terminate the instances of a pool, delete its key pair and "
+                                           "security group, and wait until AWS confirms.")
+    down.add_argument("pool", nargs="?", metavar="POOL", help="the pool id (as `skyward ls` shows it)")
+    down.add_argument("--all", action="store_true", help="remove the resources of every skyward pool")
+    down.add_argument("--yes", "-y", action="store_true", help="do not ask before --all (when on a terminal)")
+    down.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                      help="seconds to wait for AWS to confirm (default: 300)")
+    aws_options(down)
+    return parser
+
+
+def _age(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return "-"
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    seconds = max(0, int((now - when).total_seconds()))
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600}h"
+
+
+def _rows(found: Any) -> list[dict[str, Any]]:
+    from skyward.providers.aws import catalog
+
+    now = datetime.now(UTC)
+    rows = []
+    for i in found.instances:
+        if i.state == "terminated":
+            continue
+        known = catalog.by_name(i.instance_type)
+        price = None if known is None else known.price_per_hour
+        rows.append({"pool": i.pool, "resource": "instance", "id": i.id, "type": i.instance_type,
+                     "market": i.market, "state": i.state, "age": _age(i.launched, now),
+                     "zone": i.zone, "private_ip": i.private_ip, "price_per_hour": price})
+    for k in found.key_pairs:
+        rows.append({"pool": k.pool, "resource": "key-pair", "id": k.name, "type": "", "market": "",
+                     "state": "", "age": _age(k.created, now), "price_per_hour": None})
+    for g in found.security_groups:
+        rows.append({"pool": g.pool, "resource": "security-group", "id": g.id, "type": "", "market": "",
+                     "state": "", "age": _age(g.created, now), "price_per_hour": None})
+    return sorted(rows, key=lambda r: (r["pool"], r["resource"] != "instance", r["id"]))
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    price = row["price_per_hour"]
+    shown = "-" if price is None else f"~${price:.2f}" + (" od" if row["market"] == "spot" else "")
+    return [row["pool"], row["resource"], row["id"], row["type"] or "-", row["market"] or "-",
+            row["state"] or "-", row["age"], shown]
+
+
+def _print_table(rows: list[dict[str, Any]], out: IO[str]) -> None:
+    cells = [_cells(r) for r in rows]
+    if out.isatty():
+        try:
+            from rich.console import Console
+            from rich.table import Table
+        except ImportError:
+            pass
+        else:
+            table = Table(*_COLUMNS, box=None, header_style="bold")
+            for line in cells:
+                table.add_row(*line)
+            Console(file=out).print(table)
+            return
+    widths = [max(len(c[i]) for c in [list(_COLUMNS), *cells]) for i in range(len(_COLUMNS))]
+    for line in [list(_COLUMNS), *cells]:
+        out.write("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n")
+
+
+def _connect(args: argparse.Namespace) -> Any:
+    from skyward.providers.aws.ec2 import EC2
+
+    return EC2.connect(args.region, profile=args.profile)
+
+
+def _ls(args: argparse.Namespace, out: IO[str]) -> int:
+    from skyward.providers.aws.ec2 import list_resources
+
+    ec2 = _connect(args)
+    rows = _rows(list_resources(ec2))
+    if args.json:
+        json.dump(rows, out, indent=2)
+        out.write("\n")
+    elif not rows:
+        out.write(f"no skyward resources in {ec2.region}\n")
+    else:
+        _print_table(rows, out)
+        pools = sorted({r["pool"] for r in rows})
+        live = sum(1 for r in rows if r["resource"] == "instance")
+        out.write(f"\n{len(pools)} pool(s), {live} instance(s) in {ec2.region}; "
+                  "prices are approximate on-demand list prices (od)\n")
+    return 0
+
+
+def _down(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from skyward.providers.aws.ec2 import destroy, list_resources
+
+    ec2 = _connect(args)
+    pool = None if args.all else args.pool
+    found = list_resources(ec2, pool)
+    what = f"pool {pool}" if pool else "every skyward pool"
+    if found.empty:
+        out.write(f"nothing to remove for {what} in {ec2.region}\n")
+        return 0
+    out.write(f"removing {what} in {ec2.region}: {found.describe()}\n")
+    if args.all and not args.yes and sys.stdin.isatty():
+        answer = input(f"remove the resources of {len(found.pools)} pool(s)? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            out.write("nothing removed\n")
+            return 1
+    left = destroy(ec2, pool, timeout=args.timeout)
+    if not left.empty:
+        err.write(f"skyward: error: not confirmed removed after {args.timeout:g}s: {left.describe()}\n")
+        return 1
+    out.write(f"removed and confirmed: {what} ({len(found.live_instances)} instance(s), "
+              f"{len(found.key_pairs)} key pair(s), {len(found.security_groups)} security group(s))\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (see the module docstring)."""
+    from skyward.errors import SkywardError
+
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) and usage errors (2)
+        return int(exc.code or 0)
+    if args.command == "down" and (args.all == bool(args.pool)):
+        print("usage: skyward down [-h] [--yes] [--timeout S] [--region REGION] [--profile PROFILE] "
+              "(POOL | --all)\nskyward down: error: give either a pool id or --all", file=sys.stderr)
+        return 2
+    try:
+        if args.command == "ls":
+            return _ls(args, sys.stdout)
+        return _down(args, sys.stdout, sys.stderr)
+    except SkywardError as exc:
+        print(f"skyward: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("skyward: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,528 @@
+"""A thin layer over boto3's EC2 client: requests planned without I/O, executed with translation.
+
+*Plan* — the functions named ``*_request`` return the exact keyword arguments of one EC2 API
+call, touching nothing, so what Skyward would ask AWS for can be checked offline.
+*Execute* — :class:`EC2` sends them; every botocore exception is turned into a
+:mod:`skyward.errors` type at this boundary (:func:`translate`), so none reaches the user:
+
+* refused for capacity or quota (:data:`REFUSAL_CODES`) -> :class:`~skyward.errors.CapacityError`
+* missing credentials / region / profile                 -> :class:`~skyward.errors.ConfigError`
+* anything else (permissions, a bad AMI, no network...)  -> :class:`~skyward.errors.ProvisionError`
+
+Every resource Skyward creates carries the tag ``skyward:pool=<pool id>``; :func:`list_resources`
+finds them by that tag and :func:`destroy` removes them and confirms, which is what pool
+teardown, the cleanup of a failed launch, and ``skyward down`` all use.
+
+boto3 is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from skyward.errors import CapacityError, ConfigError, ProvisionError, SkywardError
+
+__all__ = [
+    "GONE_STATES",
+    "REFUSAL_CODES",
+    "TAG_CREATED",
+    "TAG_NODE",
+    "TAG_POOL",
+    "EC2",
+    "PoolResources",
+    "TaggedInstance",
+    "TaggedKeyPair",
+    "TaggedSecurityGroup",
+    "destroy",
+    "ingress_request",
+    "key_pair_request",
+    "list_resources",
+    "pool_filter",
+    "resource_name",
+    "run_instances_request",
+    "security_group_request",
+    "translate",
+]
+
+TAG_POOL = "skyward:pool"
+TAG_NODE = "skyward:node"
+TAG_CREATED = "skyward:created"
+
+Market = Literal["spot", "on-demand"]
+
+#: Error codes meaning "not now, not here": no capacity, or a quota reached. See
+#: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html —
+#: ``Unsupported`` is what RunInstances answers when a type is not offered in the AZ.
+REFUSAL_CODES = frozenset({
+    "InsufficientInstanceCapacity",
+    "InsufficientHostCapacity",
+    "InsufficientReservedInstanceCapacity",
+    "InsufficientCapacity",
+    "InsufficientFreeAddressesInSubnet",
+    "Unsupported",
+    "SpotMaxPriceTooLow",
+    "MaxSpotInstanceCountExceeded",
+    "InstanceLimitExceeded",
+    "VcpuLimitExceeded",
+})
+_QUOTA_CODES = frozenset({"MaxSpotInstanceCountExceeded", "InstanceLimitExceeded", "VcpuLimitExceeded"})
+_NOT_FOUND_SUFFIX = ".NotFound"
+
+#: Instance states that no longer bill for compute (the confirmation teardown waits for).
+GONE_STATES = frozenset({"shutting-down", "terminated"})
+
+
+def resource_name(pool_id: str) -> str:
+    """The name of a pool's key pair and security group."""
+    return f"skyward-{pool_id}"
+
+
+def _now_tag() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _tags(pool_id: str, created: str, extra: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+    tags = {TAG_POOL: pool_id, TAG_CREATED: created, **dict(extra or {})}
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
+def pool_filter(pool_id: str | None) -> list[dict[str, Any]]:
+    """``Filters`` matching one pool's resources, or (``None``) every skyward-tagged resource."""
+    if pool_id is None:
+        return [{"Name": "tag-key", "Values": [TAG_POOL]}]
+    return [{"Name": f"tag:{TAG_POOL}", "Values": [pool_id]}]
+
+
+# -- plan: exact requests, no I/O -------------------------------------------------------------------
+
+
+def key_pair_request(pool_id: str, public_key: str, *, created: str | None = None) -> dict[str, Any]:
+    """``ImportKeyPair``: the pool's public key (the private key never leaves the client)."""
+    return {
+        "KeyName": resource_name(pool_id),
+        "PublicKeyMaterial": public_key.encode(),
+        "TagSpecifications": [{"ResourceType": "key-pair", "Tags": _tags(pool_id, created or _now_tag())}],
+    }
+
+
+def security_group_request(pool_id: str, vpc_id: str, *, created: str | None = None) -> dict[str, Any]:
+    """``CreateSecurityGroup`` in ``vpc_id`` (no ingress until :func:`ingress_request`)."""
+    return {
+        "GroupName": resource_name(pool_id),
+        "Description": f"skyward pool {pool_id}: SSH from the client, all traffic within the pool",
+        "VpcId": vpc_id,
+        "TagSpecifications": [{"ResourceType": "security-group", "Tags": _tags(pool_id, created or _now_tag())}],
+    }
+
+
+def ingress_request(group_id: str, ssh_cidr: str, *, ssh_port: int = 22) -> dict[str, Any]:
+    """``AuthorizeSecurityGroupIngress``: SSH from ``ssh_cidr`` only, and everything from the group.
+
+    Members of the group reach each other on any port (DDP rendezvous and collectives); nothing
+    else reaches any port but SSH.
+    """
+    ranges = ({"Ipv6Ranges": [{"CidrIpv6": ssh_cidr, "Description": "skyward client (SSH)"}]}
+              if ":" in ssh_cidr else {"IpRanges": [{"CidrIp": ssh_cidr, "Description": "skyward client (SSH)"}]})
+    return {
+        "GroupId": group_id,
+        "IpPermissions": [
+            {"IpProtocol": "tcp", "FromPort": ssh_port, "ToPort": ssh_port, **ranges},
+            {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id, "Description": "skyward pool members"}]},
+        ],
+    }
+
+
+def run_instances_request(
+    *,
+    pool_id: str,
+    count: int,
+    instance_type: str,
+    image_id: str,
+    subnet_id: str,
+    group_id: str,
+    key_name: str,
+    market: Market,
+    user_data: str,
+    client_token: str,
+    created: str | None = None,
+    root_device: str | None = None,
+    disk_gb: int | None = None,
+    public_ip: bool | None = None,
+) -> dict[str, Any]:
+    """``RunInstances`` for all ``count`` nodes at once, in one subnet (so one AZ).
+
+    ``MinCount == MaxCount``: EC2 launches all of them or none. ``client_token`` makes a
+    retried call idempotent (botocore retries transient errors). Instances power off into
+    termination (``InstanceInitiatedShutdownBehavior``), spot ones are one-time requests
+    terminated on interruption, and IMDSv2 is required. Instances and volumes are tagged at
+    creation, so even one whose launch answer was lost is found by its tag.
+    """
+    created = created or _now_tag()
+    request: dict[str, Any] = {
+        "ImageId": image_id,
+        "InstanceType": instance_type,
+        "MinCount": count,
+        "MaxCount": count,
+        "KeyName": key_name,
+        "UserData": user_data,
+        "ClientToken": client_token,
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+        "TagSpecifications": [
+            {"ResourceType": "instance",
+             "Tags": _tags(pool_id, created, {"Name": resource_name(pool_id)})},
+            {"ResourceType": "volume", "Tags": _tags(pool_id, created)},
+        ],
+    }
+    if public_ip is None:
+        request["SubnetId"] = subnet_id
+        request["SecurityGroupIds"] = [group_id]
+    else:  # the subnet's own setting is overridden through the primary interface
+        request["NetworkInterfaces"] = [{
+            "DeviceIndex": 0, "SubnetId": subnet_id, "Groups": [group_id],
+            "AssociatePublicIpAddress": public_ip, "DeleteOnTermination": True,
+        }]
+    if market == "spot":
+        request["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+        }
+    if disk_gb is not None and root_device:
+        request["BlockDeviceMappings"] = [{
+            "DeviceName": root_device,
+            "Ebs": {"VolumeSize": disk_gb, "VolumeType": "gp3", "DeleteOnTermination": True},
+        }]
+    return request
+
+
+# -- execute: calls with errors translated -----------------------------------------------------------
+
+
+def _hint(code: str) -> str:
+    if code in ("VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded"):
+        return ("; raise the quota in the Service Quotas console (EC2: 'Running On-Demand ... instances' "
+                "or 'All ... Spot Instance Requests' for this instance family)")
+    if code in ("AuthFailure", "UnauthorizedOperation", "AccessDenied", "AccessDeniedException"):
+        return "; check the credentials and that their IAM policy allows what docs/aws.md lists"
+    if code.startswith("InvalidAMIID"):
+        return "; pass ami= an image that exists in this region"
+    return ""
+
+
+def translate(exc: BaseException, operation: str, *, instance_type: str = "", zone: str = "") -> SkywardError:
+    """The :mod:`skyward.errors` exception for a botocore exception (others are wrapped as-is).
+
+    The result keeps AWS's error code as ``aws_code`` (``""`` when there is none).
+    """
+    from botocore import exceptions as bx
+
+    code = ""
+    error: SkywardError
+    if isinstance(exc, SkywardError):
+        return exc
+    if isinstance(exc, bx.ClientError):
+        info = exc.response.get("Error", {})
+        code = str(info.get("Code", ""))
+        message = str(info.get("Message", "")) or str(exc)
+        text = f"EC2 {operation} refused: {code}: {message}{_hint(code)}"
+        cls = CapacityError if code in REFUSAL_CODES else ProvisionError
+        error = cls(text, provider="aws", instance_type=instance_type, zone=zone)
+    elif isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError)):
+        error = ConfigError("credentials", "AWS credentials: environment variables, ~/.aws/credentials, "
+                            "AWS_PROFILE / an SSO login, or an instance role", None, detail=str(exc))
+    elif isinstance(exc, bx.NoRegionError):
+        error = ConfigError("region", "an AWS region such as 'us-east-1' (region=, AWS_DEFAULT_REGION "
+                            "or ~/.aws/config)", None)
+    elif isinstance(exc, bx.ProfileNotFound):
+        error = ConfigError("profile", "a profile defined in ~/.aws/config", getattr(exc, "kwargs", {}).get("profile"))
+    elif isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError)):
+        error = ProvisionError(f"cannot reach the EC2 API for {operation}: {exc}", provider="aws",
+                               instance_type=instance_type, zone=zone)
+    else:
+        error = ProvisionError(f"EC2 {operation} failed: {type(exc).__name__}: {exc}", provider="aws",
+                               instance_type=instance_type, zone=zone)
+    setattr(error, "aws_code", code)  # noqa: B010 - an extra field on a shared error type
+    return error
+
+
+@contextlib.contextmanager
+def translated(operation: str, *, instance_type: str = "", zone: str = "") -> Iterator[None]:
+    """Translate botocore exceptions raised inside the block (see :func:`translate`)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except (BotoCoreError, ClientError) as exc:
+        raise translate(exc, operation, instance_type=instance_type, zone=zone) from exc
+
+
+def aws_code(error: BaseException) -> str:
+    """AWS's error code kept on a translated error (``""`` if none)."""
+    return str(getattr(error, "aws_code", ""))
+
+
+class EC2:
+    """One region's EC2 (and SSM, for AMI parameters) clients with translated errors.
+
+    Build with :meth:`connect`; a ``session`` (``boto3.Session``) may be given, so profiles,
+    SSO and event hooks registered on it apply to every call.
+    """
+
+    def __init__(self, client: Any, *, ssm: Any = None, region: str = ""):
+        self.client = client
+        self._ssm = ssm
+        self.region = region or getattr(getattr(client, "meta", None), "region_name", "") or ""
+
+    @classmethod
+    def connect(cls, region: str | None = None, *, session: Any = None, profile: str | None = None) -> EC2:
+        """Clients for ``region`` (default: the session's region). Raises ConfigError when no region."""
+        import boto3
+        from botocore.config import Config
+        from botocore.exceptions import BotoCoreError
+
+        config = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60,
+                        user_agent_extra="skyward")
+        try:
+            if session is None:
+                session = boto3.Session(profile_name=profile)
+            name = region or session.region_name
+            if not name:
+                raise ConfigError("region", "an AWS region such as 'us-east-1' (region=, AWS_DEFAULT_REGION "
+                                  "or ~/.aws/config)", None)
+            ec2 = session.client("ec2", region_name=name, config=config)
+            ssm = session.client("ssm", region_name=name, config=config)
+        except BotoCoreError as exc:
+            raise translate(exc, "connect") from exc
+        return cls(ec2, ssm=ssm, region=name)
+
+    def call(self, operation: str, request: Mapping[str, Any] | None = None, *, instance_type: str = "",
+             zone: str = "") -> dict[str, Any]:
+        """``client.<operation>(**request)``; botocore errors become :mod:`skyward.errors` types."""
+        with translated(operation, instance_type=instance_type, zone=zone):
+            return getattr(self.client, operation)(**dict(request or {}))
+
+    def pages(self, operation: str, request: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        """Every page of a paginated call, translated."""
+        with translated(operation):
+            paginator = self.client.get_paginator(operation)
+            yield from paginator.paginate(**dict(request or {}))
+
+    def ssm_parameter(self, name: str) -> str:
+        """The value of an SSM parameter (public AMI parameters live there)."""
+        if self._ssm is None:
+            raise ProvisionError("no SSM client to resolve AMI parameters", provider="aws")
+        with translated("ssm:GetParameter"):
+            return str(self._ssm.get_parameter(Name=name)["Parameter"]["Value"])
+
+
+# -- finding and removing a pool's resources ---------------------------------------------------------
+
+
+def _tag(tags: Sequence[Mapping[str, str]] | None, key: str) -> str:
+    for t in tags or ():
+        if t.get("Key") == key:
+            return str(t.get("Value", ""))
+    return ""
+
+
+def _created(tags: Any, fallback: datetime | None = None) -> datetime | None:
+    text = _tag(tags, TAG_CREATED)
+    if text:
+        with contextlib.suppress(ValueError):
+            return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return fallback
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedInstance:
+    id: str
+    pool: str
+    instance_type: str
+    state: str
+    market: str  # "spot" or "on-demand"
+    zone: str
+    private_ip: str
+    public_ip: str
+    node: int | None
+    launched: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedKeyPair:
+    name: str
+    id: str
+    pool: str
+    created: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedSecurityGroup:
+    id: str
+    name: str
+    pool: str
+    vpc_id: str
+    created: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolResources:
+    """Skyward-tagged resources in one region (instances include terminated ones)."""
+
+    instances: tuple[TaggedInstance, ...] = ()
+    key_pairs: tuple[TaggedKeyPair, ...] = ()
+    security_groups: tuple[TaggedSecurityGroup, ...] = ()
+
+    @property
+    def live_instances(self) -> tuple[TaggedInstance, ...]:
+        """Instances not yet shutting down or terminated (those still bill)."""
+        return tuple(i for i in self.instances if i.state not in GONE_STATES)
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing is left: no live instance, key pair or security group."""
+        return not (self.live_instances or self.key_pairs or self.security_groups)
+
+    @property
+    def pools(self) -> list[str]:
+        found = {i.pool for i in self.live_instances} | {k.pool for k in self.key_pairs}
+        found |= {g.pool for g in self.security_groups}
+        return sorted(found)
+
+    def describe(self) -> str:
+        parts = []
+        if self.live_instances:
+            parts.append("instances " + ", ".join(f"{i.id} ({i.state})" for i in self.live_instances))
+        if self.key_pairs:
+            parts.append("key pairs " + ", ".join(k.name for k in self.key_pairs))
+        if self.security_groups:
+            parts.append("security groups " + ", ".join(f"{g.id} ({g.name})" for g in self.security_groups))
+        return "; ".join(parts) or "nothing"
+
+
+def _instance(item: Mapping[str, Any]) -> TaggedInstance:
+    tags = item.get("Tags")
+    node = _tag(tags, TAG_NODE)
+    return TaggedInstance(
+        id=item["InstanceId"],
+        pool=_tag(tags, TAG_POOL),
+        instance_type=item.get("InstanceType", ""),
+        state=item.get("State", {}).get("Name", ""),
+        market="spot" if item.get("InstanceLifecycle") == "spot" else "on-demand",
+        zone=item.get("Placement", {}).get("AvailabilityZone", ""),
+        private_ip=item.get("PrivateIpAddress", "") or "",
+        public_ip=item.get("PublicIpAddress", "") or "",
+        node=int(node) if node.isdigit() else None,
+        launched=item.get("LaunchTime"),
+    )
+
+
+def list_resources(ec2: EC2, pool_id: str | None = None) -> PoolResources:
+    """Every resource tagged ``skyward:pool`` (``=pool_id`` when given) in the client's region."""
+    filters = pool_filter(pool_id)
+    instances = [_instance(item)
+                 for page in ec2.pages("describe_instances", {"Filters": filters})
+                 for reservation in page.get("Reservations", [])
+                 for item in reservation.get("Instances", [])]
+    keys = [TaggedKeyPair(k["KeyName"], k.get("KeyPairId", ""), _tag(k.get("Tags"), TAG_POOL),
+                          _created(k.get("Tags"), k.get("CreateTime")))
+            for k in ec2.call("describe_key_pairs", {"Filters": filters}).get("KeyPairs", [])]
+    groups = [TaggedSecurityGroup(g["GroupId"], g.get("GroupName", ""), _tag(g.get("Tags"), TAG_POOL),
+                                  g.get("VpcId", ""), _created(g.get("Tags")))
+              for page in ec2.pages("describe_security_groups", {"Filters": filters})
+              for g in page.get("SecurityGroups", [])]
+    return PoolResources(tuple(sorted(instances, key=lambda i: (i.pool, i.node if i.node is not None else -1, i.id))),
+                         tuple(keys), tuple(groups))
+
+
+def instance_states(ec2: EC2, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+    """The current description of each of ``ids`` (missing ones are left out: not visible yet)."""
+    found: dict[str, Mapping[str, Any]] = {}
+    if not ids:
+        return found
+    try:
+        pages = list(ec2.pages("describe_instances", {"InstanceIds": list(ids)}))
+    except ProvisionError as exc:
+        if not aws_code(exc).endswith(_NOT_FOUND_SUFFIX):
+            raise
+        # EC2 is eventually consistent: a just-launched id may not be describable yet.
+        pages = list(ec2.pages("describe_instances", {"Filters": [{"Name": "instance-id", "Values": list(ids)}]}))
+    for page in pages:
+        for reservation in page.get("Reservations", []):
+            for item in reservation.get("Instances", []):
+                found[item["InstanceId"]] = item
+    return found
+
+
+def terminate(ec2: EC2, ids: Sequence[str], *, timeout: float) -> list[str]:
+    """Terminate ``ids`` and wait until each is shutting down or terminated; return the unconfirmed."""
+    if not ids:
+        return []
+    try:
+        ec2.call("terminate_instances", {"InstanceIds": list(ids)})
+    except ProvisionError as exc:
+        if not aws_code(exc).endswith(_NOT_FOUND_SUFFIX):
+            raise
+        for one in ids:  # one unknown id fails the whole call: go one by one
+            with contextlib.suppress(ProvisionError):
+                ec2.call("terminate_instances", {"InstanceIds": [one]})
+    deadline = time.monotonic() + timeout
+    delay = 0.1
+    while True:
+        states = instance_states(ec2, ids)
+        pending = [i for i in ids if states.get(i, {}).get("State", {}).get("Name") not in GONE_STATES]
+        if not pending or time.monotonic() >= deadline:
+            return pending
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 2.0)
+
+
+def destroy(ec2: EC2, pool_id: str | None, *, timeout: float = 300.0, settle: float = 0.0) -> PoolResources:
+    """Remove every resource of ``pool_id`` (of every pool with ``None``) and confirm it.
+
+    Order: terminate live instances and wait until each is shutting down or terminated; sweep
+    again after ``settle`` seconds when a launch may still be surfacing (EC2's eventual
+    consistency); delete the key pairs; delete the security groups, retrying while EC2 says
+    they are still in use (until the instances are fully terminated). Returns what is left —
+    empty on success; the caller decides whether leftovers are an error.
+    """
+    deadline = time.monotonic() + timeout
+    sweeps = 0
+    while True:
+        found = list_resources(ec2, pool_id)
+        live = [i.id for i in found.live_instances]
+        sweeps += 1
+        if live:
+            terminate(ec2, live, timeout=max(1.0, deadline - time.monotonic()))
+        if sweeps > 1 or settle <= 0:
+            if not live or time.monotonic() >= deadline:
+                break
+            continue
+        time.sleep(settle)
+    found = list_resources(ec2, pool_id)
+    for key in found.key_pairs:
+        with contextlib.suppress(ProvisionError):
+            ec2.call("delete_key_pair", {"KeyName": key.name})
+    delay = 0.2
+    groups = list(found.security_groups)
+    while groups:
+        waiting = []
+        for group in groups:
+            try:
+                ec2.call("delete_security_group", {"GroupId": group.id})
+            except ProvisionError as exc:
+                code = aws_code(exc)
+                if code == "DependencyViolation":
+                    waiting.append(group)  # instances still shutting down use it
+                elif not code.endswith(_NOT_FOUND_SUFFIX):
+                    raise
+        groups = waiting
+        if not groups or time.monotonic() >= deadline:
+            break
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 5.0)
+    return list_resources(ec2, pool_id)

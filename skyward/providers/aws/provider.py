@@ -1,0 +1,824 @@
+"""The AWS provider: EC2 instances for a pool, then the SSH provider's code path to use them.
+
+What :class:`AWS` does for a pool, in order (every step before the launch only reads):
+
+1. **Plan** (:meth:`AWS.plan`, also run by ``validate`` when the pool is made): the instance
+   types that fit the request, cheapest first (``describe_instance_types``, with the bundled
+   catalog as fallback), the AMI (SSM public parameters unless ``ami`` is given), and the
+   subnets — one per availability zone — that a launch may use.
+2. **Per-pool resources**: an ed25519 key pair made here (only the public half is sent to
+   AWS; the private half is written 0600 in a 0700 temporary directory and deleted with the
+   pool), a pool host key (so the client verifies the machines it connects to), and a
+   security group allowing SSH from ``ssh_cidr`` only and all traffic between its members.
+   Everything is tagged ``skyward:pool=<pool id>``.
+3. **Launch**: one ``RunInstances`` for all nodes (one subnet, so one AZ; all or none), with
+   the watchdog user data of :mod:`skyward.providers.aws.watchdog` and
+   ``InstanceInitiatedShutdownBehavior=terminate``. ``allocation="spot-if-available"`` tries
+   spot in each AZ, then on-demand; a refusal for capacity or quota moves on to the next
+   AZ, then the next-cheapest type (up to :data:`FALLBACK_TYPES`). Strict allocations try
+   only their market and raise :class:`~skyward.errors.CapacityError` naming the type, AZ
+   and AWS's message.
+4. **Reach and prepare**: each node is an SSH host; :meth:`AWS.transport` and
+   :meth:`AWS.worker_launch` delegate to an :class:`~skyward.providers.ssh.SSH` provider
+   built for the launched instances, after waiting for sshd to answer.
+5. **Release**: terminate, confirm (every instance shutting down or terminated), delete the
+   key pair and the security group, all found by tag — also after a failed or interrupted
+   launch, whose instances may be known only to AWS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from skyward.errors import BootstrapError, CapacityError, ConfigError, ProvisionError
+from skyward.providers.aws import catalog, ec2 as api
+from skyward.providers.aws import watchdog
+from skyward.providers.base import Instance, PoolSpec, Provider
+from skyward.transport.base import Transport, WorkerLaunch
+
+__all__ = [
+    "ALLOCATIONS",
+    "AWS",
+    "DLAMI_PARAMETER",
+    "FALLBACK_TYPES",
+    "IP_LOOKUP_URL",
+    "UBUNTU_PARAMETER",
+    "LaunchPlan",
+    "Placement",
+]
+
+#: AWS Deep Learning Base OSS NVIDIA Driver GPU AMI (Ubuntu 22.04): NVIDIA driver and CUDA
+#: preinstalled. Parameter from the DLAMI developer guide ("Query AMI-ID with AWSCLI",
+#: https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html); ``{arch}`` is
+#: ``x86_64`` or ``arm64``.
+DLAMI_PARAMETER = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+#: Canonical's Ubuntu 24.04 LTS server image; parameter layout documented by Canonical
+#: ("Finding Ubuntu images with the AWS SSM Parameter Store",
+#: https://documentation.ubuntu.com/aws/en/latest/aws-how-to/instances/find-ubuntu-images/);
+#: ``{arch}`` is ``amd64`` or ``arm64``.
+UBUNTU_PARAMETER = "/aws/service/canonical/ubuntu/server/24.04/stable/current/{arch}/hvm/ebs-gp3/ami-id"
+_UBUNTU_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
+#: Where the client's public IPv4 address is looked up when ``ssh_cidr`` is not given
+#: (an AWS endpoint that answers with the caller's address as plain text).
+IP_LOOKUP_URL = "https://checkip.amazonaws.com"
+ALLOCATIONS = ("spot-if-available", "spot", "on-demand")
+#: How many of the cheapest fitting instance types a launch may fall back to.
+FALLBACK_TYPES = 3
+_SSH_VIA = ("auto", "public", "private")
+_TYPE_RE = re.compile(r"^[a-z0-9-]+\.[a-z0-9-]+$")
+Allocation = Literal["spot-if-available", "spot", "on-demand"]
+
+# (region, endpoint, arch) -> (instance types, where they came from); see AWS._instance_types.
+_TYPES: dict[tuple[str, str, str | None], tuple[tuple[catalog.InstanceType, ...], str]] = {}
+_TYPES_LOCK = threading.Lock()
+
+
+# -- the plan ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A subnet a pool may launch into, and the AZ and VPC it belongs to."""
+
+    subnet_id: str
+    zone: str
+    vpc_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class MachineImage:
+    """A resolved AMI: its id, where it came from, its root device and minimal size."""
+
+    image_id: str
+    source: str
+    root_device: str | None = None
+    min_disk_gb: int = 0
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a launch needs, resolved without creating anything (see :meth:`AWS.plan`).
+
+    ``candidates`` are the instance types to try, best first; ``zones`` says, per type, the
+    AZs that offer it (a type missing from it: every placement); ``images`` maps
+    ``(arch, cuda)`` to an AMI; ``types_source`` says whether the types came from the EC2 API
+    or the bundled catalog.
+    """
+
+    pool_id: str
+    nodes: int
+    region: str
+    candidates: tuple[catalog.InstanceType, ...]
+    placements: tuple[Placement, ...]
+    markets: tuple[api.Market, ...]
+    images: Mapping[tuple[str, bool], MachineImage]
+    zones: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    types_source: str = "ec2-api"
+
+    @property
+    def vpc_id(self) -> str:
+        return self.placements[0].vpc_id
+
+    def image_for(self, itype: catalog.InstanceType) -> MachineImage:
+        return self.images[(itype.arch, itype.cuda)]
+
+    def attempts(self) -> Iterator[tuple[catalog.InstanceType, Placement, api.Market]]:
+        """Launch attempts in order: per type, each market across the AZs that offer the type."""
+        for itype in self.candidates:
+            offered = self.zones.get(itype.name)
+            places = [p for p in self.placements if offered is None or p.zone in offered]
+            for market in self.markets:
+                for place in places:
+                    yield itype, place, market
+
+    def describe(self) -> str:
+        """A few human lines: what would be launched where."""
+        first = self.candidates[0]
+        lines = [f"{self.nodes} x {first.describe()} in {self.region} "
+                 f"({' then '.join(self.markets)}; types from {self.types_source})"]
+        if len(self.candidates) > 1:
+            lines.append("  fallback types: " + ", ".join(t.name for t in self.candidates[1:]))
+        lines.append("  zones: " + ", ".join(f"{p.zone} ({p.subnet_id})" for p in self.placements))
+        for (arch, cuda), image in sorted(self.images.items()):
+            lines.append(f"  image for {arch}{' + CUDA' if cuda else ''}: {image.image_id} ({image.source})")
+        return "\n".join(lines)
+
+
+# -- one pool's state -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Pool:
+    pool_id: str
+    plan: LaunchPlan
+    directory: str = ""  # private temp dir: the pool's private key and known_hosts
+    key_path: str = ""
+    ssh: Any = None  # the SSH provider that reaches the instances
+    instances: list[Instance] = field(default_factory=list)
+    summary: str = ""  # "spot g5.xlarge in us-east-1a"
+    launch_in_flight: bool = False  # a RunInstances whose outcome is unknown
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _number(name: str, value: Any, *, minimum: float, integer: bool = False, allow_none: bool = False) -> Any:
+    if value is None and allow_none:
+        return None
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value >= minimum:
+        what = "an integer" if integer else "a number"
+        raise ConfigError(name, f"{what} >= {minimum:g}" + (" or None" if allow_none else ""), value)
+    return value
+
+
+def _new_key_pair() -> tuple[str, str]:
+    """A fresh ed25519 key pair: (private key in OpenSSH PEM, public key line)."""
+    from cryptography.hazmat.primitives import serialization as s
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    key = ed25519.Ed25519PrivateKey.generate()
+    private = key.private_bytes(s.Encoding.PEM, s.PrivateFormat.OpenSSH, s.NoEncryption()).decode()
+    public = key.public_key().public_bytes(s.Encoding.OpenSSH, s.PublicFormat.OpenSSH).decode()
+    return private, public
+
+
+def _public_key_of(path: str) -> str:
+    """The public key line for the private key at ``path`` (its ``.pub`` file, else derived)."""
+    pub = path + ".pub"
+    if os.path.isfile(pub):
+        fields = open(pub, encoding="utf-8").read().split()
+        if len(fields) >= 2 and fields[0].startswith(("ssh-", "ecdsa-")):
+            return f"{fields[0]} {fields[1]}"
+    from cryptography.hazmat.primitives import serialization as s
+
+    data = open(path, "rb").read()
+    key: Any
+    try:
+        try:
+            key = s.load_ssh_private_key(data, password=None)
+        except ValueError:
+            key = s.load_pem_private_key(data, password=None)
+        return str(key.public_key().public_bytes(s.Encoding.OpenSSH, s.PublicFormat.OpenSSH).decode())
+    except (ValueError, TypeError) as exc:
+        raise ConfigError("ssh_key", "an unencrypted private key file (or one with a .pub file beside it)",
+                          path, detail=str(exc)) from None
+
+
+def _write_private(directory: str, name: str, text: str) -> str:
+    """Write ``text`` to ``directory/name`` with mode 0600 from the first byte."""
+    path = os.path.join(directory, name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def _lookup_public_ip(url: str, timeout: float = 5.0) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - a fixed https URL
+        return str(ipaddress.ip_address(response.read(64).decode().strip()))
+
+
+# -- the provider -----------------------------------------------------------------------------------
+
+
+class AWS(Provider):
+    """EC2 instances for a pool: chosen by accelerator, launched spot-first, always cleaned up.
+
+    >>> import skyward as sky
+    >>> with sky.ComputePool(provider=sky.AWS(region="us-east-1"), accelerator="A100",
+    ...                      nodes=4, plugins=[sky.plugins.torch()]) as pool:  # doctest: +SKIP
+    ...     ...
+
+    Args:
+        region: the AWS region (default: the session's, e.g. ``AWS_DEFAULT_REGION``).
+        instance_type: launch exactly this type (e.g. ``"g5.xlarge"``) instead of choosing.
+        vcpus, memory_gb: minimum vCPUs / GiB of RAM per node (CPU pools choose by these).
+        arch: ``"x86_64"`` (default), ``"arm64"``, or ``None`` for either.
+        allocation: ``"spot-if-available"`` (spot, falling back to on-demand when spot is
+            refused for capacity or quota), ``"spot"`` or ``"on-demand"`` (strict).
+        ami: an AMI id, or ``"resolve:ssm:<parameter>"``; default: the Deep Learning base AMI
+            (NVIDIA drivers) for CUDA types, Ubuntu 24.04 LTS otherwise (:data:`DLAMI_PARAMETER`,
+            :data:`UBUNTU_PARAMETER`).
+        subnet_id: launch into this subnet (its AZ and VPC); default: the default VPC's subnets.
+        public_ip: give instances a public address (``None``: the subnet's setting).
+        disk_gb: root volume size (at least the AMI's own size).
+        idle_timeout: seconds without the client's SSH connection after which an instance
+            powers itself off (and so is terminated).
+        max_lifetime: seconds after boot at which an instance powers off regardless
+            (``None``: no limit — only if you watch your bill).
+        user: the SSH login user of the AMI.
+        ssh_key: a private key file to log in with instead of a fresh per-pool key (its public
+            key is still imported as the pool's key pair).
+        known_hosts: known_hosts file(s) to verify hosts against, for AMIs whose host keys you
+            know; default: a host key made for the pool and installed at boot.
+        ssh_cidr: the addresses SSH is allowed from (``"203.0.113.7/32"``); default: this
+            client's public address, looked up at ``ip_lookup_url``.
+        ssh_via: connect to the ``"public"`` or ``"private"`` address; ``"auto"``: public
+            when the instance has one.
+        root, find_links, no_index, bootstrap_timeout: as for :class:`~skyward.SSH`.
+        boot_timeout: seconds for instances to run and answer on SSH.
+        session: a ``boto3.Session`` to use (profiles, SSO, hooks); or ``profile``: its name.
+
+    Raises :class:`~skyward.ConfigError` naming the parameter for invalid input — when made,
+    and (with the region's offer) when the pool is made, before anything is launched.
+    """
+
+    name = "aws"
+    uses_client_environment = False
+
+    def __init__(
+        self,
+        region: str | None = None,
+        *,
+        instance_type: str | None = None,
+        vcpus: int | None = None,
+        memory_gb: float | None = None,
+        arch: str | None = "x86_64",
+        allocation: Allocation = "spot-if-available",
+        ami: str | None = None,
+        subnet_id: str | None = None,
+        public_ip: bool | None = None,
+        disk_gb: int = 100,
+        idle_timeout: float = 600.0,
+        max_lifetime: float | None = 24 * 3600.0,
+        user: str = "ubuntu",
+        ssh_key: str | os.PathLike[str] | None = None,
+        known_hosts: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+        ssh_cidr: str | None = None,
+        ip_lookup_url: str = IP_LOOKUP_URL,
+        ssh_via: Literal["auto", "public", "private"] = "auto",
+        root: str = "~/.skyward",
+        find_links: Sequence[str] = (),
+        no_index: bool = False,
+        boot_timeout: float = 600.0,
+        bootstrap_timeout: float = 1800.0,
+        connect_timeout: float = 10.0,
+        session: Any = None,
+        profile: str | None = None,
+    ):
+        if region is not None and (not isinstance(region, str) or not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d+", region)):
+            raise ConfigError("region", "an AWS region such as 'us-east-1'", region)
+        if instance_type is not None and (not isinstance(instance_type, str) or not _TYPE_RE.match(instance_type)):
+            raise ConfigError("instance_type", "an EC2 instance type such as 'g5.xlarge'", instance_type)
+        _number("vcpus", vcpus, minimum=1, integer=True, allow_none=True)
+        _number("memory_gb", memory_gb, minimum=0.5, allow_none=True)
+        if arch is not None and arch not in ("x86_64", "arm64"):
+            raise ConfigError("arch", "'x86_64', 'arm64' or None", arch)
+        if allocation not in ALLOCATIONS:
+            raise ConfigError("allocation", " or ".join(repr(a) for a in ALLOCATIONS), allocation)
+        if ami is not None and (not isinstance(ami, str)
+                                or not (re.fullmatch(r"ami-[0-9a-f]{8,17}", ami) or ami.startswith("resolve:ssm:/"))):
+            raise ConfigError("ami", "an AMI id such as 'ami-0abc12345678def90' or 'resolve:ssm:/parameter/name'", ami)
+        if subnet_id is not None and (not isinstance(subnet_id, str) or not re.fullmatch(r"subnet-[0-9a-f]{8,17}", subnet_id)):
+            raise ConfigError("subnet_id", "a subnet id such as 'subnet-0abc1234'", subnet_id)
+        if public_ip is not None and not isinstance(public_ip, bool):
+            raise ConfigError("public_ip", "True, False or None", public_ip)
+        _number("disk_gb", disk_gb, minimum=8, integer=True)
+        _number("idle_timeout", idle_timeout, minimum=60)
+        _number("max_lifetime", max_lifetime, minimum=300, allow_none=True)
+        if max_lifetime is not None and max_lifetime < idle_timeout:
+            raise ConfigError("max_lifetime", f"at least idle_timeout ({idle_timeout:g}s) or None", max_lifetime)
+        if not isinstance(user, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", user):
+            raise ConfigError("user", "the AMI's login user name, e.g. 'ubuntu'", user)
+        if ssh_cidr is not None:
+            try:
+                ssh_cidr = str(ipaddress.ip_network(ssh_cidr, strict=False))
+            except (TypeError, ValueError):
+                raise ConfigError("ssh_cidr", "an address range such as '203.0.113.7/32'", ssh_cidr) from None
+        if not isinstance(ip_lookup_url, str) or not ip_lookup_url.startswith(("https://", "http://")):
+            raise ConfigError("ip_lookup_url", "an http(s) URL answering with the caller's address", ip_lookup_url)
+        if ssh_via not in _SSH_VIA:
+            raise ConfigError("ssh_via", " or ".join(repr(v) for v in _SSH_VIA), ssh_via)
+        for name, value in (("boot_timeout", boot_timeout), ("bootstrap_timeout", bootstrap_timeout),
+                            ("connect_timeout", connect_timeout)):
+            _number(name, value, minimum=1)
+        if session is not None and not hasattr(session, "client"):
+            raise ConfigError("session", "a boto3.Session", session)
+        if session is not None and profile is not None:
+            raise ConfigError("profile", "None when a session is given (the session has its profile)", profile)
+        if profile is not None and (not isinstance(profile, str) or not profile):
+            raise ConfigError("profile", "the name of a profile in ~/.aws/config", profile)
+
+        self.ssh_key: str | None = None
+        self._public_key: str | None = None
+        if ssh_key is not None:
+            if not isinstance(ssh_key, (str, os.PathLike)):
+                raise ConfigError("ssh_key", "the path of a private key file", ssh_key)
+            path = os.path.expanduser(os.fspath(ssh_key))
+            if not os.path.isfile(path):
+                raise ConfigError("ssh_key", "the path of a private key file", os.fspath(ssh_key), detail="not found")
+            self.ssh_key = path
+            self._public_key = _public_key_of(path)
+        self.known_hosts: tuple[str, ...] | None = None
+        if known_hosts is not None:
+            given = [known_hosts] if isinstance(known_hosts, (str, os.PathLike)) else list(known_hosts)
+            files = tuple(os.path.expanduser(os.fspath(p)) for p in given)
+            for path in files:
+                if not os.path.isfile(path):
+                    raise ConfigError("known_hosts", "existing known_hosts files", path, detail="not found")
+            if not files:
+                raise ConfigError("known_hosts", "at least one known_hosts file, or None", known_hosts)
+            self.known_hosts = files
+
+        self.region = region
+        self.instance_type = instance_type
+        self.vcpus = vcpus
+        self.memory_gb = memory_gb
+        self.arch = arch
+        self.allocation: Allocation = allocation
+        self.ami = ami
+        self.subnet_id = subnet_id
+        self.public_ip = public_ip
+        self.disk_gb = int(disk_gb)
+        self.idle_timeout = float(idle_timeout)
+        self.max_lifetime = None if max_lifetime is None else float(max_lifetime)
+        self.user = user
+        self.ssh_cidr = ssh_cidr
+        self.ip_lookup_url = ip_lookup_url
+        self.ssh_via = ssh_via
+        self.root = root
+        self.find_links = tuple(find_links)
+        self.no_index = no_index
+        self.boot_timeout = float(boot_timeout)
+        self.bootstrap_timeout = float(bootstrap_timeout)
+        self.connect_timeout = float(connect_timeout)
+        self.session = session
+        self.profile = profile
+        #: Seconds to wait before sweeping again for instances of an interrupted launch.
+        self.cleanup_settle = 3.0
+        #: Seconds teardown may take (instances must finish terminating before the security
+        #: group can be deleted).
+        self.teardown_timeout = 300.0
+
+        self._lock = threading.Lock()
+        self._client: api.EC2 | None = None
+        self._plans: dict[str, LaunchPlan] = {}
+        self._pools: dict[str, _Pool] = {}
+        self._owner: dict[str, str] = {}  # instance id -> pool id
+
+    # -- AWS access ------------------------------------------------------------------------------
+    def _ec2(self) -> api.EC2:
+        with self._lock:
+            if self._client is None:
+                self._client = api.EC2.connect(self.region, session=self.session, profile=self.profile)
+            return self._client
+
+    def _instance_types(self, ec2: api.EC2) -> tuple[tuple[catalog.InstanceType, ...], str]:
+        """Every type the region offers (EC2 API), or the bundled catalog when the API says no.
+
+        The answer is kept for the life of the process: instance specs do not change.
+        """
+        filters = [] if self.arch is None else [{"Name": "processor-info.supported-architecture",
+                                                 "Values": [self.arch]}]
+        key = (ec2.region, getattr(getattr(ec2.client, "meta", None), "endpoint_url", ""), self.arch)
+        with _TYPES_LOCK:
+            found = _TYPES.get(key)
+            if found is not None:
+                return found
+            try:
+                types = tuple(catalog.from_ec2_description(item)
+                              for page in ec2.pages("describe_instance_types", {"Filters": filters})
+                              for item in page.get("InstanceTypes", []))
+                found = (types, "ec2-api") if types else (catalog.load_catalog(), "catalog")
+                _TYPES[key] = found
+            except ProvisionError as exc:  # e.g. an IAM policy without ec2:DescribeInstanceTypes
+                found = (catalog.load_catalog(), f"catalog (describe_instance_types: {exc})")
+            return found
+
+    def _choose(self, types: Sequence[catalog.InstanceType], spec: PoolSpec) -> list[catalog.InstanceType]:
+        if self.instance_type is not None:
+            found = next((t for t in types if t.name == self.instance_type), None) or catalog.by_name(self.instance_type)
+            if found is None:
+                raise ConfigError("instance_type", "an instance type offered in this region", self.instance_type)
+            if spec.accelerator is not None:
+                catalog.select([found], accelerator=spec.accelerator)  # raises naming "accelerator"
+            return [found]
+        return catalog.select(types, accelerator=spec.accelerator, vcpus=self.vcpus, memory_gb=self.memory_gb,
+                              arch=self.arch)
+
+    def _placements(self, ec2: api.EC2) -> tuple[Placement, ...]:
+        if self.subnet_id is not None:
+            try:
+                subnets = ec2.call("describe_subnets", {"SubnetIds": [self.subnet_id]}).get("Subnets", [])
+            except ProvisionError as exc:
+                if not api.aws_code(exc).startswith("InvalidSubnetID"):
+                    raise
+                subnets = []
+            if not subnets:
+                raise ConfigError("subnet_id", "a subnet in this region", self.subnet_id)
+            s = subnets[0]
+            return (Placement(s["SubnetId"], s["AvailabilityZone"], s["VpcId"]),)
+        vpcs = ec2.call("describe_vpcs", {"Filters": [{"Name": "is-default", "Values": ["true"]}]}).get("Vpcs", [])
+        if not vpcs:
+            raise ConfigError("subnet_id", "a subnet id (this region has no default VPC)", None)
+        vpc = vpcs[0]["VpcId"]
+        subnets = ec2.call("describe_subnets", {"Filters": [{"Name": "vpc-id", "Values": [vpc]},
+                                                            {"Name": "default-for-az", "Values": ["true"]}]})
+        places = sorted((Placement(s["SubnetId"], s["AvailabilityZone"], vpc) for s in subnets.get("Subnets", [])),
+                        key=lambda p: p.zone)
+        if not places:
+            raise ConfigError("subnet_id", "a subnet id (the default VPC has no default subnets)", None)
+        return tuple(places)
+
+    def _zones(self, ec2: api.EC2, names: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        if self.subnet_id is not None:
+            return {}  # one subnet: RunInstances itself says if the type is not offered there
+        try:
+            offers = [o for page in ec2.pages("describe_instance_type_offerings", {
+                "LocationType": "availability-zone", "Filters": [{"Name": "instance-type", "Values": list(names)}]})
+                for o in page.get("InstanceTypeOfferings", [])]
+        except ProvisionError:
+            return {}
+        zones: dict[str, list[str]] = {}
+        for offer in offers:
+            zones.setdefault(offer["InstanceType"], []).append(offer["Location"])
+        return {name: tuple(sorted(z)) for name, z in zones.items()}
+
+    def _image(self, ec2: api.EC2, arch: str, cuda: bool) -> MachineImage:
+        if self.ami is None:
+            parameter = (DLAMI_PARAMETER.format(arch=arch) if cuda
+                         else UBUNTU_PARAMETER.format(arch=_UBUNTU_ARCH.get(arch, arch)))
+            image_id, source = ec2.ssm_parameter(parameter), f"ssm:{parameter}"
+        elif self.ami.startswith("resolve:ssm:"):
+            parameter = self.ami[len("resolve:ssm:"):]
+            image_id, source = ec2.ssm_parameter(parameter), f"ssm:{parameter}"
+        else:
+            image_id, source = self.ami, "ami"
+        try:
+            images = ec2.call("describe_images", {"ImageIds": [image_id]}).get("Images", [])
+        except ProvisionError as exc:
+            if not api.aws_code(exc).startswith("InvalidAMIID"):
+                raise
+            images = []
+        if not images:
+            raise ConfigError("ami", f"an AMI that exists in {ec2.region}", image_id, detail=f"from {source}")
+        image = images[0]
+        root = image.get("RootDeviceName")
+        size = max((m.get("Ebs", {}).get("VolumeSize", 0) for m in image.get("BlockDeviceMappings", [])
+                    if m.get("DeviceName") == root), default=0)
+        return MachineImage(image_id, source, root, int(size or 0))
+
+    def plan(self, spec: PoolSpec) -> LaunchPlan:
+        """What a launch for ``spec`` would do, resolved with read-only calls; nothing is created.
+
+        Raises ConfigError (naming the parameter) when the request cannot be met here.
+        """
+        if not isinstance(spec.nodes, int) or spec.nodes < 1:
+            raise ConfigError("nodes", "an integer >= 1", spec.nodes)
+        ec2 = self._ec2()
+        types, source = self._instance_types(ec2)
+        candidates = self._choose(types, spec)[:FALLBACK_TYPES]
+        placements = self._placements(ec2)
+        zones = self._zones(ec2, [t.name for t in candidates])
+        images = {}
+        for t in candidates:
+            if (t.arch, t.cuda) not in images:
+                images[(t.arch, t.cuda)] = self._image(ec2, t.arch, t.cuda)
+        by_allocation: dict[str, tuple[api.Market, ...]] = {
+            "spot-if-available": ("spot", "on-demand"), "spot": ("spot",), "on-demand": ("on-demand",)}
+        markets = by_allocation[self.allocation]
+        return LaunchPlan(spec.pool_id, spec.nodes, ec2.region, tuple(candidates), placements, markets,
+                          images, zones, source)
+
+    # -- the provider contract -----------------------------------------------------------------
+    def validate(self, spec: PoolSpec) -> None:
+        """Resolve the launch plan now, so a request AWS cannot serve fails before any launch."""
+        try:
+            plan = self.plan(spec)
+        except ConfigError:
+            raise
+        except ProvisionError:
+            # AWS unreachable right now: check what can be checked offline; provision will
+            # try again (and say what is wrong).
+            self._choose(catalog.load_catalog(), spec)
+            return
+        with self._lock:
+            self._plans[spec.pool_id] = plan
+
+    def provision(self, spec: PoolSpec) -> list[Instance]:
+        """Launch ``spec.nodes`` instances and return them, or clean up everything and raise."""
+        with self._lock:
+            plan = self._plans.pop(spec.pool_id, None)
+        if plan is None or plan.nodes != spec.nodes:
+            plan = self.plan(spec)
+        pool = _Pool(spec.pool_id, plan)
+        with self._lock:
+            self._pools[spec.pool_id] = pool
+        try:
+            return self._provision(pool)
+        except BaseException as exc:
+            self._clean_up_failed(pool, exc)
+            raise
+
+    def _provision(self, pool: _Pool) -> list[Instance]:
+        ec2 = self._ec2()
+        plan = pool.plan
+        ssh_cidr = self._resolve_ssh_cidr()
+        pool.directory = tempfile.mkdtemp(prefix=f"skyward-aws-{pool.pool_id}-")  # mode 0700
+        if self.ssh_key is not None:
+            pool.key_path, public = self.ssh_key, self._public_key or ""
+        else:
+            private, public = _new_key_pair()
+            pool.key_path = _write_private(pool.directory, "id_ed25519", private)
+        host_key = None
+        if self.known_hosts is None:
+            host_private, host_public = _new_key_pair()
+            host_key = watchdog.HostKey("ed25519", host_public, host_private)
+
+        key_name = api.resource_name(pool.pool_id)
+        ec2.call("import_key_pair", api.key_pair_request(pool.pool_id, public))
+        group_id = ec2.call("create_security_group", api.security_group_request(pool.pool_id, plan.vpc_id))["GroupId"]
+        ec2.call("authorize_security_group_ingress", api.ingress_request(group_id, ssh_cidr))
+        user_data = watchdog.user_data(idle_timeout=self.idle_timeout, max_lifetime=self.max_lifetime,
+                                       host_key=host_key)
+
+        described = self._launch(ec2, pool, group_id, key_name, user_data)
+        itype = next(t for t in plan.candidates if t.name == described[0]["InstanceType"])
+        instances = []
+        connect = []
+        for node, item in enumerate(described):
+            private_ip = item.get("PrivateIpAddress") or ""
+            public_ip = item.get("PublicIpAddress") or None
+            instances.append(Instance(id=item["InstanceId"], node=node, private_addr=private_ip,
+                                      public_addr=public_ip, accelerators=itype.gpu_count))
+            connect.append(self._connect_address(item["InstanceId"], private_ip, public_ip))
+        for inst in instances:
+            ec2.call("create_tags", {"Resources": [inst.id], "Tags": [{"Key": api.TAG_NODE, "Value": str(inst.node)}]})
+
+        known: tuple[str, ...]
+        if host_key is not None:
+            lines = "".join(f"{addr} {host_key.public}\n" for addr in dict.fromkeys(connect))
+            known = (_write_private(pool.directory, "known_hosts", lines),)
+        else:
+            known = self.known_hosts or ()
+        from skyward.providers.ssh import SSH
+
+        pool.ssh = SSH([f"{self.user}@{addr}" for addr in connect], key=pool.key_path, known_hosts=known,
+                       verify_host_keys=True, root=self.root, connect_timeout=self.connect_timeout,
+                       private_addrs=[i.private_addr for i in instances], find_links=self.find_links,
+                       no_index=self.no_index, bootstrap_timeout=self.bootstrap_timeout)
+        pool.instances = instances
+        with self._lock:
+            for inst in instances:
+                self._owner[inst.id] = pool.pool_id
+        return instances
+
+    def _connect_address(self, instance_id: str, private_ip: str, public_ip: str | None) -> str:
+        if self.ssh_via == "private" or (self.ssh_via == "auto" and not public_ip):
+            if not private_ip:
+                raise ProvisionError(f"instance {instance_id} has no private address", provider="aws")
+            return private_ip
+        if not public_ip:
+            raise ProvisionError(f"instance {instance_id} has no public address; pass public_ip=True, "
+                                 "or ssh_via='private' when this client is inside the VPC", provider="aws")
+        return public_ip
+
+    def _resolve_ssh_cidr(self) -> str:
+        if self.ssh_cidr is not None:
+            return self.ssh_cidr
+        try:
+            address = _lookup_public_ip(self.ip_lookup_url)
+        except (OSError, ValueError) as exc:
+            raise ConfigError("ssh_cidr", "this client's public address as a range, e.g. '203.0.113.7/32'", None,
+                              detail=f"could not look it up at {self.ip_lookup_url}: {exc}") from None
+        return f"{address}/{32 if ':' not in address else 128}"
+
+    def _launch(self, ec2: api.EC2, pool: _Pool, group_id: str, key_name: str,
+                user_data: str) -> list[Mapping[str, Any]]:
+        """Try the plan's attempts in order; return the running instances' descriptions by node."""
+        plan = pool.plan
+        refusals: list[str] = []
+        last: tuple[str, str] = ("", "")
+        for n, (itype, place, market) in enumerate(plan.attempts()):
+            image = plan.image_for(itype)
+            disk = max(self.disk_gb, image.min_disk_gb)
+            request = api.run_instances_request(
+                pool_id=pool.pool_id, count=plan.nodes, instance_type=itype.name, image_id=image.image_id,
+                subnet_id=place.subnet_id, group_id=group_id, key_name=key_name, market=market,
+                user_data=user_data, client_token=f"skyward-{pool.pool_id}-{n}-{uuid.uuid4().hex[:8]}",
+                root_device=image.root_device, disk_gb=disk, public_ip=self.public_ip)
+            last = (itype.name, place.zone)
+            pool.launch_in_flight = True
+            try:
+                answer = ec2.call("run_instances", request, instance_type=itype.name, zone=place.zone)
+            except CapacityError as exc:
+                pool.launch_in_flight = False
+                refusals.append(f"{market} {itype.name} in {place.zone}: {exc}")
+                continue
+            except ProvisionError as exc:
+                if api.aws_code(exc):  # AWS answered with an error: nothing was launched
+                    pool.launch_in_flight = False
+                raise
+            pool.launch_in_flight = False
+            ids = [i["InstanceId"] for i in answer.get("Instances", [])]
+            if len(ids) != plan.nodes:
+                refusals.append(f"{market} {itype.name} in {place.zone}: EC2 started {len(ids)} of {plan.nodes}")
+                self._give_up_attempt(ec2, pool, ids)
+                continue
+            running, problem = self._wait_running(ec2, ids)
+            if problem:
+                refusals.append(f"{market} {itype.name} in {place.zone}: {problem}")
+                self._give_up_attempt(ec2, pool, ids)
+                continue
+            pool.summary = f"{market} {itype.name} in {place.zone}"
+            if refusals:
+                pool.summary += f" (after: {refusals[-1]})"
+            by_index = sorted(running, key=lambda item: (item.get("AmiLaunchIndex", 0), item["InstanceId"]))
+            return by_index
+        shown = refusals[-8:]
+        more = f"\n  ... and {len(refusals) - len(shown)} earlier" if len(refusals) > len(shown) else ""
+        raise CapacityError(f"no {self.allocation} capacity for {plan.nodes} node(s); AWS answered:{more}\n  "
+                            + "\n  ".join(shown), provider="aws", instance_type=last[0], zone=last[1])
+
+    def _give_up_attempt(self, ec2: api.EC2, pool: _Pool, ids: Sequence[str]) -> None:
+        """Terminate a failed attempt's instances: those EC2 named, and any other of the pool's
+        (an answer may have been incomplete); nothing of the pool runs before the next attempt."""
+        tagged = [i.id for i in api.list_resources(ec2, pool.pool_id).live_instances]
+        left = api.terminate(ec2, list(dict.fromkeys([*ids, *tagged])), timeout=self.teardown_timeout)
+        if left:
+            raise ProvisionError(f"could not confirm the termination of {', '.join(left)}", provider="aws")
+
+    def _wait_running(self, ec2: api.EC2, ids: Sequence[str]) -> tuple[list[Mapping[str, Any]], str]:
+        """Wait until every instance runs with a private address: (descriptions, "") or ([], why not)."""
+        deadline = time.monotonic() + self.boot_timeout
+        delay = 0.2
+        while True:
+            states = api.instance_states(ec2, ids)
+            for item in states.values():
+                state = item.get("State", {}).get("Name")
+                if state in api.GONE_STATES or state == "stopped":
+                    reason = item.get("StateReason", {}).get("Message") or state
+                    return [], f"{item['InstanceId']} went {state} while starting ({reason})"
+            ready = [states[i] for i in ids if i in states and states[i].get("State", {}).get("Name") == "running"
+                     and states[i].get("PrivateIpAddress")]
+            if len(ready) == len(ids):
+                return ready, ""
+            if time.monotonic() >= deadline:
+                raise ProvisionError(f"instances not running after {self.boot_timeout:g}s: "
+                                     + ", ".join(i for i in ids if i not in {r['InstanceId'] for r in ready}),
+                                     provider="aws")
+            time.sleep(delay)
+            delay = min(delay * 2, 3.0)
+
+    def transport(self, instance: Instance) -> Transport:
+        return self._pool_of(instance).ssh.transport(instance)
+
+    def worker_launch(self, instance: Instance, transport: Transport, image: Any,
+                      log: Callable[[str], None]) -> WorkerLaunch:
+        """Wait for the instance's sshd, then prepare it exactly as :class:`~skyward.SSH` does.
+
+        On EC2, uv may download the Python the image asks for (``UV_PYTHON_DOWNLOADS``, unless
+        the image sets it): stock AMIs rarely ship the client's Python version.
+        """
+        pool = self._pool_of(instance)
+        log(f"{pool.summary}: {instance.id} at {instance.private_addr}")
+        self._await_ssh(transport, instance, log)
+        env = getattr(image, "env", None)
+        if env is not None and "UV_PYTHON_DOWNLOADS" not in env:
+            image = image.with_env(UV_PYTHON_DOWNLOADS="automatic")
+        return pool.ssh.worker_launch(instance, transport, image, log)
+
+    def _await_ssh(self, transport: Any, instance: Instance, log: Callable[[str], None]) -> None:
+        """Connect, retrying while the machine boots; a host key mismatch is not retried."""
+        deadline = time.monotonic() + self.boot_timeout
+        delay = 1.0
+        waited = False
+        while True:
+            try:
+                transport.connect(node=instance.node)
+                return
+            except BootstrapError as exc:
+                cause = type(exc.__cause__).__name__
+                if cause in ("BadHostKeyException", "_UnknownHostKey") or time.monotonic() >= deadline:
+                    raise
+                if not waited:
+                    log(f"waiting for sshd on {transport.host}")
+                    waited = True
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 5.0)
+
+    def terminate(self, instances: list[Instance]) -> None:
+        """Release every pool these instances belong to, by tag, and confirm it."""
+        with self._lock:
+            ids = list(dict.fromkeys(self._owner[i.id] for i in instances if i.id in self._owner))
+            pools = [self._pools[p] for p in ids if p in self._pools]
+        problems = []
+        for pool in pools:
+            left = self._release(pool, settle=0.0)
+            if left is not None and not left.empty:
+                problems.append(f"pool {pool.pool_id}: not released: {left.describe()}; "
+                                f"run `skyward down {pool.pool_id} --region {pool.plan.region}`")
+        if problems:
+            raise ProvisionError("; ".join(problems), provider="aws")
+
+    def _release(self, pool: _Pool, *, settle: float) -> api.PoolResources | None:
+        """Destroy the pool's tagged resources, forget it, drop its private files."""
+        left = api.destroy(self._ec2(), pool.pool_id, timeout=self.teardown_timeout, settle=settle)
+        if left.empty:
+            with self._lock:
+                self._pools.pop(pool.pool_id, None)
+                for inst in pool.instances:
+                    self._owner.pop(inst.id, None)
+            if pool.directory:
+                shutil.rmtree(pool.directory, ignore_errors=True)
+        return left
+
+    def _clean_up_failed(self, pool: _Pool, error: BaseException) -> None:
+        """After a failed or interrupted launch: remove everything, even on a second Ctrl-C."""
+        outcome: list[Any] = []
+
+        def work() -> None:
+            try:
+                outcome.append(self._release(pool, settle=self.cleanup_settle if pool.launch_in_flight else 0.0))
+            except BaseException as exc:  # reported below, on the caller's thread
+                outcome.append(exc)
+
+        worker = threading.Thread(target=work, name=f"skyward-aws-cleanup-{pool.pool_id}", daemon=True)
+        worker.start()
+        for _ in range(3):
+            try:
+                worker.join()
+                break
+            except KeyboardInterrupt:
+                print(f"skyward: removing the AWS resources of pool {pool.pool_id}, please wait...",
+                      file=sys.__stderr__)
+        region = pool.plan.region
+        done = outcome[0] if outcome else None
+        if isinstance(done, api.PoolResources) and done.empty:
+            return
+        what = done.describe() if isinstance(done, api.PoolResources) else repr(done)
+        with contextlib.suppress(Exception):
+            error.add_note(f"skyward: cleanup of pool {pool.pool_id} incomplete ({what}); "
+                           f"run `skyward down {pool.pool_id} --region {region}`")
+
+    def _pool_of(self, instance: Instance) -> _Pool:
+        with self._lock:
+            pool_id = self._owner.get(instance.id)
+            pool = self._pools.get(pool_id) if pool_id else None
+        if pool is None or pool.ssh is None:
+            raise ProvisionError(f"instance {instance.id} does not belong to a pool this provider launched",
+                                 provider="aws")
+        return pool
+
+    def __repr__(self) -> str:
+        shown = [repr(self.region)] if self.region else []
+        if self.instance_type:
+            shown.append(f"instance_type={self.instance_type!r}")
+        if self.allocation != "spot-if-available":
+            shown.append(f"allocation={self.allocation!r}")
+        return f"AWS({', '.join(shown)})"
