@@ -82,12 +82,14 @@ class SerializationError(ConfigError, TypeError):
 
 
 class ProvisionError(SkywardError):
-    """A provider could not acquire the machines asked for."""
+    """A provider could not acquire the machines asked for (``code``: the provider's error code)."""
 
-    def __init__(self, message: str, *, provider: str = "", instance_type: str = "", zone: str = ""):
+    def __init__(self, message: str, *, provider: str = "", instance_type: str = "", zone: str = "", code: str = ""):
         self.provider = provider
         self.instance_type = instance_type
         self.zone = zone
+        #: The provider's own error code (e.g. AWS's ``InsufficientInstanceCapacity``), if any.
+        self.code = code
         where = ", ".join(x for x in (provider, instance_type, zone) if x)
         super().__init__(f"{message} [{where}]" if where else message)
 

@@ -217,11 +217,10 @@ def _hint(code: str) -> str:
 def translate(exc: BaseException, operation: str, *, instance_type: str = "", zone: str = "") -> SkywardError:
     """The :mod:`skyward.errors` exception for a botocore exception (others are wrapped as-is).
 
-    The result keeps AWS's error code as ``aws_code`` (``""`` when there is none).
+    A :class:`ProvisionError` keeps AWS's error code as ``code`` (``""`` when there is none).
     """
     from botocore import exceptions as bx
 
-    code = ""
     error: SkywardError
     if isinstance(exc, SkywardError):
         return exc
@@ -231,7 +230,7 @@ def translate(exc: BaseException, operation: str, *, instance_type: str = "", zo
         message = str(info.get("Message", "")) or str(exc)
         text = f"EC2 {operation} refused: {code}: {message}{_hint(code)}"
         cls = CapacityError if code in REFUSAL_CODES else ProvisionError
-        error = cls(text, provider="aws", instance_type=instance_type, zone=zone)
+        error = cls(text, provider="aws", instance_type=instance_type, zone=zone, code=code)
     elif isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError)):
         error = ConfigError("credentials", "AWS credentials: environment variables, ~/.aws/credentials, "
                             "AWS_PROFILE / an SSO login, or an instance role", None, detail=str(exc))
@@ -246,7 +245,6 @@ def translate(exc: BaseException, operation: str, *, instance_type: str = "", zo
     else:
         error = ProvisionError(f"EC2 {operation} failed: {type(exc).__name__}: {exc}", provider="aws",
                                instance_type=instance_type, zone=zone)
-    setattr(error, "aws_code", code)  # noqa: B010 - an extra field on a shared error type
     return error
 
 
@@ -263,7 +261,7 @@ def translated(operation: str, *, instance_type: str = "", zone: str = "") -> It
 
 def aws_code(error: BaseException) -> str:
     """AWS's error code kept on a translated error (``""`` if none)."""
-    return str(getattr(error, "aws_code", ""))
+    return error.code if isinstance(error, ProvisionError) else ""
 
 
 class EC2:
