@@ -70,6 +70,16 @@ def _strings(parameter: str, value: Any, accepted: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+
+def key_file(parameter: str, value: object) -> str:
+    """The expanded path of an existing private key file, or ConfigError naming ``parameter``."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(parameter, "the path of a private key file", value)
+    path = os.path.expanduser(os.fspath(value))
+    if not os.path.isfile(path):
+        raise ConfigError(parameter, "the path of a private key file", os.fspath(value), detail="not found")
+    return path
+
 class SSH(Provider):
     """Use machines you can reach over SSH; one node per host.
 
@@ -143,14 +153,7 @@ class SSH(Provider):
         self.hosts: tuple[tuple[str, str, int], ...] = tuple(
             (u or default_user, h, p or port) for u, h, p in map(_parse_host, entries)
         )
-        self.key: str | None = None
-        if key is not None:
-            if not isinstance(key, (str, os.PathLike)):
-                raise ConfigError("key", "the path of a private key file", key)
-            path = os.path.expanduser(os.fspath(key))
-            if not os.path.isfile(path):
-                raise ConfigError("key", "the path of a private key file", os.fspath(key), detail="not found")
-            self.key = path
+        self.key = None if key is None else key_file("key", key)
         if not isinstance(verify_host_keys, bool):
             raise ConfigError("verify_host_keys", "True or False", verify_host_keys)
         self.verify_host_keys = verify_host_keys

@@ -357,13 +357,10 @@ class AWS(Provider):
         self.ssh_key: str | None = None
         self._public_key: str | None = None
         if ssh_key is not None:
-            if not isinstance(ssh_key, (str, os.PathLike)):
-                raise ConfigError("ssh_key", "the path of a private key file", ssh_key)
-            path = os.path.expanduser(os.fspath(ssh_key))
-            if not os.path.isfile(path):
-                raise ConfigError("ssh_key", "the path of a private key file", os.fspath(ssh_key), detail="not found")
-            self.ssh_key = path
-            self._public_key = _public_key_of(path)
+            from skyward.providers.ssh import key_file
+
+            self.ssh_key = key_file("ssh_key", ssh_key)
+            self._public_key = _public_key_of(self.ssh_key)
         self.known_hosts: tuple[str, ...] | None = None
         if known_hosts is not None:
             given = [known_hosts] if isinstance(known_hosts, (str, os.PathLike)) else list(known_hosts)
