@@ -219,3 +219,24 @@ def initialized_here() -> bool:
 def test_the_decorator_outside_a_pool_initialises_nothing() -> None:
     assert initialized_here.local() is False
     assert initialized_here.fn.__name__ == "initialized_here"  # functools.wraps kept the name
+
+
+@sky.compute
+def thread_settings() -> tuple[int, str | None]:
+    import os
+
+    import torch
+
+    return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+
+
+def test_ranks_sharing_a_host_share_its_cpus() -> None:
+    expected = max(1, (os.cpu_count() or 1) // 2)
+    with sky.ComputePool(nodes=2, console=False, plugins=[sky.plugins.torch(backend="gloo")]) as pool:
+        assert thread_settings() @ pool == [(expected, str(expected))] * 2
+
+
+def test_an_explicit_omp_num_threads_wins() -> None:
+    image = sky.Image(env={"OMP_NUM_THREADS": "3"})
+    with sky.ComputePool(nodes=2, console=False, image=image, plugins=[sky.plugins.torch(backend="gloo")]) as pool:
+        assert [env for _, env in thread_settings() @ pool] == ["3", "3"]
