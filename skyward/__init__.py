@@ -8,88 +8,86 @@
 ...     hello("you") @ pool
 ['hello you from node 0', 'hello you from node 1']
 
-Importing skyward is light: it loads neither boto3, paramiko nor torch. Those are imported
-where they are needed (the SSH and AWS providers, the torch plugin on the worker).
+Importing skyward is light: every public name is loaded on first use, so a worker (which
+imports skyward too) pays only for what its tasks touch, and boto3, paramiko and torch are
+imported only where they are needed (the SSH and AWS providers, the torch plugin).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from skyward import integrations, plugins
-from skyward.compute import ComputeFunction, PendingCompute, PendingGather, compute, gather
-from skyward.errors import (
-    BootstrapError,
-    CapacityError,
-    ConfigError,
-    ConnectionLost,
-    PluginError,
-    ProvisionError,
-    RemoteError,
-    SerializationError,
-    SkywardError,
-    TaskCancelled,
-    TaskTimeout,
-    WorkerLost,
-)
-from skyward.image import Image
-from skyward.plugin import Cluster, Plugin
-from skyward.pool import ComputePool
-from skyward.providers import Local
-from skyward.runtime import InstanceInfo, Peer, instance_info, shard, silent, stderr, stdout
+if TYPE_CHECKING:
+    from skyward import accelerators, integrations, plugins
+    from skyward.compute import ComputeFunction, PendingCompute, PendingGather, gather
+    from skyward.errors import (
+        BootstrapError,
+        CapacityError,
+        ConfigError,
+        ConnectionLost,
+        PluginError,
+        ProvisionError,
+        RemoteError,
+        SerializationError,
+        SkywardError,
+        TaskCancelled,
+        TaskTimeout,
+        WorkerLost,
+    )
+    from skyward.image import Image
+    from skyward.plugin import Cluster, Plugin
+    from skyward.pool import ComputePool
+    from skyward.providers.aws import AWS
+    from skyward.providers.local import Local
+    from skyward.providers.ssh import SSH
+    from skyward.runtime import InstanceInfo, Peer, instance_info, shard, silent, stderr, stdout
+
+# Bound eagerly: ``skyward.compute`` is also the name of a submodule, and importing that
+# submodule would otherwise leave the module (not the decorator) as ``sky.compute``.
+from skyward.compute import compute
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AWS",
-    "BootstrapError",
-    "CapacityError",
-    "Cluster",
-    "ComputeFunction",
-    "ComputePool",
-    "ConfigError",
-    "ConnectionLost",
-    "Image",
-    "InstanceInfo",
-    "Local",
-    "Peer",
-    "PendingCompute",
-    "PendingGather",
-    "Plugin",
-    "PluginError",
-    "ProvisionError",
-    "RemoteError",
-    "SSH",
-    "SerializationError",
-    "SkywardError",
-    "TaskCancelled",
-    "TaskTimeout",
-    "WorkerLost",
-    "__version__",
-    "compute",
-    "gather",
-    "instance_info",
-    "integrations",
-    "plugins",
-    "shard",
-    "silent",
-    "stderr",
-    "stdout",
-]
+# public name -> the module that defines it (a module itself when the value is None)
+_WHERE: dict[str, str] = {
+    "accelerators": "skyward.accelerators",
+    "integrations": "skyward.integrations",
+    "plugins": "skyward.plugins",
+    **dict.fromkeys(["ComputeFunction", "PendingCompute", "PendingGather", "compute", "gather"], "skyward.compute"),
+    **dict.fromkeys(
+        [
+            "BootstrapError", "CapacityError", "ConfigError", "ConnectionLost", "PluginError",
+            "ProvisionError", "RemoteError", "SerializationError", "SkywardError", "TaskCancelled",
+            "TaskTimeout", "WorkerLost",
+        ],
+        "skyward.errors",
+    ),
+    "Image": "skyward.image",
+    "Cluster": "skyward.plugin",
+    "Plugin": "skyward.plugin",
+    "ComputePool": "skyward.pool",
+    "AWS": "skyward.providers.aws",
+    "Local": "skyward.providers.local",
+    "SSH": "skyward.providers.ssh",
+    **dict.fromkeys(
+        ["InstanceInfo", "Peer", "instance_info", "shard", "silent", "stderr", "stdout"], "skyward.runtime"
+    ),
+}
+_MODULES = {"accelerators", "integrations", "plugins"}
+
+__all__ = sorted([*(n for n in _WHERE if n != "accelerators"), "__version__"])
 
 
 def __getattr__(name: str) -> Any:
-    # Providers and modules with heavy dependencies load on first use.
-    if name == "accelerators":
-        import skyward.accelerators as accelerators
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'skyward' has no attribute {name!r}")
+    loaded = importlib.import_module(module)
+    value = loaded if name in _MODULES else getattr(loaded, name)
+    globals()[name] = value  # later lookups skip this function
+    return value
 
-        return accelerators
-    if name == "AWS":
-        from skyward.providers.aws import AWS
 
-        return AWS
-    if name == "SSH":
-        from skyward.providers.ssh import SSH
-
-        return SSH
-    raise AttributeError(f"module 'skyward' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})

@@ -42,6 +42,8 @@ class NodeConnection:
     host: str
     channel: Channel
     emit: Callable[[ev.Event], None]
+    #: The pool's subscribers: events are only built when someone listens (hot path).
+    listening: list[Any] = field(default_factory=lambda: [True])
     tasks: dict[int, _Task] = field(default_factory=dict)
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_TAIL))
     ready: Future[int] = field(default_factory=Future)
@@ -88,7 +90,8 @@ class NodeConnection:
             task.timer = threading.Timer(timeout, self._expire, args=(task_id, timeout))
             task.timer.daemon = True
             task.timer.start()
-        self.emit(ev.TaskStarted(task_id, self.node, name))
+        if self.listening:
+            self.emit(ev.TaskStarted(task_id, self.node, name))
         try:
             self.send((Kind.TASK, task_id, name), payload)
         except WorkerLost:
@@ -144,6 +147,7 @@ class NodeConnection:
                     break
                 self.last_heard = time.monotonic()
                 self._handle(*frame)
+                frame = None  # don't keep the last payload alive while waiting for the next
         except Exception as exc:  # a corrupt stream is as bad as a dead one
             reason = f"stream broke: {type(exc).__name__}: {exc}"
         if self.said_bye:
@@ -169,7 +173,8 @@ class NodeConnection:
         elif kind == Kind.OUTPUT:
             _, task_id, stream, line = control
             self.tail.append(line)
-            self.emit(ev.TaskOutput(self.node, task_id, stream, line))
+            if self.listening:
+                self.emit(ev.TaskOutput(self.node, task_id, stream, line))
         elif kind == Kind.HEARTBEAT:
             pass
         elif kind == Kind.READY:
@@ -189,7 +194,8 @@ class NodeConnection:
             return None  # timed out or cancelled already
         if task.timer:
             task.timer.cancel()
-        self.emit(ev.TaskFinished(task_id, self.node, task.name, ok, time.monotonic() - task.started))
+        if self.listening:
+            self.emit(ev.TaskFinished(task_id, self.node, task.name, ok, time.monotonic() - task.started))
         return task
 
     def _stderr_loop(self) -> None:

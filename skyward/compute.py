@@ -20,10 +20,8 @@ Mind Python's precedence: ``>>`` binds tighter than ``&``, so write ``(p1 & p2) 
 from __future__ import annotations
 
 import functools
-import inspect
 import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
@@ -33,6 +31,8 @@ from skyward.errors import ConfigError, SerializationError
 from skyward.protocol import Payload, dumps_payload
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from skyward.pool import ComputePool
 
 __all__ = ["ComputeFunction", "PendingCompute", "PendingGather", "compute", "gather"]
@@ -240,6 +240,8 @@ def _describe(value: Any) -> str:
 
 def _explain_unpicklable(p: PendingCompute[Any], exc: Exception) -> SerializationError:
     """Find which part of the call cannot be pickled and say so by name."""
+    import inspect
+
     detail = f"{type(exc).__name__}: {exc}"
     try:
         sig = inspect.signature(p.fn)

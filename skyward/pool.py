@@ -237,7 +237,9 @@ class ComputePool:
         self._connections = connections  # teardown stops whatever started, even on failure
         for inst, (transport, launch) in zip(self._instances, self._launches, strict=True):
             self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
-            connections.append(NodeConnection(inst.node, transport.host, transport.start(launch), self._emit))
+            connections.append(
+                NodeConnection(inst.node, transport.host, transport.start(launch), self._emit, self._subscribers)
+            )
 
         head_port = self.provider.rendezvous_port(self.spec)
         peers = tuple(Peer(i.node, i.private_addr) for i in self._instances)

@@ -41,3 +41,16 @@ def test_import_skyward_loads_nothing_heavy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_compute_stays_the_decorator_after_its_module_is_imported() -> None:
+    code = "import skyward.compute, skyward.pool, skyward as sky; print(callable(sky.compute), type(sky.compute).__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "function"]
+
+
+def test_the_worker_imports_only_what_it_needs() -> None:
+    code = "import sys, skyward.worker.agent; print(sorted(m for m in sys.modules if m.startswith('skyward')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(eval(out.stdout))  # a list literal printed by the child
+    assert {"skyward.pool", "skyward.image", "skyward.integrations", "skyward.console"}.isdisjoint(loaded)

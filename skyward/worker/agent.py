@@ -201,9 +201,11 @@ class Agent:
                 return False
             self.last_heard = time.monotonic()
             control, parts = frame
+            frame = None  # the slot owns the payload now; don't hold it while reading on
             kind = control[0]
             if kind == Kind.TASK:
                 self.slots.submit(control[1], control[2], parts)
+                parts = None
             elif kind == Kind.PING:
                 pass
             elif kind == Kind.CANCEL:

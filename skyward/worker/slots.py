@@ -182,6 +182,7 @@ class ThreadSlots(_QueuedSlots):
             if item is None:
                 return
             task_id, name, parts = item
+            item = None  # so the payload is freed as soon as the task has it
             try:
                 with self._lock:
                     if task_id in self._cancelled:
@@ -190,6 +191,7 @@ class ThreadSlots(_QueuedSlots):
                     self._running[task_id] = me
                 try:
                     run_task(agent.plugins, task_id, name, parts, agent.send, agent.send_output)
+                    parts = None
                 finally:
                     with self._lock:
                         self._running.pop(task_id, None)
