@@ -1,78 +1,45 @@
-"""Round trip of a no-op task on a warm 1-node Local pool: median and p99 over many calls.
+"""Round trip of a no-op task on a warm 1-node Local pool, against the raw pipe floor, quickly.
 
-    python bench/roundtrip_local.py [--calls 2000]
+    python bench/roundtrip_local.py [--calls 300] [--blocks 10]
 
-Also prints the raw pipe floor measured in the same run (two processes ping-ponging a small
-pickled tuple), so the figure can be read as a ratio.
+A shortcut to section 1 of ``python bench/run.py`` (which also measures Ray, Dask and
+ProcessPoolExecutor and writes docs/benchmarks.md): the floor (two processes ping-ponging a
+small pickled tuple over pipes), the floor with Skyward's thread structure, and Skyward,
+alternating block by block in one process. Prints p50/p99 and the ratio to the floor.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
-import pickle
-import statistics
-import time
+import os
+import sys
 
-import skyward as sky
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-@sky.compute
-def noop() -> None:
-    return None
+from _common import percentile  # noqa: E402
+from run import run_case  # noqa: E402
 
 
-def _echo(conn) -> None:  # type: ignore[no-untyped-def]
-    while True:
-        msg = conn.recv_bytes()
-        if msg == b"stop":
-            return
-        conn.send_bytes(msg)
-
-
-def pipe_floor(calls: int) -> list[float]:
-    parent, child = mp.Pipe()
-    proc = mp.get_context("spawn").Process(target=_echo, args=(child,))
-    proc.start()
-    payload = pickle.dumps(("task", 1, None))
-    samples = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        parent.send_bytes(payload)
-        pickle.loads(parent.recv_bytes())
-        samples.append(time.perf_counter() - t)
-    parent.send_bytes(b"stop")
-    proc.join()
-    return samples
-
-
-def skyward_roundtrip(calls: int) -> list[float]:
-    samples = []
-    with sky.ComputePool(nodes=1, console=False) as pool:
-        for _ in range(200):  # warm up
-            noop() >> pool
-        for _ in range(calls):
-            t = time.perf_counter()
-            noop() >> pool
-            samples.append(time.perf_counter() - t)
-    return samples
-
-
-def summary(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return statistics.median(ordered), ordered[int(len(ordered) * 0.99) - 1]
-
-
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--calls", type=int, default=300, help="calls per block")
+    parser.add_argument("--blocks", type=int, default=10)
     args = parser.parse_args()
-    floor = summary(pipe_floor(args.calls))
-    ours = summary(skyward_roundtrip(args.calls))
-    print(f"pipe floor      p50 {floor[0] * 1e6:8.1f} us   p99 {floor[1] * 1e6:8.1f} us")
-    print(f"skyward >> pool p50 {ours[0] * 1e6:8.1f} us   p99 {ours[1] * 1e6:8.1f} us")
-    print(f"ratio (p50)     {ours[0] / floor[0]:.2f}x the pipe floor")
+    systems = ["floor", "floor_both_hops", "skyward"]
+    r = run_case("rt_local", {"systems": systems, "calls": args.calls, "blocks": args.blocks, "warmup": 200})
+    if "error" in r:
+        print(r["error"], r.get("stderr", ""), file=sys.stderr)
+        return 1
+    floor = None
+    for s in systems:
+        samples = [x for block in r["blocks"][s] for x in block]
+        p50, p99 = percentile(samples, 50) * 1e6, percentile(samples, 99) * 1e6
+        floor = floor or p50
+        cost = r["per_call"][s]
+        print(f"{s:16s} p50 {p50:8.1f} µs  p99 {p99:8.1f} µs  {p50 / floor:5.2f}× floor   "
+              f"CPU/call client {cost['client_cpu_us']:5.1f} µs, server {cost['server_cpu_us']:5.1f} µs")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

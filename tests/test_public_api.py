@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -52,5 +53,5 @@ def test_compute_stays_the_decorator_after_its_module_is_imported() -> None:
 def test_the_worker_imports_only_what_it_needs() -> None:
     code = "import sys, skyward.worker.agent; print(sorted(m for m in sys.modules if m.startswith('skyward')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    loaded = set(eval(out.stdout))  # a list literal printed by the child
+    loaded = set(ast.literal_eval(out.stdout))
     assert {"skyward.pool", "skyward.image", "skyward.integrations", "skyward.console"}.isdisjoint(loaded)
