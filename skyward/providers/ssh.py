@@ -70,7 +70,6 @@ def _strings(parameter: str, value: Any, accepted: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-
 def key_file(parameter: str, value: object) -> str:
     """The expanded path of an existing private key file, or ConfigError naming ``parameter``."""
     if not isinstance(value, (str, os.PathLike)):
