@@ -13,6 +13,7 @@ worker process, or cProfile on the client — and leave the profiles in DIR.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import io
 import os
@@ -745,6 +746,11 @@ def pl_floor(mib: int, trips: int) -> dict:
     nbytes = mib << 20
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
+    # The same pipe capacity Skyward's Local transport asks for, so the floor stays a floor.
+    from skyward.transport.local import PIPE_SIZE
+
+    for fd in (w1, w2):
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
     pid = os.fork()
     if pid == 0:
         os.close(w1)
