@@ -208,3 +208,23 @@ def test_timeout_never_interrupts_an_import(tmp_path, monkeypatch) -> None:  # t
             imports_slowly_then_spins() >> pool
         assert slow_import_ready() >> pool is True
     assert not marker.exists(), marker.read_text()
+
+
+@sky.compute
+def spin_then_mark(path: str, seconds: float) -> None:
+    for _ in range(int(seconds / 0.05)):
+        time.sleep(0.05)
+    with open(path, "a") as f:
+        f.write("ran\n")
+
+
+def test_a_queued_task_that_times_out_never_starts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    first, second = tmp_path / "first", tmp_path / "second"
+    with sky.ComputePool(nodes=1, console=False) as pool:
+        running = spin_then_mark(str(first), 1.0) > pool
+        late = sky.compute(timeout=0.3)(spin_then_mark.fn)
+        with pytest.raises(sky.TaskTimeout):
+            late(str(second), 0.0) >> pool  # waits in the queue behind the first task
+        running.result(timeout=10)
+        assert node_of() >> pool == 0  # the slot is free again and the queue is empty
+    assert first.exists() and not second.exists()

@@ -30,7 +30,7 @@ from skyward._procs import group_members
 from skyward._wire_errors import encode_exception
 from skyward.plugin import Plugin
 from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload
-from skyward.worker.slots import Slots, make_slots
+from skyward.worker.slots import Slots, Task, make_slots
 
 SETUP_TIMEOUT = 60.0
 
@@ -189,31 +189,65 @@ class Agent:
         return 0
 
     def serve(self) -> bool:
-        """Read frames until SHUTDOWN (returns True) or end of input (returns False)."""
+        """Read and run frames until SHUTDOWN (returns True) or end of input (returns False).
+
+        ``slots.readers`` threads take turns reading (see :class:`ThreadSlots`); this thread
+        waits for one of them to see the end.
+        """
         assert self.slots is not None
-        while True:
+        self._done = threading.Event()
+        self._clean = False
+        self._read_lock = threading.Lock()
+        for i in range(self.slots.readers):
+            threading.Thread(target=self._read_loop, name=f"skyward-reader-{i}", daemon=True).start()
+        self._done.wait()
+        return self._clean
+
+    def _finish(self, clean: bool) -> None:
+        self._clean = clean
+        self._done.set()
+
+    def _read_loop(self) -> None:
+        assert self.slots is not None
+        while not self._done.is_set():
+            with self._read_lock:
+                task = self._read_until_task()
+            if task is None:
+                return
+            self.slots.run(task)
+
+    def _read_until_task(self) -> Task | None:
+        """Handle frames until one brings a task this thread should run (None: stop reading)."""
+        assert self.slots is not None
+        while not self._done.is_set():
             try:
                 frame = self.reader.recv()
             except (EOFError, OSError) as exc:
                 _log(f"client stream broke: {exc}")
-                return False
+                self._finish(False)
+                return None
             if frame is None:
-                return False
+                self._finish(False)
+                return None
             self.last_heard = time.monotonic()
             control, parts = frame
-            frame = None  # the slot owns the payload now; don't hold it while reading on
+            frame = None
             kind = control[0]
             if kind == Kind.TASK:
-                self.slots.submit(control[1], control[2], parts)
+                task = self.slots.accept((control[1], control[2], parts))
                 parts = None
+                if task is not None:
+                    return task
             elif kind == Kind.PING:
                 pass
             elif kind == Kind.CANCEL:
                 self.slots.cancel(control[1])
             elif kind == Kind.SHUTDOWN:
-                return True
+                self._finish(True)
+                return None
             else:
                 _log(f"unknown message {kind!r}")
+        return None
 
 
 def main() -> int:

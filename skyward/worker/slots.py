@@ -14,12 +14,14 @@ running side by side keep their lines (and their silencing) apart.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import multiprocessing
 import os
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -42,8 +44,17 @@ class TaskCancelled(BaseException):
     receives it as :class:`skyward.errors.TaskCancelled`."""
 
 
+Task = tuple[int, str, list[Any]]  # (task id, name, payload parts)
+
+
 class Slots(Protocol):
-    def submit(self, task_id: int, name: str, parts: list[Any]) -> None: ...
+    #: How many threads take turns reading the stream.
+    readers: int
+
+    def accept(self, task: Task) -> Task | None:
+        """Take a task just read; return one for the reader to :meth:`run` now, or None."""
+
+    def run(self, task: Task) -> None: ...
     def cancel(self, task_id: int) -> None: ...
     def shutdown(self, grace: float) -> None: ...
 
@@ -133,8 +144,11 @@ class _QueuedSlots:
     def _loop(self, index: int) -> None:
         raise NotImplementedError
 
-    def submit(self, task_id: int, name: str, parts: list[Any]) -> None:
-        self._queue.put((task_id, name, parts))
+    def accept(self, task: Task) -> None:
+        self._queue.put(task)
+
+    def run(self, task: Task) -> None:
+        raise AssertionError("queued slots never hand a task back to the reader")
 
     def _stop_threads(self) -> None:
         """Drop queued tasks (they never start once stopping) and tell each thread to end."""
@@ -147,16 +161,86 @@ class _QueuedSlots:
             self._queue.put(None)
 
 
-class ThreadSlots(_QueuedSlots):
+class ThreadSlots:
+    """Tasks run on the thread that read them from the stream (leader/followers).
+
+    ``concurrency + 1`` threads take turns reading frames; at most ``concurrency`` of them run
+    a task at a time, so one is always free to read CANCEL, PING and SHUTDOWN. The thread that
+    reads a TASK runs it itself after passing the reading on, so no thread hand-off lies
+    between a task arriving and it starting (the hand-off happens alongside the task). Tasks
+    that arrive while every slot is busy wait in a queue for the next slot to free up.
+    """
+
     def __init__(self, concurrency: int, agent: Agent):
-        super().__init__(concurrency, agent)
+        self._agent = agent
+        self.readers = concurrency + 1
+        self._free = threading.Semaphore(concurrency)
+        self._queue: collections.deque[Task] = collections.deque()
+        self._lock = threading.Lock()
         self._running: dict[int, int] = {}  # task id -> thread ident
-        self._start_threads()
+        self._cancelled: set[int] = set()  # cancelled while still queued
+        self._stopping = False
+
+    def _claim(self) -> bool:
+        return not self._stopping and self._free.acquire(blocking=False)
+
+    def _pop(self) -> Task | None:
+        while True:
+            try:
+                task = self._queue.popleft()
+            except IndexError:
+                return None
+            with self._lock:
+                if task[0] not in self._cancelled:
+                    return task
+                self._cancelled.discard(task[0])
+
+    def accept(self, task: Task) -> Task | None:
+        """Take a task just read. Returns the task the reader should run now (a slot is claimed
+        for it), or None when every slot is busy and it was queued."""
+        if self._claim():
+            return task
+        self._queue.append(task)
+        if self._claim():  # a slot freed up between the two looks
+            queued = self._pop()
+            if queued is not None:
+                return queued
+            self._free.release()
+        return None
+
+    def run(self, task: Task) -> None:
+        """Run ``task`` (its slot claimed by :meth:`accept`), then queued tasks; free the slot."""
+        item: Task | None = task
+        while item is not None:
+            self._run_one(*item)
+            item = self._pop()
+            if item is None:
+                self._free.release()
+                if not self._queue or not self._claim():
+                    return
+                item = self._pop()
+                if item is None:
+                    self._free.release()
+                    return
+
+    def _run_one(self, task_id: int, name: str, parts: list[Any]) -> None:
+        agent = self._agent
+        try:
+            with self._lock:
+                self._running[task_id] = threading.get_ident()
+            try:
+                run_task(agent.plugins, task_id, name, parts, agent.send, agent.send_output)
+            finally:
+                with self._lock:
+                    self._running.pop(task_id, None)
+        except TaskCancelled:
+            pass  # arrived just after the task ended; nothing to report
 
     def cancel(self, task_id: int) -> None:
         with self._lock:
             if task_id not in self._running:
-                self._cancelled.add(task_id)  # still queued: skip it when its turn comes
+                if any(t[0] == task_id for t in list(self._queue)):
+                    self._cancelled.add(task_id)  # still queued: skip it when its turn comes
                 return
         self._interrupt(task_id)
 
@@ -174,38 +258,16 @@ class ThreadSlots(_QueuedSlots):
         retry.daemon = True
         retry.start()
 
-    def _loop(self, index: int) -> None:
-        agent = self._agent
-        me = threading.get_ident()
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            task_id, name, parts = item
-            item = None  # so the payload is freed as soon as the task has it
-            try:
-                with self._lock:
-                    if task_id in self._cancelled:
-                        self._cancelled.discard(task_id)
-                        continue
-                    self._running[task_id] = me
-                try:
-                    run_task(agent.plugins, task_id, name, parts, agent.send, agent.send_output)
-                    parts = None
-                finally:
-                    with self._lock:
-                        self._running.pop(task_id, None)
-            except TaskCancelled:
-                pass  # arrived just after the task ended; nothing to report
-
     def shutdown(self, grace: float) -> None:
-        self._stop_threads()
+        self._stopping = True
+        self._queue.clear()  # queued tasks never start once the worker is stopping
         with self._lock:
             running = list(self._running)
         for task_id in running:
             self.cancel(task_id)
-        for t in self._threads:
-            t.join(timeout=grace / max(1, len(self._threads)))
+        deadline = time.monotonic() + grace
+        while self._running and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 # -- process slots -------------------------------------------------------------------------
@@ -252,6 +314,10 @@ class _Child:
 
 
 class ProcessSlots(_QueuedSlots):
+    """Each slot is a child process; one reader thread queues tasks for the slots' threads."""
+
+    readers = 1
+
     def __init__(self, concurrency: int, agent: Agent):
         super().__init__(concurrency, agent)
         self._ctx = multiprocessing.get_context("spawn")
