@@ -118,14 +118,15 @@ class BootstrapError(SkywardError):
 
 
 class PluginError(SkywardError):
-    """A plugin hook raised on a node while the worker was starting or stopping."""
+    """A plugin hook raised: on a node while its worker was starting, or on the client."""
 
-    def __init__(self, plugin: str, node: int, hook: str, message: str, traceback: str = ""):
+    def __init__(self, plugin: str, node: int | None, hook: str, message: str, traceback: str = ""):
         self.plugin = plugin
-        self.node = node
+        self.node = node  # None for the client-side hooks (transform, around_client)
         self.hook = hook
         self.traceback = traceback
-        text = f"plugin {plugin!r} failed in {hook} on node {node}: {message}"
+        where = f"on node {node}" if node is not None else "on the client"
+        text = f"plugin {plugin!r} failed in {hook} {where}: {message}"
         if traceback:
             text += "\n  remote traceback:\n" + _tail(traceback.rstrip().splitlines(), 40)
         super().__init__(text)

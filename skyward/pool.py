@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar, overload
 from skyward import events as ev
 from skyward._node import NodeConnection
 from skyward.compute import ComputeFunction, PendingCompute, TaskOptions, _iter_results
-from skyward.errors import BootstrapError, ConfigError, ConnectionLost, SkywardError, WorkerLost
+from skyward.errors import BootstrapError, ConfigError, ConnectionLost, PluginError, SkywardError, WorkerLost
 from skyward.plugin import Cluster, Plugin
 from skyward.protocol import Kind, dumps_payload
 from skyward.providers.base import Instance, PoolSpec, Provider
@@ -188,7 +188,8 @@ class ComputePool:
         image = self.image
         for plugin in self.plugins:
             if plugin.transform is not None:
-                image = plugin.transform(image, cluster)
+                with _plugin_hook(plugin, "transform"):
+                    image = plugin.transform(image, cluster)
         self.image = image
 
         for node in range(self.nodes):
@@ -200,7 +201,8 @@ class ComputePool:
         threading.Thread(target=self._heartbeat_loop, name="skyward-heartbeat", daemon=True).start()
         for plugin in self.plugins:
             if plugin.around_client is not None:
-                self._client_stack.enter_context(plugin.around_client(self))
+                with _plugin_hook(plugin, "around_client"):
+                    self._client_stack.enter_context(plugin.around_client(self))
         self._state = "open"
         self._emit(ev.PoolReady(self.id, self.nodes, time.monotonic() - started))
 
@@ -532,6 +534,19 @@ class ComputePool:
 
     def __repr__(self) -> str:
         return f"ComputePool(provider={self.provider!r}, nodes={self.nodes}, state={self._state})"
+
+
+@contextlib.contextmanager
+def _plugin_hook(plugin: Plugin, hook: str) -> Iterator[None]:
+    """Name the plugin when one of its client-side hooks fails (bad input stays a ConfigError)."""
+    try:
+        yield
+    except SkywardError:
+        raise
+    except Exception as exc:
+        import traceback
+
+        raise PluginError(plugin.name, None, hook, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
 
 
 def _check_pending(value: Any, where: str) -> None:
