@@ -11,7 +11,6 @@ when their input ends or the client has been silent for ``idle_timeout`` seconds
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import threading

@@ -27,7 +27,6 @@ from typing import Any
 
 from skyward import runtime
 from skyward._procs import group_members
-from skyward._wire_errors import encode_exception
 from skyward.plugin import Plugin
 from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload
 from skyward.worker.slots import Slots, Task, make_slots

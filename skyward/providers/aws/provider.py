@@ -38,13 +38,15 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from skyward.errors import BootstrapError, CapacityError, ConfigError, ProvisionError
 from skyward.providers.aws import catalog, ec2 as api
 from skyward.providers.aws import watchdog
+from skyward.providers.aws.keys import new_key_pair, public_key_of, write_private
+from skyward.providers.aws.plan import LaunchPlan, MachineImage, Placement
 from skyward.providers.base import Instance, PoolSpec, Provider
 from skyward.transport.base import Transport, WorkerLaunch
 
@@ -85,77 +87,6 @@ _TYPES: dict[tuple[str, str, str | None], tuple[tuple[catalog.InstanceType, ...]
 _TYPES_LOCK = threading.Lock()
 
 
-# -- the plan ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """A subnet a pool may launch into, and the AZ and VPC it belongs to."""
-
-    subnet_id: str
-    zone: str
-    vpc_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class MachineImage:
-    """A resolved AMI: its id, where it came from, its root device and minimal size."""
-
-    image_id: str
-    source: str
-    root_device: str | None = None
-    min_disk_gb: int = 0
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """Everything a launch needs, resolved without creating anything (see :meth:`AWS.plan`).
-
-    ``candidates`` are the instance types to try, best first; ``zones`` says, per type, the
-    AZs that offer it (a type missing from it: every placement); ``images`` maps
-    ``(arch, cuda)`` to an AMI; ``types_source`` says whether the types came from the EC2 API
-    or the bundled catalog.
-    """
-
-    pool_id: str
-    nodes: int
-    region: str
-    candidates: tuple[catalog.InstanceType, ...]
-    placements: tuple[Placement, ...]
-    markets: tuple[api.Market, ...]
-    images: Mapping[tuple[str, bool], MachineImage]
-    zones: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    types_source: str = "ec2-api"
-
-    @property
-    def vpc_id(self) -> str:
-        return self.placements[0].vpc_id
-
-    def image_for(self, itype: catalog.InstanceType) -> MachineImage:
-        return self.images[(itype.arch, itype.cuda)]
-
-    def attempts(self) -> Iterator[tuple[catalog.InstanceType, Placement, api.Market]]:
-        """Launch attempts in order: per type, each market across the AZs that offer the type."""
-        for itype in self.candidates:
-            offered = self.zones.get(itype.name)
-            places = [p for p in self.placements if offered is None or p.zone in offered]
-            for market in self.markets:
-                for place in places:
-                    yield itype, place, market
-
-    def describe(self) -> str:
-        """A few human lines: what would be launched where."""
-        first = self.candidates[0]
-        lines = [f"{self.nodes} x {first.describe()} in {self.region} "
-                 f"({' then '.join(self.markets)}; types from {self.types_source})"]
-        if len(self.candidates) > 1:
-            lines.append("  fallback types: " + ", ".join(t.name for t in self.candidates[1:]))
-        lines.append("  zones: " + ", ".join(f"{p.zone} ({p.subnet_id})" for p in self.placements))
-        for (arch, cuda), image in sorted(self.images.items()):
-            lines.append(f"  image for {arch}{' + CUDA' if cuda else ''}: {image.image_id} ({image.source})")
-        return "\n".join(lines)
-
-
 # -- one pool's state -----------------------------------------------------------------------------
 
 
@@ -182,48 +113,6 @@ def _number(name: str, value: Any, *, minimum: float, integer: bool = False, all
         what = "an integer" if integer else "a number"
         raise ConfigError(name, f"{what} >= {minimum:g}" + (" or None" if allow_none else ""), value)
     return value
-
-
-def _new_key_pair() -> tuple[str, str]:
-    """A fresh ed25519 key pair: (private key in OpenSSH PEM, public key line)."""
-    from cryptography.hazmat.primitives import serialization as s
-    from cryptography.hazmat.primitives.asymmetric import ed25519
-
-    key = ed25519.Ed25519PrivateKey.generate()
-    private = key.private_bytes(s.Encoding.PEM, s.PrivateFormat.OpenSSH, s.NoEncryption()).decode()
-    public = key.public_key().public_bytes(s.Encoding.OpenSSH, s.PublicFormat.OpenSSH).decode()
-    return private, public
-
-
-def _public_key_of(path: str) -> str:
-    """The public key line for the private key at ``path`` (its ``.pub`` file, else derived)."""
-    pub = path + ".pub"
-    if os.path.isfile(pub):
-        fields = open(pub, encoding="utf-8").read().split()
-        if len(fields) >= 2 and fields[0].startswith(("ssh-", "ecdsa-")):
-            return f"{fields[0]} {fields[1]}"
-    from cryptography.hazmat.primitives import serialization as s
-
-    data = open(path, "rb").read()
-    key: Any
-    try:
-        try:
-            key = s.load_ssh_private_key(data, password=None)
-        except ValueError:
-            key = s.load_pem_private_key(data, password=None)
-        return str(key.public_key().public_bytes(s.Encoding.OpenSSH, s.PublicFormat.OpenSSH).decode())
-    except (ValueError, TypeError) as exc:
-        raise ConfigError("ssh_key", "an unencrypted private key file (or one with a .pub file beside it)",
-                          path, detail=str(exc)) from None
-
-
-def _write_private(directory: str, name: str, text: str) -> str:
-    """Write ``text`` to ``directory/name`` with mode 0600 from the first byte."""
-    path = os.path.join(directory, name)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    return path
 
 
 def _lookup_public_ip(url: str, timeout: float = 5.0) -> str:
@@ -360,7 +249,7 @@ class AWS(Provider):
             from skyward.providers.ssh import key_file
 
             self.ssh_key = key_file("ssh_key", ssh_key)
-            self._public_key = _public_key_of(self.ssh_key)
+            self._public_key = public_key_of(self.ssh_key)
         self.known_hosts: tuple[str, ...] | None = None
         if known_hosts is not None:
             given = [known_hosts] if isinstance(known_hosts, (str, os.PathLike)) else list(known_hosts)
@@ -570,11 +459,11 @@ class AWS(Provider):
         if self.ssh_key is not None:
             pool.key_path, public = self.ssh_key, self._public_key or ""
         else:
-            private, public = _new_key_pair()
-            pool.key_path = _write_private(pool.directory, "id_ed25519", private)
+            private, public = new_key_pair()
+            pool.key_path = write_private(pool.directory, "id_ed25519", private)
         host_key = None
         if self.known_hosts is None:
-            host_private, host_public = _new_key_pair()
+            host_private, host_public = new_key_pair()
             host_key = watchdog.HostKey("ed25519", host_public, host_private)
 
         key_name = api.resource_name(pool.pool_id)
@@ -600,7 +489,7 @@ class AWS(Provider):
         known: tuple[str, ...]
         if host_key is not None:
             lines = "".join(f"{addr} {host_key.public}\n" for addr in dict.fromkeys(connect))
-            known = (_write_private(pool.directory, "known_hosts", lines),)
+            known = (write_private(pool.directory, "known_hosts", lines),)
         else:
             known = self.known_hosts or ()
         from skyward.providers.ssh import SSH
