@@ -29,6 +29,7 @@ from skyward import runtime
 from skyward._procs import group_members
 from skyward.plugin import Plugin
 from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload
+from skyward.worker.output import route_output
 from skyward.worker.slots import Slots, Task, make_slots
 
 SETUP_TIMEOUT = 60.0
@@ -47,49 +48,6 @@ def _kill_group_and_exit(code: int) -> None:
         os.killpg(os.getpgrp(), signal.SIGKILL)  # includes this process
     finally:
         os._exit(code)
-
-
-class _LineSink:
-    """Collects a task's (or the worker's) writes and sends them as whole lines."""
-
-    def __init__(self, send: Any, task_id: int | None):
-        self._send = send
-        self._task_id = task_id
-        self._buffers = {"stdout": "", "stderr": ""}
-        self._lock = threading.Lock()
-
-    def __call__(self, stream: str, text: str) -> None:
-        with self._lock:
-            if text == "":  # flush(): send a partial line too
-                pending, self._buffers[stream] = self._buffers[stream], ""
-                lines = [pending] if pending else []
-            else:
-                data = self._buffers[stream] + text
-                *lines, self._buffers[stream] = data.split("\n")
-        for line in lines:
-            self._send(self._task_id, stream, line)
-
-    def close(self) -> None:
-        self("stdout", "")
-        self("stderr", "")
-
-
-class _WorkerStream:
-    """The fallthrough target of the routers: output not attributed to a task."""
-
-    def __init__(self, name: str, sink: _LineSink):
-        self._name = name
-        self._sink = sink
-
-    def write(self, text: str) -> int:
-        self._sink(self._name, text)
-        return len(text)
-
-    def flush(self) -> None:
-        self._sink(self._name, "")
-
-    def fileno(self) -> int:
-        return 2
 
 
 class Agent:
@@ -264,8 +222,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client decides when we stop
 
     agent = Agent(FrameReader(proto_in), FrameWriter(proto_out))
-    sys.stdout = runtime._Router("stdout", _WorkerStream("stdout", _LineSink(agent.send_output, None)))
-    sys.stderr = runtime._Router("stderr", _WorkerStream("stderr", _LineSink(agent.send_output, None)))
+    route_output(agent.send_output)
     try:
         code = agent.run()
     except BaseException:

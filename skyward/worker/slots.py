@@ -31,6 +31,7 @@ from skyward import errors, runtime
 from skyward._wire_errors import encode_exception
 from skyward.errors import SerializationError
 from skyward.plugin import Plugin, wrap_task
+from skyward.worker.output import LineSink, route_output
 from skyward.protocol import Kind, Payload, dumps_payload, loads_payload
 
 if TYPE_CHECKING:
@@ -82,9 +83,7 @@ def run_task(
     send: Callable[[tuple, Payload | None], None],
     send_output: Callable[[int | None, str, str], None],
 ) -> None:
-    from skyward.worker.agent import _LineSink
-
-    sink = _LineSink(send_output, task_id)
+    sink = LineSink(send_output, task_id)
     token = runtime._sink.set(sink)
     try:
         try:
@@ -122,43 +121,6 @@ def _importing(ident: int) -> bool:
             return True
         frame = frame.f_back
     return False
-
-
-class _QueuedSlots:
-    """A queue of tasks and ``concurrency`` threads taking from it (``_loop(index)``)."""
-
-    def __init__(self, concurrency: int, agent: Agent):
-        self._agent = agent
-        self._queue: queue.SimpleQueue[tuple[int, str, list[Any]] | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._cancelled: set[int] = set()  # cancelled while still queued
-        self._threads = [
-            threading.Thread(target=self._loop, args=(i,), name=f"skyward-slot-{i}", daemon=True)
-            for i in range(concurrency)
-        ]
-
-    def _start_threads(self) -> None:
-        for t in self._threads:
-            t.start()
-
-    def _loop(self, index: int) -> None:
-        raise NotImplementedError
-
-    def accept(self, task: Task) -> None:
-        self._queue.put(task)
-
-    def run(self, task: Task) -> None:
-        raise AssertionError("queued slots never hand a task back to the reader")
-
-    def _stop_threads(self) -> None:
-        """Drop queued tasks (they never start once stopping) and tell each thread to end."""
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        for _ in self._threads:
-            self._queue.put(None)
 
 
 class ThreadSlots:
@@ -284,10 +246,7 @@ def _child_main(conn: Any, plugins_blob: bytes, env: dict[str, str]) -> None:
     def send_output(task_id: int | None, stream: str, line: str) -> None:
         conn.send(((Kind.OUTPUT, task_id, stream, line), []))
 
-    from skyward.worker.agent import _LineSink, _WorkerStream
-
-    sys.stdout = runtime._Router("stdout", _WorkerStream("stdout", _LineSink(send_output, None)))
-    sys.stderr = runtime._Router("stderr", _WorkerStream("stderr", _LineSink(send_output, None)))
+    route_output(send_output)
     while True:
         try:
             item = conn.recv()
@@ -313,17 +272,41 @@ class _Child:
         self.process.join(5)
 
 
-class ProcessSlots(_QueuedSlots):
+class ProcessSlots:
     """Each slot is a child process; one reader thread queues tasks for the slots' threads."""
 
     readers = 1
 
     def __init__(self, concurrency: int, agent: Agent):
-        super().__init__(concurrency, agent)
+        self._agent = agent
         self._ctx = multiprocessing.get_context("spawn")
         self._blob = cloudpickle.dumps(agent.plugins)
         self._children = [_Child(self._ctx, self._blob) for _ in range(concurrency)]
-        self._start_threads()
+        self._queue: queue.SimpleQueue[tuple[int, str, list[Any]] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._cancelled: set[int] = set()  # cancelled while still queued
+        self._threads = [
+            threading.Thread(target=self._loop, args=(i,), name=f"skyward-slot-{i}", daemon=True)
+            for i in range(concurrency)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def accept(self, task: Task) -> None:
+        self._queue.put(task)
+
+    def run(self, task: Task) -> None:
+        raise AssertionError("queued slots never hand a task back to the reader")
+
+    def _stop_threads(self) -> None:
+        """Drop queued tasks (they never start once stopping) and tell each thread to end."""
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self._threads:
+            self._queue.put(None)
 
     def cancel(self, task_id: int) -> None:
         with self._lock:
