@@ -43,7 +43,7 @@ class NodeConnection:
     channel: Channel
     emit: Callable[[ev.Event], None]
     #: The pool's subscribers: events are only built when someone listens (hot path).
-    listening: list[Any] = field(default_factory=lambda: [True])
+    listening: list[Any]
     tasks: dict[int, _Task] = field(default_factory=dict)
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_TAIL))
     ready: Future[int] = field(default_factory=Future)
