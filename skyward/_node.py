@@ -1,9 +1,22 @@
-"""The client's end of one worker: its channel, its in-flight tasks, and the reader thread.
+"""The client's end of one worker: its channel, its in-flight tasks, and who reads its stream.
 
-The reader thread is the only reader of the worker's stdout. It resolves each task's
-:class:`~concurrent.futures.Future` as RESULT/ERROR frames arrive (no polling), turns OUTPUT
-frames into events, and, when the stream ends unexpectedly, fails every in-flight task with
-:class:`~skyward.errors.WorkerLost` carrying the exit code and the last lines of output.
+Frames from the worker are handled in one place (:meth:`NodeConnection._handle`): RESULT/ERROR
+resolve the task's :class:`~concurrent.futures.Future`, OUTPUT becomes events, and when the
+stream ends unexpectedly every in-flight task fails with :class:`~skyward.errors.WorkerLost`
+carrying the exit code and the last lines of output.
+
+Two kinds of thread take turns reading the stream, one at a time:
+
+* the connection's reader thread, which serves futures (``>``, ``@``, ``&``, ``gather``) and
+  keeps listening (heartbeats, output, the end of the stream) whenever nobody else does;
+* a caller blocked in ``>>`` (:meth:`NodeConnection.call`), which, when the channel can be
+  polled and nothing else is in flight, reads its own reply. Handing a reply from the reader
+  thread to a blocked caller costs a thread wake-up, which on a small VM is several times the
+  whole pipe round trip (bench/analysis.md); the caller reading itself makes the trip the
+  floor's shape: one write and one read on each side.
+
+The reader thread stands down when a caller asks and nothing is in flight, and takes the stream
+back after ``LINGER`` seconds without a caller, or at once when a future needs serving.
 """
 
 from __future__ import annotations
@@ -11,6 +24,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import os
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +33,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyward import _signals
 from skyward import events as ev
 from skyward._wire_errors import decode_exception
 from skyward.errors import PluginError, WorkerLost
@@ -26,6 +42,11 @@ from skyward.transport.base import Channel
 
 _task_ids = itertools.count(1)
 LOG_TAIL = 30
+#: The reader thread takes the stream back after this long without a caller reading it.
+LINGER = 0.05
+#: A caller reading its own reply re-checks its future this often (timers, loss, cancel).
+_RECHECK_MS = 250
+_THREAD = "reader-thread"
 
 
 @dataclass(eq=False)
@@ -57,6 +78,15 @@ class NodeConnection:
         self.lock = threading.Lock()
         self.writer = FrameWriter(self.channel.stdin)
         self.reader = FrameReader(self.channel.stdout)
+        # Who reads the stream now (guarded by ``lock``): _THREAD, a caller's thread id, or None
+        # (nobody: the reader thread is parked and no task is in flight).
+        self._reading: object = _THREAD
+        self._stand_down = False  # a caller asked the reader thread to hand over the stream
+        self._resume = threading.Event()  # the parked reader thread must read again
+        self._last_caller = 0.0
+        self._fd = self.channel.poll_fd()
+        self._wake_r, self._wake_w = os.pipe() if self._fd is not None else (-1, -1)
+        self._caller_poll: Any = None  # a caller's poll object for the stream, made once
         self._threads = [
             threading.Thread(target=self._read_loop, name=f"skyward-node{self.node}-reader", daemon=True),
             threading.Thread(target=self._stderr_loop, name=f"skyward-node{self.node}-stderr", daemon=True),
@@ -86,6 +116,9 @@ class NodeConnection:
         task = _Task(future, name, time.monotonic())
         with self.lock:
             self.tasks[task_id] = task
+            if self._reading is None:  # nobody reads: this future needs the reader thread
+                self._reading = _THREAD
+                self._resume.set()
         if timeout is not None:
             task.timer = threading.Timer(timeout, self._expire, args=(task_id, timeout))
             task.timer.daemon = True
@@ -97,6 +130,72 @@ class NodeConnection:
         except WorkerLost:
             pass  # _lose() already failed the future
         return future
+
+    def call(self, payload: Payload, name: str, timeout: float | None) -> Any:
+        """Run a task and return its result, reading the reply on this thread when possible."""
+        me = threading.get_ident()
+        mine = False
+        try:
+            with self.lock:
+                fd = self._fd
+                if self._reading is None and fd is not None and self._may_read_here():
+                    mine = True  # (set first: an exception between the two still releases)
+                    self._reading = me
+                elif self._reading is _THREAD and fd is not None and not self._stand_down:
+                    self._stand_down = True  # so that the next call finds the stream free
+                    os.write(self._wake_w, b"!")
+            future = self.submit(payload, name, timeout)
+            if mine:
+                self._read_until(future, fd)  # type: ignore[arg-type]
+        finally:
+            if mine:
+                self._release()
+        return future.result()
+
+    @staticmethod
+    def _may_read_here() -> bool:
+        """On the main thread, only while no signal handler could tear a frame (_signals)."""
+        return threading.current_thread() is not threading.main_thread() or _signals.safe_to_hold()
+
+    def _read_until(self, future: Future[Any], fd: int) -> None:
+        """Read and handle frames until ``future`` is resolved (by its reply or otherwise)."""
+        main = threading.current_thread() is threading.main_thread()
+        poller = self._caller_poll
+        if poller is None:
+            poller = self._caller_poll = select.poll()
+            poller.register(fd, select.POLLIN)
+        while not future.done():
+            if not self.reader.buffered() and not poller.poll(_RECHECK_MS):
+                continue
+            try:
+                if main:
+                    _signals.hold()  # a Ctrl-C now is raised once this frame is handled
+                frame = self.reader.recv()
+                if frame is None:
+                    return  # the end of the stream: the reader thread takes it from here
+                self.last_heard = time.monotonic()
+                self._handle(*frame)
+                frame = None
+            finally:
+                if main:
+                    _signals.release()
+
+    def listen(self) -> None:
+        """Have the reader thread read now if nobody does (the pool is closing: BYE is coming)."""
+        with self.lock:
+            if self._reading is None:
+                self._reading = _THREAD
+                self._resume.set()
+
+    def _release(self) -> None:
+        """A caller is done reading: park the stream, or give it back if anything is in flight."""
+        with self.lock:
+            self._last_caller = time.monotonic()
+            if self.tasks or not self.alive:
+                self._reading = _THREAD
+                self._resume.set()
+            else:
+                self._reading = None
 
     def interrupt(self, future: Future[Any]) -> None:
         """Ask the worker to stop the task behind ``future``; its future resolves when it does."""
@@ -141,19 +240,63 @@ class NodeConnection:
     def _read_loop(self) -> None:
         reason = "worker exited"
         try:
-            while True:
-                frame = self.reader.recv()
-                if frame is None:
-                    break
-                self.last_heard = time.monotonic()
-                self._handle(*frame)
-                frame = None  # don't keep the last payload alive while waiting for the next
+            while self._read_as_thread():
+                self._park()
         except Exception as exc:  # a corrupt stream is as bad as a dead one
             reason = f"stream broke: {type(exc).__name__}: {exc}"
+        with self.lock:  # no caller reads the stream from here on
+            if self._fd is not None:
+                self._fd = None
+                os.close(self._wake_r)
+                os.close(self._wake_w)
         if self.said_bye:
             self.alive = False
             return
         self._lose(reason)
+
+    def _read_as_thread(self) -> bool:
+        """Read as the reader thread until the stream ends (False) or a caller takes it (True)."""
+        poller = None
+        if self._fd is not None:
+            poller = select.poll()
+            poller.register(self._fd, select.POLLIN)
+            poller.register(self._wake_r, select.POLLIN)
+        while True:
+            if self._stand_down and self._hand_over():
+                return True
+            if poller is not None and not self.reader.buffered():
+                ready = poller.poll()
+                if any(fd == self._wake_r for fd, _ in ready):
+                    os.read(self._wake_r, 64)
+                    continue
+            frame = self.reader.recv()
+            if frame is None:
+                return False
+            self.last_heard = time.monotonic()
+            self._handle(*frame)
+            frame = None  # don't keep the last payload alive while waiting for the next
+
+    def _hand_over(self) -> bool:
+        """Stand down if nothing is in flight (a caller asked); True if the stream is free now."""
+        with self.lock:
+            if self.tasks or self.reader.buffered():
+                return False
+            self._stand_down = False
+            self._reading = None
+            self._last_caller = time.monotonic()
+            return True
+
+    def _park(self) -> None:
+        """Wait, without reading, until the stream needs the reader thread again."""
+        while True:
+            self._resume.wait(LINGER)
+            with self.lock:
+                if self._reading is None and time.monotonic() - self._last_caller >= LINGER:
+                    self._reading = _THREAD
+                if self._reading is _THREAD:
+                    self._resume.clear()
+                    return
+                self._resume.clear()  # a caller holds the stream; it will set us when done
 
     def _handle(self, control: tuple, parts: list[Any]) -> None:
         kind = control[0]

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, Literal, TypeVar, overload
 
+from skyward import _signals
 from skyward import events as ev
 from skyward._node import NodeConnection
 from skyward.compute import ComputeFunction, PendingCompute, TaskOptions, _iter_results
@@ -149,7 +150,7 @@ class ComputePool:
         self._stop_heartbeat = threading.Event()
         self._rr = 0
         self._pick_lock = threading.Lock()
-        self._old_sigterm: Any = None
+        self._restore_signals: list[Callable[[], None]] = []
 
     # -- events ----------------------------------------------------------------------------------
     def subscribe(self, callback: Callable[[ev.Event], None]) -> Callable[[], None]:
@@ -277,6 +278,7 @@ class ComputePool:
         for conn in connections:
             self._emit(ev.NodeStage(conn.node, "stopping"))
             conn.closing = True
+            conn.listen()
             if conn.alive and graceful:
                 with contextlib.suppress(OSError, ValueError):
                     conn.writer.send((Kind.SHUTDOWN,))
@@ -349,22 +351,23 @@ class ComputePool:
 
     def _install_sigterm(self) -> None:
         # SIGTERM would end the process without running finally blocks; turn it into an
-        # exception so the with-block's teardown runs. Only from the main thread, and only if
-        # nobody else installed a handler.
+        # exception so the with-block's teardown runs (only if nobody else installed a
+        # handler). Both it and Ctrl-C's handler are guarded so that they never interrupt the
+        # main thread in the middle of a frame (skyward._signals). Main thread only.
         if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
             return
 
         def on_sigterm(signum: int, frame: Any) -> None:
             raise SystemExit(128 + signum)
 
-        self._old_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
+        term = on_sigterm if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL else None
+        self._restore_signals = [_signals.install(signal.SIGTERM, term), _signals.install(signal.SIGINT)]
 
     def _restore_sigterm(self) -> None:
-        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
+        if threading.current_thread() is threading.main_thread():
+            for restore in reversed(self._restore_signals):
+                restore()
+            self._restore_signals = []
 
     # -- dispatch --------------------------------------------------------------------------------
     def _require_open(self) -> list[NodeConnection]:
@@ -399,7 +402,9 @@ class ComputePool:
 
     def run(self, pending: PendingCompute[T]) -> T:
         """Run ``pending`` on the least busy node and return its result (``pending >> pool``)."""
-        return self.submit(pending).result()
+        _check_pending(pending, "run")
+        conn = self._least_busy()
+        return conn.call(pending.payload(), pending.options.name, pending.options.timeout)
 
     def broadcast(self, pending: PendingCompute[T]) -> list[T]:
         """Run ``pending`` on every node; results ordered by node (``pending @ pool``).

@@ -46,3 +46,95 @@ def test_truncated_frame_is_an_error_not_a_clean_end() -> None:
     os.close(w)
     with pytest.raises(EOFError):
         FrameReader(os.fdopen(r, "rb")).recv()
+
+
+class _Trickle:
+    """A stream that hands out at most ``step`` bytes per read, like a slow SSH channel."""
+
+    def __init__(self, data: bytes, step: int):
+        self._data = memoryview(data)
+        self._step = step
+
+    def readinto(self, b: memoryview) -> int:
+        n = min(len(b), self._step, len(self._data))
+        b[:n] = self._data[:n]
+        self._data = self._data[n:]
+        return n
+
+
+def _frames_bytes(*frames: tuple[tuple, object]) -> bytes:
+    import io
+
+    out = io.BytesIO()
+    writer = FrameWriter(out)
+    for control, value in frames:
+        writer.send(control, None if value is None else dumps_payload(value))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("step", [1, 3, 7, 4096, 1 << 20])
+def test_frames_split_at_any_byte_boundary_are_read_whole(step: int) -> None:
+    big = bytes(range(256)) * 1024  # 256 KiB: larger than the reader's own buffer
+    data = _frames_bytes(((Kind.PING,), None), ((Kind.RESULT, 1), {"a": big}), ((Kind.RESULT, 2), "small"))
+    reader = FrameReader(_Trickle(data, step))
+    assert reader.recv() == ((Kind.PING,), [])
+    control, parts = reader.recv()  # type: ignore[misc]
+    assert control == (Kind.RESULT, 1) and loads_payload(parts) == {"a": big}
+    control, parts = reader.recv()  # type: ignore[misc]
+    assert control == (Kind.RESULT, 2) and loads_payload(parts) == "small"
+    assert reader.recv() is None and reader.buffered() == 0
+
+
+def test_reader_reports_what_it_holds_so_a_poller_never_sleeps_on_a_buffered_frame() -> None:
+    second = _frames_bytes(((Kind.HEARTBEAT,), None))
+    data = _frames_bytes(((Kind.PING,), None)) + second
+    reader = FrameReader(_Trickle(data, len(data)))  # both frames arrive in one read
+    assert reader.recv() == ((Kind.PING,), [])
+    assert reader.buffered() == len(second)  # the second frame is here already
+    assert reader.recv() == ((Kind.HEARTBEAT,), [])
+    assert reader.buffered() == 0
+
+
+def test_a_frame_with_more_buffers_than_the_reader_buffer_holds_headers_for() -> None:
+    np = pytest.importorskip("numpy")
+    arrays = [np.full(64 * 1024 // 8, i, dtype=np.float64) for i in range(9000)]  # 9000 parts
+    payload = dumps_payload(arrays)
+    assert len(payload.buffers) == 9000
+    import io
+
+    out = io.BytesIO()
+    FrameWriter(out).send((Kind.RESULT, 5), payload)
+    control, parts = FrameReader(_Trickle(out.getvalue(), 1 << 16)).recv()  # type: ignore[misc]
+    back = loads_payload(parts)
+    assert control == (Kind.RESULT, 5) and len(back) == 9000
+    assert all(a[0] == i for i, a in enumerate(back))
+
+
+class _Local:
+    """A class defined in a test module: the C pickler would store it by reference."""
+
+    def __init__(self, v: int):
+        self.v = v
+
+
+def test_plain_data_takes_the_c_pickler_and_everything_else_cloudpickle() -> None:
+    import pickle
+
+    import cloudpickle
+
+    from skyward.protocol import _plain
+
+    np = pytest.importorskip("numpy")
+    plain = [None, 1, 2.5, "s", b"b", (1, "x"), [1, [2, [3]]], {"k": (1, 2)}, np.arange(4), range(3)]
+    for value in plain:
+        assert _plain(value), value
+        back = pickle.loads(dumps_payload(value).data)
+        assert repr(back) == repr(value)
+    not_plain = [_Local(1), [_Local(2)], {"f": len}, (lambda: 1), np.array([object()]), [[[[1]]]],
+                 list(range(100))]
+    for value in not_plain:
+        assert not _plain(value), value
+    # What the fast path must never do: a class from a test/main module pickled by reference.
+    assert b"_Local" in dumps_payload(_Local(3)).data  # by value through cloudpickle...
+    loaded = cloudpickle.loads(dumps_payload([_Local(3)]).data)
+    assert loaded[0].v == 3

@@ -47,6 +47,12 @@ class Channel(ABC):
     stdout: IO[bytes]
     stderr: IO[bytes]
 
+    def poll_fd(self) -> int | None:
+        """A file descriptor that polls readable exactly when ``stdout`` has bytes to read, or
+        None. Only a channel whose ``stdout`` does no buffering of its own may give one: a
+        caller blocked in ``>>`` then reads its own reply instead of waiting for a thread."""
+        return None
+
     @abstractmethod
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit code, or None if the process is still running after ``timeout``."""

@@ -29,9 +29,12 @@ class LocalChannel(Channel):
         self.process = process
         assert process.stdin and process.stdout and process.stderr
         self.stdin = process.stdin
-        self.stdout = process.stdout
+        self.stdout = process.stdout.raw  # unbuffered: the frame reader buffers on its own
         self.stderr = process.stderr
         self.pgid = process.pid  # start_new_session: the worker leads its own group
+
+    def poll_fd(self) -> int | None:
+        return self.stdout.fileno()
 
     def wait(self, timeout: float | None = None) -> int | None:
         try:

@@ -158,7 +158,7 @@ class SSHChannel(Channel):
         self._chan = chan
         self.pgid = pgid
         self.stdin = io.BufferedWriter(_ChannelWriter(chan), _BUFFER)  # type: ignore[assignment]
-        self.stdout = io.BufferedReader(_ChannelReader(chan.recv, stdout_prefix), _BUFFER)  # type: ignore[assignment]
+        self.stdout = _ChannelReader(chan.recv, stdout_prefix)  # type: ignore[assignment]  # the frame reader buffers
         self.stderr = io.BufferedReader(_ChannelReader(chan.recv_stderr, stderr_prefix), _BUFFER)  # type: ignore[assignment]
 
     def wait(self, timeout: float | None = None) -> int | None:

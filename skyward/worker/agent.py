@@ -148,13 +148,13 @@ class Agent:
     def serve(self) -> bool:
         """Read and run frames until SHUTDOWN (returns True) or end of input (returns False).
 
-        ``slots.readers`` threads take turns reading (see :class:`ThreadSlots`); this thread
+        ``slots.readers`` threads take turns reading (see :class:`_ReadRole`); this thread
         waits for one of them to see the end.
         """
         assert self.slots is not None
         self._done = threading.Event()
         self._clean = False
-        self._read_lock = threading.Lock()
+        self._role = _ReadRole(self.slots.handoff_after, self._done)
         for i in range(self.slots.readers):
             threading.Thread(target=self._read_loop, name=f"skyward-reader-{i}", daemon=True).start()
         self._done.wait()
@@ -163,15 +163,19 @@ class Agent:
     def _finish(self, clean: bool) -> None:
         self._clean = clean
         self._done.set()
+        self._role.wake_all()
 
     def _read_loop(self) -> None:
         assert self.slots is not None
-        while not self._done.is_set():
-            with self._read_lock:
-                task = self._read_until_task()
+        role = self._role
+        while role.take():
+            task = self._read_until_task()
             if task is None:
+                role.leave()
                 return
+            role.running()
             self.slots.run(task)
+            role.finished()
 
     def _read_until_task(self) -> Task | None:
         """Handle frames until one brings a task this thread should run (None: stop reading)."""
@@ -207,9 +211,68 @@ class Agent:
         return None
 
 
+class _ReadRole:
+    """Which of the reader threads reads the stream now (the others wait their turn).
+
+    The thread that reads a TASK runs it. Someone must go on reading behind it (CANCEL, PING,
+    SHUTDOWN, more tasks), but waking another thread for that costs more than a short task
+    (a wake-up across CPUs, and the GIL between them). So the hand-off waits: a waiting thread
+    takes the reading over only once the task has run for ``handoff_after`` seconds (it looks
+    that often); a short task is over before anyone wakes. With ``handoff_after=0`` the role
+    is handed on the moment a task starts (more than one slot: other tasks must start at once).
+    """
+
+    def __init__(self, handoff_after: float, done: threading.Event):
+        self._cv = threading.Condition(threading.Lock())
+        self._holder: int | None = None
+        self._busy_since: float | None = None  # the holder is running a task since then
+        self._after = handoff_after
+        self._done = done
+
+    def take(self) -> bool:
+        """Become the reader (at once if this thread still is); False once serving is over."""
+        me = threading.get_ident()
+        with self._cv:
+            while not self._done.is_set():
+                if self._holder is None or self._holder == me:
+                    self._holder, self._busy_since = me, None
+                    return True
+                since = self._busy_since
+                if since is not None and self._after and time.monotonic() - since >= self._after:
+                    self._holder, self._busy_since = me, None  # take over from a long task
+                    return True
+                self._cv.wait(self._after or None)
+            return False
+
+    def running(self) -> None:
+        """The reader starts running the task it read."""
+        with self._cv:
+            if self._after:
+                self._busy_since = time.monotonic()
+            else:
+                self._holder = None
+                self._cv.notify()
+
+    def finished(self) -> None:
+        """The task is over; the thread keeps reading unless someone took over meanwhile."""
+        with self._cv:
+            if self._holder == threading.get_ident():
+                self._busy_since = None
+
+    def leave(self) -> None:
+        with self._cv:
+            if self._holder == threading.get_ident():
+                self._holder = None
+            self._cv.notify_all()
+
+    def wake_all(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
+
+
 def main() -> int:
     # 1. Protocol streams on private fds; fd 0 <- /dev/null, fd 1 -> stderr.
-    proto_in = os.fdopen(os.dup(0), "rb", buffering=1 << 16)
+    proto_in = os.fdopen(os.dup(0), "rb", buffering=0)  # FrameReader buffers
     proto_out = os.fdopen(os.dup(1), "wb", buffering=1 << 16)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

@@ -20,8 +20,10 @@ class LineSink:
         self._task_id = task_id
         self._buffers = {"stdout": "", "stderr": ""}
         self._lock = threading.Lock()
+        self._used = False  # nothing written yet: close() has nothing to flush
 
     def __call__(self, stream: str, text: str) -> None:
+        self._used = True
         with self._lock:
             if text == "":  # flush(): send a partial line too
                 pending, self._buffers[stream] = self._buffers[stream], ""
@@ -33,6 +35,8 @@ class LineSink:
             self._send(self._task_id, stream, line)
 
     def close(self) -> None:
+        if not self._used:
+            return
         self("stdout", "")
         self("stderr", "")
 

@@ -47,10 +47,16 @@ class TaskCancelled(BaseException):
 
 Task = tuple[int, str, list[Any]]  # (task id, name, payload parts)
 
+#: With one slot, a task shorter than this runs without another thread waking to read behind
+#: it; a longer one has CANCEL/PING read within about twice this.
+HANDOFF_AFTER = 0.02
+
 
 class Slots(Protocol):
     #: How many threads take turns reading the stream.
     readers: int
+    #: Seconds a task may run before another thread takes over reading behind it.
+    handoff_after: float
 
     def accept(self, task: Task) -> Task | None:
         """Take a task just read; return one for the reader to :meth:`run` now, or None."""
@@ -136,6 +142,9 @@ class ThreadSlots:
     def __init__(self, concurrency: int, agent: Agent):
         self._agent = agent
         self.readers = concurrency + 1
+        # One slot: nothing else can start while the task runs, so the thread behind it can
+        # wait a little before reading (see skyward.worker.agent._ReadRole); several: at once.
+        self.handoff_after = HANDOFF_AFTER if concurrency == 1 else 0.0
         self._free = threading.Semaphore(concurrency)
         self._queue: collections.deque[Task] = collections.deque()
         self._lock = threading.Lock()
@@ -276,6 +285,7 @@ class ProcessSlots:
     """Each slot is a child process; one reader thread queues tasks for the slots' threads."""
 
     readers = 1
+    handoff_after = 0.0  # the one reader never runs a task
 
     def __init__(self, concurrency: int, agent: Agent):
         self._agent = agent
