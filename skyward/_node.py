@@ -135,13 +135,16 @@ class NodeConnection:
         """Run a task and return its result, reading the reply on this thread when possible."""
         me = threading.get_ident()
         mine = False
+        may = self._fd is not None and self._may_read_here()
         try:
             with self.lock:
                 fd = self._fd
-                if self._reading is None and fd is not None and self._may_read_here():
+                if not may or fd is None:
+                    pass  # the reader thread serves this call
+                elif self._reading is None:
                     mine = True  # (set first: an exception between the two still releases)
                     self._reading = me
-                elif self._reading is _THREAD and fd is not None and not self._stand_down:
+                elif self._reading is _THREAD and not self._stand_down:
                     self._stand_down = True  # so that the next call finds the stream free
                     os.write(self._wake_w, b"!")
             future = self.submit(payload, name, timeout)

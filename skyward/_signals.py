@@ -14,7 +14,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-import _signal
+import _signal  # type: ignore[import-not-found]  # signal.getsignal is slow for a callable handler
 
 #: The main thread is inside a frame (set and read only on the main thread).
 held = False

@@ -177,3 +177,27 @@ def test_a_long_task_still_has_its_cancel_read_promptly(pool1) -> None:
         future.result(5)
     assert time.monotonic() - start < 1.0
     assert echo(1) >> pool1 == 1
+
+
+def test_an_unguarded_handler_installed_later_makes_calls_wait_for_the_reader_thread(pool1, monkeypatch) -> None:
+    """A SIGINT handler someone installs over the pool's could interrupt a frame: then the
+    caller must not read the stream itself (and everything still works)."""
+    calls = []
+    monkeypatch.setattr(_node.NodeConnection, "_read_until", lambda *a: calls.append(a))
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        assert [echo(i) >> pool1 for i in range(30)] == list(range(30))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert calls == []
+
+
+def test_the_pool_puts_the_signal_handlers_back_when_it_closes() -> None:
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with sky.ComputePool(nodes=1, console=False) as pool:
+        from skyward import _signals
+
+        assert isinstance(signal.getsignal(signal.SIGINT), _signals.Guard)
+        assert isinstance(signal.getsignal(signal.SIGTERM), _signals.Guard)
+        assert echo(1) >> pool == 1
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

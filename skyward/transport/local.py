@@ -29,7 +29,7 @@ class LocalChannel(Channel):
         self.process = process
         assert process.stdin and process.stdout and process.stderr
         self.stdin = process.stdin
-        self.stdout = process.stdout.raw  # unbuffered: the frame reader buffers on its own
+        self.stdout = process.stdout.raw  # type: ignore[attr-defined]  # unbuffered: the frame reader buffers
         self.stderr = process.stderr
         self.pgid = process.pid  # start_new_session: the worker leads its own group
 
