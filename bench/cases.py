@@ -220,12 +220,27 @@ def _profiled(pool: Any) -> Iterator[None]:
 # -- 1. round trip ---------------------------------------------------------------------------------
 
 
+def _spin_until_readable(fd: int, seconds: float) -> None:
+    """Poll ``fd`` without sleeping for up to ``seconds`` (what Skyward's readers do first)."""
+    if seconds <= 0:
+        return
+    import select
+
+    end = time.perf_counter() + seconds
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    while not p.poll(0) and time.perf_counter() < end:
+        pass
+
+
 @contextlib.contextmanager
-def _rt_floor() -> Iterator[Callable[[], None]]:
+def _rt_floor(spin: float = 0.0) -> Iterator[Callable[[], None]]:
     """Two processes ping-ponging a small pickled tuple over a pair of os.pipe()s.
 
     Each direction is one framed write and a read of its header and body; both ends pickle and
-    unpickle, as any RPC has to. This is the floor a task round trip cannot go below.
+    unpickle, as any RPC has to. This is the floor a task round trip cannot go below (with
+    blocking reads). With ``spin``, both ends first poll for up to that many seconds before
+    they block, as Skyward's readers do: the floor of a reader that spins.
     """
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
@@ -235,6 +250,7 @@ def _rt_floor() -> Iterator[Callable[[], None]]:
         os.close(r2)
         try:
             while True:
+                _spin_until_readable(r1, spin)
                 (n,) = struct.unpack("!I", _read_exact(r1, 4))
                 msg = pickle.loads(_read_exact(r1, n))
                 reply = pickle.dumps(("result", msg[1], None), protocol=5)
@@ -248,6 +264,7 @@ def _rt_floor() -> Iterator[Callable[[], None]]:
     def call() -> None:
         msg = pickle.dumps(("task", next(counter), None), protocol=5)
         os.write(w1, struct.pack("!I", len(msg)) + msg)
+        _spin_until_readable(r2, spin)
         (n,) = struct.unpack("!I", _read_exact(r2, 4))
         pickle.loads(_read_exact(r2, n))
 
@@ -340,11 +357,22 @@ def _rt_floor_threads(server_hop: bool = True, client_hop: bool = True) -> Itera
 
 
 @contextlib.contextmanager
-def _rt_skyward() -> Iterator[Callable[[], None]]:
+def _rt_skyward(spin_us: int | None = None) -> Iterator[Callable[[], None]]:
+    """``spin_us``: SKYWARD_SPIN_US for this pool (None: Skyward's default)."""
     import skyward as sky
 
     task = _sky(noop)
-    with sky.ComputePool(nodes=1, console=False) as pool:
+    saved = os.environ.get("SKYWARD_SPIN_US")
+    if spin_us is not None:
+        os.environ["SKYWARD_SPIN_US"] = str(spin_us)
+    try:
+        pool = sky.ComputePool(nodes=1, console=False)
+    finally:
+        if saved is None:
+            os.environ.pop("SKYWARD_SPIN_US", None)
+        else:
+            os.environ["SKYWARD_SPIN_US"] = saved
+    with pool:
         yield (lambda: task() >> pool), pool.worker_pids()[0]
 
 
@@ -360,11 +388,13 @@ def _rt_ppe() -> Iterator[Callable[[], None]]:
 #: Entered in this order: the forking ones before Skyward's threads exist.
 _RT_LOCAL: dict[str, Callable[[], Any]] = {
     "floor": _rt_floor,
+    "floor_spin": lambda: _rt_floor(spin=50e-6),
     "floor_server_hop": lambda: _rt_floor_threads(server_hop=True, client_hop=False),
     "floor_client_hop": lambda: _rt_floor_threads(server_hop=False, client_hop=True),
     "floor_both_hops": lambda: _rt_floor_threads(server_hop=True, client_hop=True),
     "ppe": _rt_ppe,
     "skyward": _rt_skyward,
+    "skyward_nospin": lambda: _rt_skyward(spin_us=0),
 }
 
 

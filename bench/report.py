@@ -115,14 +115,15 @@ def plot_all(img_dir: str, data: dict[str, Any], figs: dict[str, Any]) -> dict[s
         return [sky_color if f.label == "Skyward" else "#2ca02c" if "floor" in f.label else other for f in fs]
 
     if "roundtrip" in data:
-        order = ["floor", "floor_server_hop", "floor_client_hop", "floor_both_hops", "skyward", "ppe", "ray", "dask"]
+        order = ["floor", "floor_spin", "floor_server_hop", "floor_client_hop", "floor_both_hops", "skyward",
+                 "skyward_nospin", "ppe", "ray", "dask"]
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
         fig.suptitle("No-op round trip, warm 1-worker pool")
         fs = [figs[f"rt50.{s}"] for s in order if f"rt50.{s}" in figs]
         _bars(axes[0], fs, colors(fs), log=True)
         axes[0].set_title("p50 (µs, log); bars: p10–p90 of repetitions")
         raw = data["roundtrip"]["raw"]
-        for s in ["floor", "floor_both_hops", "skyward", "ppe", "ray", "dask"]:
+        for s in ["floor", "floor_spin", "floor_both_hops", "skyward", "skyward_nospin", "ppe", "ray", "dask"]:
             if raw.get(s):
                 xs = sorted(x * 1e6 for run in raw[s] for x in run)
                 ys = [(i + 1) / len(xs) for i in range(len(xs))]
@@ -333,13 +334,17 @@ def write_report(path: str, meta: dict[str, Any], data: dict[str, Any], figs: di
             "`LocalCluster(n_workers=1, threads_per_worker=1, processes=True)`) and `ex.submit(f).result()` "
             "(`ProcessPoolExecutor(1)`). The **floor** is two processes ping-ponging a small pickled tuple over "
             "a pair of `os.pipe()`s (a framed write, a read of header and body, pickle and unpickle on both "
-            "sides). The three **floor + ...** rows are the same floor with Skyward's thread structure added "
-            "piece by piece (see *What bounds it*). "
+            "sides), with blocking reads. The **floor, both ends polling** row is the same floor whose two "
+            "ends first poll for up to 50 µs before they block, as Skyward's readers do by default "
+            "(`SKYWARD_SPIN_US`); **Skyward, SKYWARD_SPIN_US=0** is Skyward with that turned off. The three "
+            "**floor + ...** rows are the floor with the thread hand-offs Skyward's round trip used to have, "
+            "added piece by piece (see *What bounds it*). Every ratio is to the raw (blocking) floor. "
             f"Floor, its variants, ProcessPoolExecutor and Skyward run in one process, warm at once, in "
             f"{p['blocks']} alternating blocks of {p['calls_per_block']} calls per repetition; Ray and Dask run in "
             f"their own processes ({p['peer_calls']} calls each) between them. {p['reps']} repetitions. "
             + load_note(d))
-        order = ["floor", "floor_server_hop", "floor_client_hop", "floor_both_hops", "skyward", "ppe", "ray", "dask"]
+        order = ["floor", "floor_spin", "floor_server_hop", "floor_client_hop", "floor_both_hops", "skyward",
+                 "skyward_nospin", "ppe", "ray", "dask"]
         for q, title in (("rt50", "p50"), ("rt99", "p99")):
             rows = fig_rows(figs, [f"{q}.{s}" for s in order], "raw pipe floor")
             add(f"**{title}** (µs):\n\n" + table(["system", f"{title} µs", "p10–p90", "× floor (p10–p90)", "reps"],
@@ -348,6 +353,16 @@ def write_report(path: str, meta: dict[str, Any], data: dict[str, Any], figs: di
         if sr is not None:
             add(f"Skyward ÷ Ray (p50): **{ratio_text(sr)}**; p99: **{ratio_text(figs['rt99.skyward/ray'])}**"
                 if "rt99.skyward/ray" in figs else f"Skyward ÷ Ray (p50): **{ratio_text(sr)}**")
+        bp = d.get("block_p50", {})
+        if bp.get("floor") and bp.get("skyward"):
+            fast = min(bp["floor"])
+            sky_med = percentile(bp["skyward"], 50)
+            add("The floor is bimodal on this machine: a block runs at ~9 µs when the scheduler keeps both of "
+                "its processes on one CPU and at ~40–60 µs when it puts them on two (each message then wakes "
+                f"the other, idle vCPU); its block p50s in this run ranged from {min(bp['floor']) * 1e6:.1f} to "
+                f"{max(bp['floor']) * 1e6:.1f} µs. Against its fastest block ({fast * 1e6:.1f} µs), the "
+                f"conservative reading, Skyward's median block ({sky_med * 1e6:.1f} µs) is "
+                f"**{sky_med / fast:.2f}×** the floor.")
         pc = d.get("per_call", {})
         if pc:
             rows = []
@@ -366,7 +381,7 @@ def write_report(path: str, meta: dict[str, Any], data: dict[str, Any], figs: di
         if pinned:
             free = d.get("block_p50", {})
             rows = []
-            for s in ("floor", "floor_both_hops", "skyward"):
+            for s in ("floor", "floor_both_hops", "skyward", "skyward_nospin"):
                 if s in pinned and free.get(s):
                     rows.append([LABELS_RT.get(s, s), f"{percentile(free[s], 50) * 1e6:.1f}",
                                  f"{percentile(pinned[s], 50) * 1e6:.1f}"])
@@ -538,8 +553,8 @@ def write_report(path: str, meta: dict[str, Any], data: dict[str, Any], figs: di
         f.write(text)
 
 
-LABELS_RT = {"floor": "raw pipe floor", "floor_both_hops": "floor + both (Skyward's thread structure)",
-             "skyward": "Skyward"}
+LABELS_RT = {"floor": "raw pipe floor", "floor_both_hops": "floor + both (Skyward's old thread structure)",
+             "skyward": "Skyward", "skyward_nospin": "Skyward, SKYWARD_SPIN_US=0"}
 LAUNCHER_LABEL = {"torchrun": "torchrun", "skyward": "Skyward + sky.plugins.torch()"}
 
 

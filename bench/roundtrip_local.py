@@ -4,7 +4,7 @@
 
 A shortcut to section 1 of ``python bench/run.py`` (which also measures Ray, Dask and
 ProcessPoolExecutor and writes docs/benchmarks.md): the floor (two processes ping-ponging a
-small pickled tuple over pipes), the floor with Skyward's thread structure, and Skyward,
+small pickled tuple over pipes), the floor with the thread hand-offs Skyward used to have, Skyward and Skyward without spinning,
 alternating block by block in one process. Prints p50/p99 and the ratio to the floor.
 """
 
@@ -25,7 +25,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=300, help="calls per block")
     parser.add_argument("--blocks", type=int, default=10)
     args = parser.parse_args()
-    systems = ["floor", "floor_both_hops", "skyward"]
+    systems = ["floor", "floor_spin", "floor_both_hops", "skyward", "skyward_nospin"]
     r = run_case("rt_local", {"systems": systems, "calls": args.calls, "blocks": args.blocks, "warmup": 200})
     if "error" in r:
         print(r["error"], r.get("stderr", ""), file=sys.stderr)

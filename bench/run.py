@@ -167,7 +167,8 @@ def section_roundtrip(plan: Plan, notes: list[str]) -> dict[str, Any]:
     reps = plan.pick(5, 2)
     calls, blocks = plan.pick(300, 250), plan.pick(10, 6)
     peer_calls = plan.pick(800, 400)
-    local = ["floor", "floor_server_hop", "floor_client_hop", "floor_both_hops", "ppe", "skyward"]
+    local = ["floor", "floor_spin", "floor_server_hop", "floor_client_hop", "floor_both_hops", "ppe", "skyward",
+             "skyward_nospin"]
     peers = [p for p, mod in (("ray", "ray"), ("dask", "distributed")) if have(mod)]
     for p, mod in (("ray", "ray"), ("dask", "distributed")):
         if not have(mod):
@@ -199,7 +200,7 @@ def section_roundtrip(plan: Plan, notes: list[str]) -> dict[str, Any]:
 
     if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
         log("round trip: once more, pinned to CPU 0 (diagnostic)")
-        r = run_case("rt_local", {"systems": ["floor", "floor_both_hops", "skyward"], "calls": calls,
+        r = run_case("rt_local", {"systems": ["floor", "floor_both_hops", "skyward", "skyward_nospin"], "calls": calls,
                                   "blocks": blocks, "warmup": 200}, prefix=("taskset", "-c", "0"))
         if ok(r):
             pinned = {s: [percentile(b, 50) for b in blocks_] for s, blocks_ in r["blocks"].items()}
@@ -392,8 +393,10 @@ LABELS = {
     "floor": "raw pipe floor",
     "floor_server_hop": "floor + serving-side thread hand-off",
     "floor_client_hop": "floor + caller-side reader thread and Future",
-    "floor_both_hops": "floor + both (Skyward's thread structure)",
+    "floor_both_hops": "floor + both (Skyward's old thread structure)",
+    "floor_spin": "floor, both ends polling 50 µs before blocking",
     "skyward": "Skyward",
+    "skyward_nospin": "Skyward, SKYWARD_SPIN_US=0",
     "ray": "Ray",
     "dask": "Dask distributed",
     "ppe": "ProcessPoolExecutor",
@@ -480,7 +483,7 @@ def figures(data: dict[str, Any]) -> dict[str, Figure]:
     return figs
 
 
-def targets(figs: dict[str, Figure]) -> list[Target]:
+def targets(figs: dict[str, Figure], data: dict[str, Any] | None = None) -> list[Target]:
     nan = math.nan
     out = []
 
@@ -493,7 +496,16 @@ def targets(figs: dict[str, Figure]) -> list[Target]:
         return f.median if f is not None else nan
 
     r = fig_ratio("rt50.skyward")
-    out.append(Target("rt.floor", "no-op round trip (p50) ≤ 3× the raw pipe floor", r, f"{r:.2f}×", 3.0, True,
+    text = f"{r:.2f}×"
+    bp = ((data or {}).get("roundtrip") or {}).get("block_p50") or {}
+    if bp.get("floor") and bp.get("skyward"):
+        # The floor is bimodal (one CPU or two, see the page): judge against its fastest block
+        # whenever that is the stricter reading.
+        strict = percentile(bp["skyward"], 50) / min(bp["floor"])
+        if math.isnan(r) or strict > r:
+            text = f"{strict:.2f}× against the floor's fastest block ({r:.2f}× against its median)"
+            r = strict
+    out.append(Target("rt.floor", "no-op round trip (p50) ≤ 3× the raw pipe floor", r, text, 3.0, True,
                       "roundtrip"))
     r = fig_ratio("rt50.skyward/ray")
     out.append(Target("rt.ray", "no-op round trip (p50) ≤ 0.25× Ray's", r, f"{r:.3f}×", 0.25, True, "roundtrip"))
@@ -643,7 +655,7 @@ def main() -> int:
             log(f"{name} done in {section_seconds[name]:.0f}s")
 
     figs = figures(data)
-    tgts = [t for t in targets(figs) if t.section in data]
+    tgts = [t for t in targets(figs, data) if t.section in data]
     profiles: list[tuple[Target, dict[str, Any]]] = []
     if not args.no_profile:
         ranked = sorted((t for t in tgts if not math.isnan(t.value)), key=lambda t: t.distance, reverse=True)
@@ -680,7 +692,7 @@ def report_only(out: str) -> int:
         saved = json.load(f)
     data = saved["data"]
     figs = figures(data)
-    tgts = [t for t in targets(figs) if t.section in data]
+    tgts = [t for t in targets(figs, data) if t.section in data]
     by_key = {t.key: t for t in tgts}
     profiles = [(by_key[k], p) for k, p in saved["profiles"] if k in by_key]
     write_report(out, saved["meta"], data, figs, tgts, profiles)

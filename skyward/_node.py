@@ -37,7 +37,7 @@ from skyward import _signals
 from skyward import events as ev
 from skyward._wire_errors import decode_exception
 from skyward.errors import PluginError, WorkerLost
-from skyward.protocol import FrameReader, FrameWriter, Kind, Payload, loads_payload
+from skyward.protocol import FrameReader, FrameWriter, Kind, Payload, loads_payload, spinner
 from skyward.transport.base import Channel
 
 _task_ids = itertools.count(1)
@@ -65,6 +65,8 @@ class NodeConnection:
     emit: Callable[[ev.Event], None]
     #: The pool's subscribers: events are only built when someone listens (hot path).
     listening: list[Any]
+    #: Seconds a caller reading its own reply polls before it blocks (protocol.spinner).
+    spin: float = 0.0
     tasks: dict[int, _Task] = field(default_factory=dict)
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_TAIL))
     ready: Future[int] = field(default_factory=Future)
@@ -87,6 +89,7 @@ class NodeConnection:
         self._fd = self.channel.poll_fd()
         self._wake_r, self._wake_w = os.pipe() if self._fd is not None else (-1, -1)
         self._caller_poll: Any = None  # a caller's poll object for the stream, made once
+        self._spin = spinner(self._fd, self.spin) if self._fd is not None else None
         self._threads = [
             threading.Thread(target=self._read_loop, name=f"skyward-node{self.node}-reader", daemon=True),
             threading.Thread(target=self._stderr_loop, name=f"skyward-node{self.node}-stderr", daemon=True),
@@ -168,7 +171,7 @@ class NodeConnection:
             poller = self._caller_poll = select.poll()
             poller.register(fd, select.POLLIN)
         while not future.done():
-            if not self.reader.buffered() and not poller.poll(_RECHECK_MS):
+            if not self.reader.buffered() and not (self._spin and self._spin()) and not poller.poll(_RECHECK_MS):
                 continue
             try:
                 if main:

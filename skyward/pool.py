@@ -26,7 +26,7 @@ from skyward._node import NodeConnection
 from skyward.compute import ComputeFunction, PendingCompute, TaskOptions, _iter_results
 from skyward.errors import BootstrapError, ConfigError, ConnectionLost, PluginError, SkywardError, WorkerLost
 from skyward.plugin import Cluster, Plugin
-from skyward.protocol import Kind, dumps_payload
+from skyward.protocol import Kind, dumps_payload, spin_from_env
 from skyward.providers.base import Instance, PoolSpec, Provider
 from skyward.runtime import InstanceInfo, Peer
 from skyward.transport.base import WorkerLaunch
@@ -114,6 +114,7 @@ class ComputePool:
         self.idle_timeout = float(_positive("idle_timeout", idle_timeout, integer=False))
         self.heartbeat_interval = float(_positive("heartbeat_interval", heartbeat_interval, integer=False))
         self.start_timeout = float(_positive("start_timeout", start_timeout, integer=False))
+        self._spin = spin_from_env()
         if image is None:
             image = Image()
         elif not isinstance(image, Image):
@@ -240,7 +241,8 @@ class ComputePool:
         for inst, (transport, launch) in zip(self._instances, self._launches, strict=True):
             self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
             connections.append(
-                NodeConnection(inst.node, transport.host, transport.start(launch), self._emit, self._subscribers)
+                NodeConnection(inst.node, transport.host, transport.start(launch), self._emit, self._subscribers,
+                               spin=self._spin)
             )
 
         head_port = self.provider.rendezvous_port(self.spec)
@@ -258,6 +260,7 @@ class ComputePool:
                 "executor": self.executor,
                 "idle_timeout": self.idle_timeout,
                 "heartbeat_interval": self.heartbeat_interval,
+                "spin": self._spin,
             }
             conn.send((Kind.SETUP, settings), plugins_payload)
 

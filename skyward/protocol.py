@@ -22,6 +22,7 @@ import mmap
 import pickle
 import struct
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any, BinaryIO, Protocol
 
@@ -256,6 +257,56 @@ def _buffer(n: int) -> Any:
         except OSError:
             pass
     return bytearray(n)
+
+
+#: How long a reader that is about to block keeps polling for the next frame first, unless the
+#: environment says otherwise (``SKYWARD_SPIN_US``, microseconds; 0 turns it off).
+SPIN_ENV = "SKYWARD_SPIN_US"
+DEFAULT_SPIN_US = 50
+
+
+def spin_from_env() -> float:
+    """The spin window in seconds from ``SKYWARD_SPIN_US`` (ConfigError if it is not a count)."""
+    import os
+
+    raw = os.environ.get(SPIN_ENV, "").strip()
+    if not raw:
+        return DEFAULT_SPIN_US / 1e6
+    try:
+        us = int(raw)
+    except ValueError:
+        us = -1
+    if us < 0:
+        from skyward.errors import ConfigError
+
+        raise ConfigError(SPIN_ENV, "a whole number of microseconds, 0 or more", raw)
+    return us / 1e6
+
+
+def spinner(fd: int, seconds: float) -> Any:
+    """A function that polls ``fd`` without sleeping for up to ``seconds``; None if 0.
+
+    Falling asleep in a blocking read and being woken costs, on a small VM, more than a whole
+    round trip (the idle CPU must be woken, then the caches are cold): a reader that expects an
+    answer soon is better off polling for it for a few tens of microseconds first. A poll with
+    timeout 0 releases the GIL, so other threads still run.
+    """
+    if seconds <= 0:
+        return None
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    clock = time.perf_counter
+
+    def spin() -> bool:
+        end = clock() + seconds
+        while not poller.poll(0):
+            if clock() >= end:
+                return False
+        return True
+
+    return spin
 
 
 def _LEN_ARRAY(count: int) -> struct.Struct:

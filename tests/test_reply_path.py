@@ -201,3 +201,19 @@ def test_the_pool_puts_the_signal_handlers_back_when_it_closes() -> None:
         assert isinstance(signal.getsignal(signal.SIGTERM), _signals.Guard)
         assert echo(1) >> pool == 1
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+@pytest.mark.parametrize("value", ["0", "50", "2000"])
+def test_the_spin_window_can_be_set_or_turned_off(monkeypatch, value) -> None:
+    monkeypatch.setenv("SKYWARD_SPIN_US", value)
+    with sky.ComputePool(nodes=1, console=False) as pool:
+        assert _conn(pool).spin == int(value) / 1e6
+        assert [echo(i) >> pool for i in range(50)] == list(range(50))
+        assert nap(0.2, "slow") >> pool == "slow"  # longer than any spin: blocks, then wakes
+
+
+@pytest.mark.parametrize("value", ["-1", "fast", "1.5"])
+def test_a_bad_spin_window_is_a_config_error_naming_the_variable(monkeypatch, value) -> None:
+    monkeypatch.setenv("SKYWARD_SPIN_US", value)
+    with pytest.raises(sky.ConfigError, match="SKYWARD_SPIN_US"):
+        sky.ComputePool(nodes=1, console=False)

@@ -28,7 +28,7 @@ from typing import Any
 from skyward import runtime
 from skyward._procs import group_members
 from skyward.plugin import Plugin
-from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload
+from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload, spinner
 from skyward.worker.output import route_output
 from skyward.worker.slots import Slots, Task, make_slots
 
@@ -51,8 +51,10 @@ def _kill_group_and_exit(code: int) -> None:
 
 
 class Agent:
-    def __init__(self, reader: FrameReader, writer: FrameWriter):
+    def __init__(self, reader: FrameReader, writer: FrameWriter, in_fd: int | None = None):
         self.reader = reader
+        self.in_fd = in_fd
+        self.spin_seconds = 0.0
         self.writer = writer
         self.last_heard = time.monotonic()
         self.stopping = threading.Event()
@@ -108,6 +110,7 @@ class Agent:
         info = runtime.instance_info()
         self.node = info.node
         self.plugins = plugins
+        self.spin_seconds = float(settings.get("spin", 0.0))
 
         threading.Thread(
             target=self.heartbeat_loop,
@@ -155,6 +158,7 @@ class Agent:
         self._done = threading.Event()
         self._clean = False
         self._role = _ReadRole(self.slots.handoff_after, self._done)
+        self._spin = spinner(self.in_fd, self.spin_seconds) if self.in_fd is not None else None
         for i in range(self.slots.readers):
             threading.Thread(target=self._read_loop, name=f"skyward-reader-{i}", daemon=True).start()
         self._done.wait()
@@ -181,6 +185,8 @@ class Agent:
         """Handle frames until one brings a task this thread should run (None: stop reading)."""
         assert self.slots is not None
         while not self._done.is_set():
+            if self._spin is not None and not self.reader.buffered() and self.slots.idle():
+                self._spin()  # the next task may be on its way: don't fall asleep just yet
             try:
                 frame = self.reader.recv()
             except (EOFError, OSError) as exc:
@@ -284,7 +290,7 @@ def main() -> int:
             os.setsid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client decides when we stop
 
-    agent = Agent(FrameReader(proto_in), FrameWriter(proto_out))
+    agent = Agent(FrameReader(proto_in), FrameWriter(proto_out), proto_in.fileno())
     route_output(agent.send_output)
     try:
         code = agent.run()

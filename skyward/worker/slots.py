@@ -62,6 +62,8 @@ class Slots(Protocol):
         """Take a task just read; return one for the reader to :meth:`run` now, or None."""
 
     def run(self, task: Task) -> None: ...
+    def idle(self) -> bool:
+        """True if no task is running (a reader may spin without slowing one down)."""
     def cancel(self, task_id: int) -> None: ...
     def shutdown(self, grace: float) -> None: ...
 
@@ -154,6 +156,9 @@ class ThreadSlots:
 
     def _claim(self) -> bool:
         return not self._stopping and self._free.acquire(blocking=False)
+
+    def idle(self) -> bool:
+        return not self._running
 
     def _pop(self) -> Task | None:
         while True:
@@ -307,6 +312,9 @@ class ProcessSlots:
 
     def run(self, task: Task) -> None:
         raise AssertionError("queued slots never hand a task back to the reader")
+
+    def idle(self) -> bool:
+        return self._queue.empty() and all(c.task_id is None for c in self._children)
 
     def _stop_threads(self) -> None:
         """Drop queued tasks (they never start once stopping) and tell each thread to end."""
