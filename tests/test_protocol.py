@@ -138,3 +138,37 @@ def test_plain_data_takes_the_c_pickler_and_everything_else_cloudpickle() -> Non
     assert b"_Local" in dumps_payload(_Local(3)).data  # by value through cloudpickle...
     loaded = cloudpickle.loads(dumps_payload([_Local(3)]).data)
     assert loaded[0].v == 3
+
+
+def test_a_spinner_backs_off_after_a_poll_that_did_not_pay() -> None:
+    from skyward.protocol import spinner
+
+    r, w = os.pipe()
+    try:
+        spin = spinner(r, 0.001)
+        if len(os.sched_getaffinity(0)) < 2:
+            assert spin is None  # spinning is off on a single CPU
+            return
+        assert spin is not None
+        assert spin() is False  # nothing came within the window
+        os.write(w, b"x")
+        assert spin() is False  # backing off: this wait does not poll at all
+        assert spin() is True  # polls again and finds the byte
+        assert spinner(r, 0) is None  # SKYWARD_SPIN_US=0
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_no_spinning_on_a_single_cpu() -> None:
+    from skyward.protocol import spinner
+
+    before = os.sched_getaffinity(0)
+    r, w = os.pipe()
+    try:
+        os.sched_setaffinity(0, {min(before)})
+        assert spinner(r, 0.001) is None
+    finally:
+        os.sched_setaffinity(0, before)
+        os.close(r)
+        os.close(w)
