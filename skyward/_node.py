@@ -49,6 +49,35 @@ _RECHECK_MS = 250
 _THREAD = "reader-thread"
 
 
+class _Reply:
+    """What a caller that reads its own reply waits on: the part of a Future that the
+    connection uses (set_result, set_exception, done), without a Future's locks and condition
+    (nobody blocks on it: the caller reads until it is done)."""
+
+    __slots__ = ("_done", "_value", "_error")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def set_result(self, value: Any) -> None:
+        self._value = value
+        self._done = True
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._done = True
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 @dataclass(eq=False)
 class _Task:
     future: Future[Any]
@@ -109,9 +138,12 @@ class NodeConnection:
             self._lose(f"could not write to the worker: {exc}")
             raise self.lost or WorkerLost(self.node, "connection closed") from exc
 
-    def submit(self, payload: Payload, name: str, timeout: float | None) -> Future[Any]:
-        future: Future[Any] = Future()
-        future.set_running_or_notify_cancel()
+    def submit(self, payload: Payload, name: str, timeout: float | None, reply: _Reply | None = None) -> Future[Any]:
+        """Send a task; its result resolves the returned Future (or ``reply``, for :meth:`call`)."""
+        future: Any = reply
+        if future is None:
+            future = Future()
+            future.set_running_or_notify_cancel()
         if not self.alive:
             future.set_exception(self.lost or WorkerLost(self.node, "worker is not running"))
             return future
@@ -137,8 +169,9 @@ class NodeConnection:
     def call(self, payload: Payload, name: str, timeout: float | None) -> Any:
         """Run a task and return its result, reading the reply on this thread when possible."""
         me = threading.get_ident()
+        main = me == threading.main_thread().ident
+        may = self._fd is not None and (not main or _signals.safe_to_hold())
         mine = False
-        may = self._fd is not None and self._may_read_here()
         try:
             with self.lock:
                 fd = self._fd
@@ -150,22 +183,22 @@ class NodeConnection:
                 elif self._reading is _THREAD and not self._stand_down:
                     self._stand_down = True  # so that the next call finds the stream free
                     os.write(self._wake_w, b"!")
-            future = self.submit(payload, name, timeout)
-            if mine:
-                self._read_until(future, fd)  # type: ignore[arg-type]
+            if not mine:
+                return self.submit(payload, name, timeout).result()
+            reply = _Reply()
+            self.submit(payload, name, timeout, reply)
+            self._read_until(reply, fd, main)  # type: ignore[arg-type]
         finally:
             if mine:
                 self._release()
-        return future.result()
+        while not reply.done():  # the stream ended: the reader thread is failing the task
+            time.sleep(0.01)
+        return reply.result()
 
-    @staticmethod
-    def _may_read_here() -> bool:
-        """On the main thread, only while no signal handler could tear a frame (_signals)."""
-        return threading.current_thread() is not threading.main_thread() or _signals.safe_to_hold()
+    def _read_until(self, future: _Reply, fd: int, main: bool) -> None:
+        """Read and handle frames until ``future`` is resolved (by its reply or otherwise).
 
-    def _read_until(self, future: Future[Any], fd: int) -> None:
-        """Read and handle frames until ``future`` is resolved (by its reply or otherwise)."""
-        main = threading.current_thread() is threading.main_thread()
+        On the main thread, only while no signal handler could tear a frame (_signals)."""
         poller = self._caller_poll
         if poller is None:
             poller = self._caller_poll = select.poll()

@@ -383,6 +383,8 @@ class ComputePool:
 
     def _least_busy(self) -> NodeConnection:
         conns = self._require_open()
+        if len(conns) == 1 and conns[0].alive:
+            return conns[0]
         with self._pick_lock:
             n = len(conns)
             start = self._rr

@@ -91,9 +91,9 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if depth >= 3:
         return False
     if t is tuple or t is list:
-        return len(value) <= 64 and all(_plain(v, depth + 1) for v in value)
+        return not value or (len(value) <= 64 and all(_plain(v, depth + 1) for v in value))
     if t is dict:
-        return len(value) <= 64 and all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+        return not value or len(value) <= 64 and all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
     if t.__name__ == "ndarray" and t.__module__ == "numpy":
         return not value.dtype.hasobject
     return False

@@ -147,7 +147,7 @@ class ThreadSlots:
         # One slot: nothing else can start while the task runs, so the thread behind it can
         # wait a little before reading (see skyward.worker.agent._ReadRole); several: at once.
         self.handoff_after = HANDOFF_AFTER if concurrency == 1 else 0.0
-        self._free = threading.Semaphore(concurrency)
+        self._free = concurrency  # slots not running a task (guarded by _lock)
         self._queue: collections.deque[Task] = collections.deque()
         self._lock = threading.Lock()
         self._running: dict[int, int] = {}  # task id -> thread ident
@@ -155,7 +155,15 @@ class ThreadSlots:
         self._stopping = False
 
     def _claim(self) -> bool:
-        return not self._stopping and self._free.acquire(blocking=False)
+        with self._lock:
+            if self._stopping or not self._free:
+                return False
+            self._free -= 1
+            return True
+
+    def _release(self) -> None:
+        with self._lock:
+            self._free += 1
 
     def idle(self) -> bool:
         return not self._running
@@ -181,7 +189,7 @@ class ThreadSlots:
             queued = self._pop()
             if queued is not None:
                 return queued
-            self._free.release()
+            self._release()
         return None
 
     def run(self, task: Task) -> None:
@@ -191,12 +199,12 @@ class ThreadSlots:
             self._run_one(*item)
             item = self._pop()
             if item is None:
-                self._free.release()
+                self._release()
                 if not self._queue or not self._claim():
                     return
                 item = self._pop()
                 if item is None:
-                    self._free.release()
+                    self._release()
                     return
 
     def _run_one(self, task_id: int, name: str, parts: list[Any]) -> None:
