@@ -132,15 +132,22 @@ class FrameWriter:
 
     def send(self, control: tuple, payload: Payload | None = None) -> None:
         head = pickle.dumps(control, protocol=5)
-        parts: list[Any] = [head] if payload is None else [head, *payload.parts]
-        header = bytearray(_COUNT.pack(len(parts)))
-        for part in parts:
-            header += _LEN.pack(memoryview(part).nbytes)
+        if payload is None:
+            parts: list[Any] = [head]
+            sizes = [len(head)]
+        else:
+            parts = [head, payload.data, *payload.buffers]
+            sizes = [len(head), len(payload.data), *(memoryview(b).nbytes for b in payload.buffers)]
+        count = len(parts)
+        header = _FRAME_HEADER(count).pack(count, *sizes)
         with self._lock:
             write = self._stream.write
-            write(header)
-            for part in parts:
-                write(part)
+            if count <= 2 and sizes[-1] < _SMALL_FRAME:  # one write of the whole frame
+                write(b"".join((header, *parts)))
+            else:
+                write(header)
+                for part in parts:
+                    write(part)
             self._stream.flush()
 
     def close(self) -> None:
@@ -302,7 +309,8 @@ def spinner(fd: int, seconds: float) -> Any:
     yield_cpu = getattr(os, "sched_yield", lambda: None)
     # Back off when polling does not pay: the answers take longer than the window, or the CPUs
     # are busy with other work (then our polling takes the CPU the writer needs). After each
-    # poll that came up empty, the next 1, 2, 4, ... up to _MAX_SKIP waits block at once.
+    # poll that came up empty, the next 1, 2, 4, ... up to _MAX_SKIP waits block at once (a small
+    # cap: the processes may move to CPUs of their own again, and polling should resume soon).
     # A poll that succeeds but had this thread preempted meanwhile counts as not paying too:
     # the CPUs are contended, and our polling delays the writer.
     skip = backoff = 0
@@ -339,7 +347,7 @@ def _preemptions() -> int:
     return resource.getrusage(_RUSAGE_THREAD).ru_nivcsw
 
 
-_MAX_SKIP = 256
+_MAX_SKIP = 16
 _RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)
 
 
@@ -349,6 +357,20 @@ def _cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+#: Frames whose payload pickle is smaller than this are joined and written in one call.
+_SMALL_FRAME = 16 * 1024
+
+
+def _FRAME_HEADER(count: int) -> struct.Struct:
+    s = _HEADER_STRUCTS.get(count)
+    if s is None:
+        s = _HEADER_STRUCTS[count] = struct.Struct(f"!I{count}Q")
+    return s
+
+
+_HEADER_STRUCTS: dict[int, struct.Struct] = {}
 
 
 def _LEN_ARRAY(count: int) -> struct.Struct:

@@ -170,6 +170,8 @@ class ThreadSlots:
 
     def _pop(self) -> Task | None:
         while True:
+            if not self._queue:
+                return None  # (the usual case: cheaper than the IndexError below)
             try:
                 task = self._queue.popleft()
             except IndexError:
