@@ -139,7 +139,7 @@ class FrameWriter:
             parts = [head, payload.data, *payload.buffers]
             sizes = [len(head), len(payload.data), *(memoryview(b).nbytes for b in payload.buffers)]
         count = len(parts)
-        header = _FRAME_HEADER(count).pack(count, *sizes)
+        header = _layout(f"!I{count}Q").pack(count, *sizes)
         with self._lock:
             write = self._stream.write
             if count <= 2 and sizes[-1] < _SMALL_FRAME:  # one write of the whole frame
@@ -233,11 +233,11 @@ class FrameReader:
         if head <= _CHUNK:
             if not self._fill(head):
                 raise EOFError("stream ended inside a frame header")
-            lens = _LEN_ARRAY(count).unpack_from(self._buf, self._lo + _COUNT.size)
+            lens = _layout(f"!{count}Q").unpack_from(self._buf, self._lo + _COUNT.size)
             self._lo += head
         else:  # a frame with thousands of buffers
             self._lo += _COUNT.size
-            lens = _LEN_ARRAY(count).unpack(self._take(head - _COUNT.size))
+            lens = _layout(f"!{count}Q").unpack(self._take(head - _COUNT.size))
         first = lens[0]
         if first <= _CHUNK and self._fill(first):  # the control part, unpickled in place
             control = pickle.loads(self._view[self._lo:self._lo + first])
@@ -363,21 +363,12 @@ def _cpus() -> int:
 _SMALL_FRAME = 16 * 1024
 
 
-def _FRAME_HEADER(count: int) -> struct.Struct:
-    s = _HEADER_STRUCTS.get(count)
+def _layout(fmt: str) -> struct.Struct:
+    """A compiled struct per format (frame headers come in a few part counts)."""
+    s = _STRUCTS.get(fmt)
     if s is None:
-        s = _HEADER_STRUCTS[count] = struct.Struct(f"!I{count}Q")
+        s = _STRUCTS[fmt] = struct.Struct(fmt)
     return s
 
 
-_HEADER_STRUCTS: dict[int, struct.Struct] = {}
-
-
-def _LEN_ARRAY(count: int) -> struct.Struct:
-    s = _LEN_STRUCTS.get(count)
-    if s is None:
-        s = _LEN_STRUCTS[count] = struct.Struct(f"!{count}Q")
-    return s
-
-
-_LEN_STRUCTS: dict[int, struct.Struct] = {}
+_STRUCTS: dict[str, struct.Struct] = {}
