@@ -144,16 +144,18 @@ class NodeConnection:
         if future is None:
             future = Future()
             future.set_running_or_notify_cancel()
-        if not self.alive:
-            future.set_exception(self.lost or WorkerLost(self.node, "worker is not running"))
-            return future
         task_id = next(_task_ids)
         task = _Task(future, name, time.monotonic())
-        with self.lock:
-            self.tasks[task_id] = task
-            if self._reading is None:  # nobody reads: this future needs the reader thread
-                self._reading = _THREAD
-                self._resume.set()
+        with self.lock:  # (checked under the lock: _lose() takes the in-flight tasks under it)
+            alive = self.alive
+            if alive:
+                self.tasks[task_id] = task
+                if self._reading is None:  # nobody reads: this future needs the reader thread
+                    self._reading = _THREAD
+                    self._resume.set()
+        if not alive:
+            future.set_exception(self.lost or WorkerLost(self.node, "worker is not running"))
+            return future
         if timeout is not None:
             task.timer = threading.Timer(timeout, self._expire, args=(task_id, timeout))
             task.timer.daemon = True
@@ -192,6 +194,9 @@ class NodeConnection:
             if mine:
                 self._release()
         while not reply.done():  # the stream ended: the reader thread is failing the task
+            if not self._threads[0].is_alive() and not reply.done():
+                reply.set_exception(self.lost or WorkerLost(self.node, "the connection to the worker ended"))
+                break
             time.sleep(0.01)
         return reply.result()
 
