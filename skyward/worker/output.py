@@ -10,33 +10,44 @@ from typing import Any
 from skyward import runtime
 
 SendOutput = Callable[[int | None, str, str], None]  # (task id or None, stream, line)
+_FIRST_WRITE = threading.Lock()
 
 
 class LineSink:
     """Collects a task's (or the worker's) writes and sends them as whole lines."""
 
+    __slots__ = ("_send", "_task_id", "_buffers", "_lock")
+
     def __init__(self, send: Any, task_id: int | None):
         self._send = send
         self._task_id = task_id
-        self._buffers = {"stdout": "", "stderr": ""}
-        self._lock = threading.Lock()
-        self._used = False  # nothing written yet: close() has nothing to flush
+        # Made on the first write: most tasks print nothing, and this runs once per task.
+        self._buffers: dict[str, str] | None = None
+        self._lock: threading.Lock | None = None
 
     def __call__(self, stream: str, text: str) -> None:
-        self._used = True
-        with self._lock:
+        lock = self._lock
+        if lock is None:
+            with _FIRST_WRITE:
+                if self._lock is None:
+                    self._buffers = {"stdout": "", "stderr": ""}
+                    self._lock = threading.Lock()
+            lock = self._lock
+        buffers = self._buffers
+        assert lock is not None and buffers is not None
+        with lock:
             if text == "":  # flush(): send a partial line too
-                pending, self._buffers[stream] = self._buffers[stream], ""
+                pending, buffers[stream] = buffers[stream], ""
                 lines = [pending] if pending else []
             else:
-                data = self._buffers[stream] + text
-                *lines, self._buffers[stream] = data.split("\n")
+                data = buffers[stream] + text
+                *lines, buffers[stream] = data.split("\n")
         for line in lines:
             self._send(self._task_id, stream, line)
 
     def close(self) -> None:
-        if not self._used:
-            return
+        if self._lock is None:
+            return  # nothing was written
         self("stdout", "")
         self("stderr", "")
 
