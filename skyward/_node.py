@@ -214,7 +214,11 @@ class NodeConnection:
             try:
                 if main:
                     _signals.hold()  # a Ctrl-C now is raised once this frame is handled
-                frame = self.reader.recv()
+                try:
+                    frame = self.reader.recv()
+                except Exception as exc:  # a corrupt stream is as bad as a dead one
+                    self._lose(f"stream broke: {type(exc).__name__}: {exc}")
+                    return
                 if frame is None:
                     return  # the end of the stream: the reader thread takes it from here
                 self.last_heard = time.monotonic()

@@ -217,3 +217,26 @@ def test_a_bad_spin_window_is_a_config_error_naming_the_variable(monkeypatch, va
     monkeypatch.setenv("SKYWARD_SPIN_US", value)
     with pytest.raises(sky.ConfigError, match="SKYWARD_SPIN_US"):
         sky.ComputePool(nodes=1, console=False)
+
+
+@sky.compute
+def corrupt_stream(pipe_inode: int) -> None:
+    """Write garbage into the worker's own reply pipe (found by its inode), then wait."""
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            if os.fstat(fd).st_ino == pipe_inode and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                flags = open(f"/proc/self/fdinfo/{fd}").read()
+                if "flags:\t0" in flags and int(flags.split("flags:\t")[1].split()[0], 8) & os.O_WRONLY:
+                    os.write(fd, b"\x7f" * 64)
+        except OSError:
+            continue
+    time.sleep(30)
+
+
+def test_a_corrupt_stream_under_a_blocking_call_is_worker_lost(pool1) -> None:
+    echo(0) >> pool1  # the caller reads its own replies from now on
+    inode = os.fstat(_conn(pool1).channel.stdout.fileno()).st_ino
+    start = time.monotonic()
+    with pytest.raises(sky.WorkerLost, match="stream broke"):
+        corrupt_stream(inode) >> pool1
+    assert time.monotonic() - start < 10
