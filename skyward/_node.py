@@ -215,15 +215,11 @@ class NodeConnection:
                 if main:
                     _signals.hold()  # a Ctrl-C now is raised once this frame is handled
                 try:
-                    frame = self.reader.recv()
+                    if not self._pump():
+                        return  # the end of the stream: the reader thread takes it from here
                 except Exception as exc:  # a corrupt stream is as bad as a dead one
                     self._lose(f"stream broke: {type(exc).__name__}: {exc}")
                     return
-                if frame is None:
-                    return  # the end of the stream: the reader thread takes it from here
-                self.last_heard = time.monotonic()
-                self._handle(*frame)
-                frame = None
             finally:
                 if main:
                     _signals.release()
@@ -317,12 +313,18 @@ class NodeConnection:
                 if any(fd == self._wake_r for fd, _ in ready):
                     os.read(self._wake_r, 64)
                     continue
-            frame = self.reader.recv()
-            if frame is None:
+            if not self._pump():
                 return False
-            self.last_heard = time.monotonic()
-            self._handle(*frame)
-            frame = None  # don't keep the last payload alive while waiting for the next
+
+    def _pump(self) -> bool:
+        """Read one frame and handle it; False at the end of the stream. (The frame dies with
+        this call: no reader keeps the last payload alive while it waits for the next.)"""
+        frame = self.reader.recv()
+        if frame is None:
+            return False
+        self.last_heard = time.monotonic()
+        self._handle(*frame)
+        return True
 
     def _hand_over(self) -> bool:
         """Stand down if nothing is in flight (a caller asked); True if the stream is free now."""

@@ -22,6 +22,7 @@ import mmap
 import os
 import pickle
 import resource
+import select
 import struct
 import threading
 import time
@@ -301,8 +302,6 @@ def spinner(fd: int, seconds: float) -> Any:
     """
     if seconds <= 0 or _cpus() < 2:
         return None  # with one CPU, polling only keeps the writer we wait for from running
-    import select
-
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     clock = time.perf_counter
