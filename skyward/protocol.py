@@ -178,6 +178,9 @@ class FrameReader:
 
     def __init__(self, stream: _Readable):
         self._stream = stream
+        # Bytes a stream took from its source but has not handed over yet (an SSH channel's
+        # reader): the source's fd cannot show them, so ``buffered`` counts them.
+        self._held = getattr(stream, "pending", None)
         # One system call's worth at most: a buffered stream's readinto() would wait to fill
         # the whole buffer.
         self._read = getattr(stream, "readinto1", stream.readinto)
@@ -187,7 +190,9 @@ class FrameReader:
         self._hi = 0
 
     def buffered(self) -> int:
-        return self._hi - self._lo
+        """Bytes readable without waiting (here, or held by the stream)."""
+        held = self._held
+        return self._hi - self._lo + (held() if held is not None else 0)
 
     def _fill(self, need: int) -> bool:
         """Have at least ``need`` (<= _CHUNK) bytes buffered; False at end of stream."""

@@ -75,7 +75,7 @@ def test_an_aws_pool_launches_reaches_bootstraps_runs_and_leaves_nothing(aws, te
     )
     events: list[ev.Event] = []
     with sky.ComputePool(provider=provider, nodes=2, console=False, on_event=events.append) as pool:
-        instances = list(pool._instances)
+        instances = pool.instances
         described = {i["InstanceId"]: i for r in aws.client().describe_instances(
             InstanceIds=[i.id for i in instances])["Reservations"] for i in r["Instances"]}
         # EC2 placed the instances at the hosts' addresses, in our subnet, as spot.

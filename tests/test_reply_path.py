@@ -13,7 +13,7 @@ import time
 import pytest
 
 import skyward as sky
-from skyward import _node
+from skyward.pool import connection as _node
 from tests.conftest import pid_alive
 
 

@@ -1,6 +1,8 @@
-"""The provider contract: acquire machines, release them, and say how to reach them.
+"""The provider contract: acquire machines, describe them, release them.
 
-A provider knows nothing about Python environments or tasks. Guarantees:
+A provider knows nothing about Python environments, transports or tasks: each instance it
+returns says how it is reached and where its environment goes, and the pool does the rest
+the same way for every provider (skyward.pool.prepare). Guarantees:
 
 1. ``provision`` returns exactly ``spec.nodes`` instances, or raises
    :class:`~skyward.errors.ProvisionError` having released whatever it acquired.
@@ -12,13 +14,9 @@ A provider knows nothing about Python environments or tasks. Guarantees:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from skyward.transport.base import Transport, WorkerLaunch
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,23 +30,56 @@ class PoolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SSHAddress:
+    """How the client reaches a machine over SSH (the transport opens one connection to it)."""
+
+    host: str
+    user: str
+    port: int = 22
+    key: str | None = None  # a private key file; None: the SSH agent's keys and ~/.ssh/id_*
+    known_hosts: tuple[str, ...] = ()
+    verify_host_keys: bool = True
+    connect_timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class HostEnvironment:
+    """Where and how the pool builds an image's environment on a machine (see skyward.bootstrap)."""
+
+    root: str = "~/.skyward"
+    find_links: tuple[str, ...] = ()
+    no_index: bool = False
+    system_site_packages: bool | tuple[str, ...] = False
+    bootstrap_timeout: float = 1800.0
+    #: Keep retrying the first connection this long (a machine that is still booting).
+    reach_timeout: float = 0.0
+    #: Defaults for the image's environment variables (the image's own values win).
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: A line for the console before the machine is prepared (e.g. what was bought, where).
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Instance:
-    """One acquired machine. ``private_addr`` is where the other nodes reach it."""
+    """One acquired machine, described: where the other nodes reach it (``private_addr``), how
+    the client reaches it (``ssh``; None: this machine) and how its Python environment is made
+    (``environment``; None: the workers run in the client's own interpreter)."""
 
     id: str
     node: int
     private_addr: str
     public_addr: str | None = None
     accelerators: int = 0
+    ssh: SSHAddress | None = None
+    environment: HostEnvironment | None = None
 
 
 class Provider(ABC):
-    """Acquires and releases machines."""
+    """Acquires, describes and releases machines. Nothing else: the pool reaches and prepares
+    every machine the same way, from what its :class:`Instance` says."""
 
     #: Short name used in messages and by plugins (``Cluster.provider``).
     name: str = "provider"
-    #: True when workers run in the client's own Python environment (nothing to bootstrap).
-    uses_client_environment: bool = False
 
     def validate(self, spec: PoolSpec) -> None:  # noqa: B027 - optional
         """Raise ConfigError for a spec this provider cannot serve."""
@@ -57,19 +88,7 @@ class Provider(ABC):
     def provision(self, spec: PoolSpec) -> list[Instance]: ...
 
     @abstractmethod
-    def transport(self, instance: Instance) -> Transport: ...
-
-    @abstractmethod
     def terminate(self, instances: list[Instance]) -> None: ...
-
-    @abstractmethod
-    def worker_launch(self, instance: Instance, transport: Transport, image: Any,
-                      log: Callable[[str], None]) -> WorkerLaunch:
-        """Prepare ``instance`` for ``image`` (bootstrap, if any) and say how to start its worker.
-
-        ``log`` receives progress lines for the console. Raises BootstrapError naming the host
-        and the failing step.
-        """
 
     def rendezvous_port(self, spec: PoolSpec) -> int:
         """The port node 0 offers for framework rendezvous (``head_port``)."""

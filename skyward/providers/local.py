@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import socket
-import sys
-from collections.abc import Callable
-from typing import Any
 
 from skyward.providers.base import Instance, PoolSpec, Provider
-from skyward.transport.base import Transport, WorkerLaunch
 
 __all__ = ["Local"]
 
@@ -19,7 +14,8 @@ class Local(Provider):
 
     Nothing is bought or installed: an ``Image``'s ``env`` is applied to the workers, but its
     packages are expected to be installed here already. Good for development and tests; the
-    same bootstrap-free dispatch path is what remote pools use after their machines are ready.
+    same connection and dispatch serve remote pools once their machines are prepared: its
+    instances have no SSH address (reached by subprocesses) and no environment to build.
 
     >>> import skyward as sky
     >>> with sky.ComputePool(provider=sky.Local(), nodes=2) as pool:  # doctest: +SKIP
@@ -27,23 +23,9 @@ class Local(Provider):
     """
 
     name = "local"
-    uses_client_environment = True
 
     def provision(self, spec: PoolSpec) -> list[Instance]:
         return [Instance(id=f"local-{spec.pool_id}-{i}", node=i, private_addr="127.0.0.1") for i in range(spec.nodes)]
-
-    def transport(self, instance: Instance) -> Transport:
-        from skyward.transport.local import LocalTransport
-
-        return LocalTransport()
-
-    def worker_launch(self, instance: Instance, transport: Transport, image: Any,
-                      log: Callable[[str], None]) -> WorkerLaunch:
-        # The client's interpreter, with the client's import path, so that functions pickled
-        # by reference (defined in the user's modules) import on the worker too.
-        paths = [os.getcwd()] + [p for p in sys.path if p and os.path.isdir(p)]
-        env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
-        return WorkerLaunch((sys.executable, "-m", "skyward.worker"), env, os.getcwd())
 
     def terminate(self, instances: list[Instance]) -> None:
         # Nothing to release: the pool stops (and confirms gone) each worker's process group.

@@ -1,47 +1,29 @@
 """The SSH provider: machines you already have, reached over SSH.
 
-Each host given to :class:`SSH` is one node. Starting a pool connects to every host (in
-parallel, one SSH connection each), ships the client's skyward as a wheel, builds the
-image's environment with the bootstrap script (skipped when the host already has it), and
-starts the worker over the same connection. Nothing is bought, so nothing is released
-afterwards — but no skyward process is left running on any host (see :mod:`skyward.transport.ssh`).
-
-Layout on a host, under ``root`` (default ``~/.skyward``)::
-
-    wheels/<sha>/skyward-<version>-py3-none-any.whl   the client's skyward, by content
-    bootstrap/<env>.sh                                the bootstrap script (mode 0600)
-    envs/<env>/                                       the venv for an image (+ .ready marker)
-    include/<include_hash>/                           the image's include files
-    uv-pkg/                                           uv, when the host had none
+Each host given to :class:`SSH` is one node. The provider only describes the hosts (how to
+reach each, where its environments live); the pool connects to every host (one SSH connection
+each), prepares it (:mod:`skyward.pool.prepare`) and starts the worker over the same
+connection. Nothing is bought, so nothing is released afterwards — but no skyward process is
+left running on any host (see :mod:`skyward.transport.ssh`).
 
 paramiko is imported only when a pool actually connects.
 """
 
 from __future__ import annotations
 
-import collections
 import getpass
-import io
 import os
 import re
-import shlex
-import tarfile
-import threading
-import time
-import uuid
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from skyward.errors import BootstrapError, ConfigError
-from skyward.providers.base import Instance, PoolSpec, Provider
-from skyward.transport.base import Transport, WorkerLaunch
+from skyward.errors import ConfigError
+from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider, SSHAddress
 
 __all__ = ["SSH"]
 
 _HOST_RE = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[0-9A-Fa-f:.%\w]+)\]|(?P<name>[^@\s:\[\]]+))(?::(?P<port>\d+))?$")
 _DIST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_LOG_TAIL = 40
 
 
 def _parse_host(spec: str) -> tuple[str | None, str, int | None]:
@@ -117,7 +99,6 @@ class SSH(Provider):
     """
 
     name = "ssh"
-    uses_client_environment = False
 
     def __init__(
         self,
@@ -204,181 +185,22 @@ class SSH(Provider):
     def provision(self, spec: PoolSpec) -> list[Instance]:
         self.validate(spec)
         count = getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0
+        environment = HostEnvironment(root=self.root, find_links=self.find_links, no_index=self.no_index,
+                                      system_site_packages=self.system_site_packages,
+                                      bootstrap_timeout=self.bootstrap_timeout)
         return [
             Instance(id=f"ssh:{u}@{h}:{p}", node=i, private_addr=self.private_addrs[i], public_addr=h,
-                     accelerators=count)
+                     accelerators=count, environment=environment,
+                     ssh=SSHAddress(h, u, p, key=self.key, known_hosts=self.known_hosts,
+                                    verify_host_keys=self.verify_host_keys, connect_timeout=self.connect_timeout))
             for i, (u, h, p) in enumerate(self.hosts)
         ]
-
-    def transport(self, instance: Instance) -> Transport:
-        from skyward.transport.ssh import SSHTransport
-
-        user, address, port = self.hosts[instance.node]
-        return SSHTransport(address, port=port, user=user, key_filename=self.key, known_hosts=self.known_hosts,
-                            verify_host_keys=self.verify_host_keys, connect_timeout=self.connect_timeout)
 
     def terminate(self, instances: list[Instance]) -> None:
         # The hosts are yours: nothing to release. The pool has already stopped every worker
         # and confirmed its process group gone, and closed the connections.
         return None
 
-    def worker_launch(self, instance: Instance, transport: Transport, image: Any,
-                      log: Callable[[str], None]) -> WorkerLaunch:
-        """Connect, ship skyward and the include files, build the environment; say how to start.
-
-        Raises BootstrapError naming the host, the step (``connect``, ``upload``, ``include``,
-        or the bootstrap step that failed: ``uv``, ``apt``, ``venv``, ``pip``, ``setup``,
-        ``skyward``) and the last lines of output.
-        """
-        from skyward.transport.ssh import SSHTransport
-
-        assert isinstance(transport, SSHTransport)
-        return _Bootstrap(self, instance, transport, image, log).run()
-
     def __repr__(self) -> str:
         shown = [f"{u}@{h}" + (f":{p}" if p != 22 else "") for u, h, p in self.hosts]
         return f"SSH(hosts={shown!r})"
-
-
-class _Bootstrap:
-    """Preparing one host: every step, with its log tail, for one ``worker_launch`` call."""
-
-    def __init__(self, provider: SSH, instance: Instance, transport: Any, image: Any, log: Callable[[str], None]):
-        self.provider = provider
-        self.instance = instance
-        self.transport = transport
-        self.image = image
-        self.log = log
-        self.tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL)
-        self.step = "connect"
-
-    def note(self, line: str) -> None:
-        self.tail.append(line)
-        self.log(line)
-
-    def fail(self, message: str, exit_code: int | None = None) -> BootstrapError:
-        return BootstrapError(self.transport.host, self.step, message, exit_code=exit_code,
-                              log_tail=list(self.tail), node=self.instance.node)
-
-    def run(self) -> WorkerLaunch:
-        try:
-            return self._run()
-        except BootstrapError:
-            raise
-        except (OSError, EOFError, TimeoutError) as exc:
-            raise self.fail(f"{type(exc).__name__}: {exc}") from exc
-        except Exception as exc:
-            if type(exc).__module__.startswith("paramiko"):
-                raise self.fail(f"SSH error: {exc}") from exc
-            raise
-
-    def _run(self) -> WorkerLaunch:
-        from skyward import _ship
-        from skyward.bootstrap import render, worker_command
-
-        t = self.transport
-        p = self.provider
-        self.note(f"connecting to {t.host}")
-        started = time.monotonic()
-        t.connect(node=self.instance.node, log_tail=list(self.tail))
-        self.note(f"connected in {time.monotonic() - started:.2f}s")
-
-        self.step = "upload"
-        root = t.expand(p.root)
-        wheel = _ship.skyward_wheel()
-        wheel_dir = f"{root}/wheels/{wheel.sha256[:16]}"
-        self._sh(f"umask 077 && mkdir -p {shlex.quote(wheel_dir)} {shlex.quote(root + '/bootstrap')}")
-        remote_wheel = f"{wheel_dir}/{wheel.name}"
-        if t.exists(remote_wheel, size=wheel.path.stat().st_size):
-            self.note(f"skyward wheel {wheel.sha256[:16]} already on the host")
-        else:
-            t.put(str(wheel.path), remote_wheel, mode=0o644)
-            self.note(f"uploaded skyward wheel {wheel.sha256[:16]}")
-
-        pythonpath: list[str] = []
-        if self.image.include:
-            self.step = "include"
-            pythonpath.append(self._sync_include(root))
-
-        self.step = "bootstrap"
-        script = render(self.image, root=root, skyward_wheel=remote_wheel, find_links=p.find_links,
-                        no_index=p.no_index, system_site_packages=p.system_site_packages)
-        path = f"{root}/bootstrap/{script.hash}.sh"
-        # The script may hold secrets (the image's env): a private file, never a command line.
-        t.put_bytes(script.text.encode(), path, mode=0o600)
-        self._bootstrap(path)
-        command = worker_command(script, root=root, pythonpath=pythonpath)
-        return WorkerLaunch(("bash", "-c", command), {}, None)
-
-    def _sh(self, command: str, stdin: bytes | None = None) -> None:
-        result = self.transport.run(command, timeout=max(60.0, self.provider.connect_timeout), stdin=stdin)
-        if not result.ok:
-            for line in (result.stdout + result.stderr).splitlines()[-10:]:
-                self.note(line)
-            raise self.fail(f"`{command[:80]}` failed", result.exit_code)
-
-    def _sync_include(self, root: str) -> str:
-        from skyward.image import _included_files
-
-        digest = self.image.include_hash()
-        final = f"{root}/include/{digest}"
-        if self.transport.exists(final + "/.complete"):
-            self.note(f"include files {digest} already on the host")
-            return final
-        # One archive over SFTP, unpacked beside the target and renamed into place, so a
-        # half-copied tree is never used (and two pools racing end up with one copy).
-        buffer = io.BytesIO()
-        count = 0
-        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-            for include in self.image.include:
-                for rel, path in _included_files(Path(include)):
-                    info = tar.gettarinfo(str(path), arcname=rel)
-                    info.uid = info.gid = 0
-                    info.uname = info.gname = ""
-                    with open(path, "rb") as f:
-                        tar.addfile(info, f)
-                    count += 1
-        tag = uuid.uuid4().hex[:8]
-        archive = f"{root}/include/.{digest}.{tag}.tar.gz"
-        staging = f"{root}/include/.{digest}.{tag}"
-        self._sh(f"umask 077 && mkdir -p {shlex.quote(root + '/include')}")
-        self.transport.put_bytes(buffer.getvalue(), archive, mode=0o600)
-        q = shlex.quote
-        self._sh(
-            f"mkdir -p {q(staging)} && tar -xzf {q(archive)} --no-same-owner -C {q(staging)} && rm -f {q(archive)} "
-            f"&& : > {q(staging + '/.complete')} "
-            f"&& if [ -e {q(final)} ]; then rm -rf {q(staging)}; else mv {q(staging)} {q(final)}; fi"
-        )
-        self.note(f"synced {count} include file(s) to {final}")
-        return final
-
-    def _bootstrap(self, script_path: str) -> None:
-        from skyward.bootstrap import WARM_PREFIX, parse_step
-
-        last_error = ""
-        lock = threading.Lock()
-
-        def on_line(stream: str, line: str) -> None:
-            nonlocal last_error
-            with lock:
-                found = parse_step(line)
-                if found is not None:
-                    self.step = found
-                elif stream == "stderr" and line.strip():
-                    last_error = line.strip().removeprefix("skyward bootstrap: ")
-                self.note(line)
-
-        started = time.monotonic()
-        try:
-            code = self.transport.stream(f"bash {shlex.quote(script_path)}", on_line,
-                                         timeout=self.provider.bootstrap_timeout)
-        except TimeoutError as exc:
-            raise self.fail(f"the environment build took longer than {self.provider.bootstrap_timeout:g}s") from exc
-        if code == -1:
-            raise self.fail("the connection dropped during the environment build")
-        if code != 0:
-            raise self.fail(f"the bootstrap script failed: {last_error}" if last_error else
-                            "the bootstrap script failed", code)
-        warm = any(line.startswith(WARM_PREFIX) for line in self.tail)
-        self.note(f"environment {'reused' if warm else 'built'} in {time.monotonic() - started:.1f}s")
-

@@ -3,6 +3,24 @@
 ``local`` uses subprocesses; ``ssh`` (paramiko) is imported lazily where it is needed.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from skyward.transport.base import Channel, CommandResult, Transport, WorkerLaunch
 
-__all__ = ["Channel", "CommandResult", "Transport", "WorkerLaunch"]
+if TYPE_CHECKING:
+    from skyward.providers.base import Instance
+
+__all__ = ["Channel", "CommandResult", "Transport", "WorkerLaunch", "reach"]
+
+
+def reach(instance: Instance) -> Transport:
+    """The transport for ``instance``: over SSH when it has an SSH address, else this machine."""
+    if instance.ssh is not None:
+        from skyward.transport.ssh import SSHTransport
+
+        return SSHTransport.to(instance.ssh)
+    from skyward.transport.local import LocalTransport
+
+    return LocalTransport()

@@ -15,7 +15,7 @@ Guarantees a transport gives:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -67,23 +67,46 @@ class Channel(ABC):
 
 
 class Transport(ABC):
-    """Reaches one machine."""
+    """Reaches one machine: everything host preparation and the worker need, nothing more."""
 
     #: How the user would name the machine in an error message.
     host: str
+
+    def connect(self, *, node: int | None = None) -> None:  # noqa: B027 - optional
+        """Open the connection if it is not open (transports that need none do nothing).
+
+        Raises BootstrapError(step="connect") saying why; one with ``permanent=True`` (a host
+        key that does not match, say) must not be retried."""
 
     @abstractmethod
     def start(self, launch: WorkerLaunch) -> Channel:
         """Start ``launch`` and return its channel."""
 
     @abstractmethod
-    def run(self, command: str, *, timeout: float | None = None) -> CommandResult:
-        """Run a shell command to completion."""
+    def run(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
+        """Run a POSIX shell command to completion (``stdin``, if given, is its whole input)."""
 
     @abstractmethod
-    def put(self, local_path: str, remote_path: str) -> None:
-        """Copy a file to the machine."""
+    def stream(self, command: str, on_line: Callable[[str, str], None], *, timeout: float | None = None) -> int:
+        """Run ``command``, calling ``on_line(stream, line)`` ("stdout"/"stderr") per output line,
+        serialised; return its exit code (-1: it ended without one). After ``timeout`` seconds
+        the command and everything it started are killed and TimeoutError is raised."""
+
+    @abstractmethod
+    def put(self, local_path: str, remote_path: str, *, mode: int | None = None) -> None:
+        """Copy a file; it appears at ``remote_path`` whole (written aside, then renamed)."""
+
+    @abstractmethod
+    def put_bytes(self, data: bytes, remote_path: str, *, mode: int = 0o600) -> None:
+        """Write ``data`` to ``remote_path``; the file has ``mode`` before any byte is written."""
+
+    @abstractmethod
+    def exists(self, remote_path: str, size: int | None = None) -> bool:
+        """True if ``remote_path`` exists (and has ``size`` bytes, when given)."""
+
+    @abstractmethod
+    def expand(self, path: str) -> str:
+        """``path`` with a leading ``~`` replaced by the login user's home directory."""
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release the connection (if any)."""
-

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from skyward._procs import group_members
@@ -82,6 +85,8 @@ def _widen_pipe(stream: Any) -> None:
 
 
 class LocalTransport(Transport):
+    """This machine, through subprocesses: the same calls host preparation makes over SSH."""
+
     host = "localhost"
 
     def start(self, launch: WorkerLaunch) -> Channel:
@@ -100,11 +105,80 @@ class LocalTransport(Transport):
             _widen_pipe(stream)
         return LocalChannel(process)
 
-    def run(self, command: str, *, timeout: float | None = None) -> CommandResult:
-        done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=timeout)
-        return CommandResult(done.returncode, done.stdout, done.stderr)
+    def run(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
+        out: list[str] = []
+        err: list[str] = []
+        code = self._spawn(command, lambda s, line: (out if s == "stdout" else err).append(line + "\n"),
+                           timeout, stdin)
+        return CommandResult(code, "".join(out), "".join(err))
 
-    def put(self, local_path: str, remote_path: str) -> None:
-        import shutil
+    def stream(self, command: str, on_line: Callable[[str, str], None], *, timeout: float | None = None) -> int:
+        return self._spawn(command, on_line, timeout, None)
 
-        shutil.copyfile(local_path, remote_path)
+    def _spawn(self, command: str, on_line: Callable[[str, str], None], timeout: float | None,
+               stdin: bytes | None) -> int:
+        """Run ``command`` in a session of its own; on timeout (or an interrupt) kill the whole
+        session, so nothing it started outlives it."""
+        process = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE if stdin is not None
+                                   else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   start_new_session=True)
+        lock = threading.Lock()
+
+        def pump(name: str, pipe: Any) -> None:
+            for raw in iter(pipe.readline, b""):
+                with lock:
+                    on_line(name, raw.decode("utf-8", "replace").rstrip("\r\n"))
+
+        threads = [threading.Thread(target=pump, args=(n, p), daemon=True)
+                   for n, p in (("stdout", process.stdout), ("stderr", process.stderr))]
+        for t in threads:
+            t.start()
+        try:
+            if stdin is not None:
+                assert process.stdin is not None
+                with contextlib.suppress(BrokenPipeError):
+                    process.stdin.write(stdin)
+                process.stdin.close()
+            try:
+                code = process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                raise TimeoutError(f"`{command[:60]}` did not finish within {timeout:g}s") from None
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)  # whatever it left behind, too
+            process.wait()
+            for t in threads:
+                t.join(5)
+        return code
+
+    def put(self, local_path: str, remote_path: str, *, mode: int | None = None) -> None:
+        with open(local_path, "rb") as f:
+            self._write(f.read(), remote_path, mode)
+
+    def put_bytes(self, data: bytes, remote_path: str, *, mode: int = 0o600) -> None:
+        self._write(data, remote_path, mode)
+
+    def _write(self, data: bytes, remote_path: str, mode: int | None) -> None:
+        path = self.expand(remote_path)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if mode is None else mode)
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)  # whatever the umask: the mode asked for, before the content
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def exists(self, remote_path: str, size: int | None = None) -> bool:
+        try:
+            st = os.stat(self.expand(remote_path))
+        except OSError:
+            return False
+        return size is None or st.st_size == size
+
+    def expand(self, path: str) -> str:
+        return os.path.expanduser(path)

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from skyward.errors import BootstrapError
+from skyward.providers.base import SSHAddress
 from skyward.transport.base import Channel, CommandResult, Transport, WorkerLaunch
 
 __all__ = ["SSHChannel", "SSHTransport"]
@@ -107,6 +108,10 @@ class _ChannelReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def pending(self) -> int:
+        """Bytes received from the channel and not yet read (the channel's fd can't show them)."""
+        return len(self._pending)
+
     def readinto(self, b: Any) -> int:
         view = memoryview(b).cast("B")
         if not self._pending:
@@ -161,6 +166,12 @@ class SSHChannel(Channel):
         self.stdout = _ChannelReader(chan.recv, stdout_prefix)  # type: ignore[assignment]  # the frame reader buffers
         self.stderr = io.BufferedReader(_ChannelReader(chan.recv_stderr, stderr_prefix), _BUFFER)  # type: ignore[assignment]
 
+    def poll_fd(self) -> int | None:
+        # paramiko keeps a pipe that is readable exactly while the channel holds unread stdout
+        # (or has ended), so a waiting caller polls it like a local pipe (the frame reader
+        # counts what _ChannelReader already took).
+        return int(self._chan.fileno())
+
     def wait(self, timeout: float | None = None) -> int | None:
         if not self._chan.status_event.wait(timeout):
             return None
@@ -196,6 +207,13 @@ class SSHTransport(Transport):
 
     ``host`` (the attribute) is how messages name the machine: ``user@address[:port]``.
     """
+
+    @classmethod
+    def to(cls, address: SSHAddress) -> SSHTransport:
+        """A transport for an instance's SSH address (nothing is opened yet)."""
+        return cls(address.host, port=address.port, user=address.user, key_filename=address.key,
+                   known_hosts=address.known_hosts, verify_host_keys=address.verify_host_keys,
+                   connect_timeout=address.connect_timeout)
 
     def __init__(self, address: str, *, port: int = 22, user: str, key_filename: str | None = None,
                  known_hosts: Sequence[str] = (), verify_host_keys: bool = True,
@@ -246,8 +264,11 @@ class SSHTransport(Transport):
                 )
             except Exception as exc:
                 client.close()
-                raise BootstrapError(self.host, "connect", self._explain(exc), node=node,
-                                     log_tail=[*log_tail, f"{type(exc).__name__}: {exc}"]) from exc
+                error = BootstrapError(self.host, "connect", self._explain(exc), node=node,
+                                       log_tail=[*log_tail, f"{type(exc).__name__}: {exc}"])
+                # A key that is unknown or does not match stays so: retrying cannot help.
+                error.permanent = isinstance(exc, (_UnknownHostKey, paramiko.BadHostKeyException))
+                raise error from exc
             transport = client.get_transport()
             if transport is not None:
                 transport.set_keepalive(_KEEPALIVE_S)

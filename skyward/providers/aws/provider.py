@@ -1,4 +1,4 @@
-"""The AWS provider: EC2 instances for a pool, then the SSH provider's code path to use them.
+"""The AWS provider: EC2 instances for a pool, described so that the pool reaches them over SSH.
 
 What :class:`AWS` does for a pool, in order (every step before the launch only reads):
 
@@ -18,9 +18,9 @@ What :class:`AWS` does for a pool, in order (every step before the launch only r
    AZ, then the next-cheapest type (up to :data:`FALLBACK_TYPES`). Strict allocations try
    only their market and raise :class:`~skyward.errors.CapacityError` naming the type, AZ
    and AWS's message.
-4. **Reach and prepare**: each node is an SSH host; :meth:`AWS.transport` and
-   :meth:`AWS.worker_launch` delegate to an :class:`~skyward.providers.ssh.SSH` provider
-   built for the launched instances, after waiting for sshd to answer.
+4. **Describe**: each instance carries its SSH address (the pool's key and host key) and its
+   environment settings; the pool reaches and prepares it exactly as an SSH host, retrying
+   the first connection while the machine boots (``boot_timeout``).
 5. **Release**: terminate, confirm (every instance shutting down or terminated), delete the
    key pair and the security group, all found by tag — also after a failed or interrupted
    launch, whose instances may be known only to AWS.
@@ -38,17 +38,16 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from skyward.errors import BootstrapError, CapacityError, ConfigError, ProvisionError
+from skyward.errors import CapacityError, ConfigError, ProvisionError
 from skyward.providers.aws import catalog, ec2 as api
 from skyward.providers.aws import watchdog
 from skyward.providers.aws.keys import new_key_pair, public_key_of, write_private
 from skyward.providers.aws.plan import LaunchPlan, MachineImage, Placement
-from skyward.providers.base import Instance, PoolSpec, Provider
-from skyward.transport.base import Transport, WorkerLaunch
+from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider, SSHAddress
 
 __all__ = [
     "ALLOCATIONS",
@@ -96,7 +95,6 @@ class _Pool:
     plan: LaunchPlan
     directory: str = ""  # private temp dir: the pool's private key and known_hosts
     key_path: str = ""
-    ssh: Any = None  # the SSH provider that reaches the instances
     instances: list[Instance] = field(default_factory=list)
     summary: str = ""  # "spot g5.xlarge in us-east-1a"
     launch_in_flight: bool = False  # a RunInstances whose outcome is unknown
@@ -168,7 +166,6 @@ class AWS(Provider):
     """
 
     name = "aws"
-    uses_client_environment = False
 
     def __init__(
         self,
@@ -475,29 +472,31 @@ class AWS(Provider):
 
         described = self._launch(ec2, pool, group_id, key_name, user_data)
         itype = next(t for t in plan.candidates if t.name == described[0]["InstanceType"])
+        known: tuple[str, ...] = self.known_hosts or ()
+        if host_key is not None:
+            addrs = [self._connect_address(i["InstanceId"], i.get("PrivateIpAddress") or "",
+                                           i.get("PublicIpAddress") or None) for i in described]
+            lines = "".join(f"{addr} {host_key.public}\n" for addr in dict.fromkeys(addrs))
+            known = (write_private(pool.directory, "known_hosts", lines),)
+        environment = HostEnvironment(
+            root=self.root, find_links=self.find_links, no_index=self.no_index,
+            bootstrap_timeout=self.bootstrap_timeout, reach_timeout=self.boot_timeout,
+            # Stock AMIs rarely ship the client's Python version: let uv download it (unless
+            # the image says otherwise).
+            env={"UV_PYTHON_DOWNLOADS": "automatic"})
         instances = []
-        connect = []
         for node, item in enumerate(described):
             private_ip = item.get("PrivateIpAddress") or ""
             public_ip = item.get("PublicIpAddress") or None
-            instances.append(Instance(id=item["InstanceId"], node=node, private_addr=private_ip,
-                                      public_addr=public_ip, accelerators=itype.gpu_count))
-            connect.append(self._connect_address(item["InstanceId"], private_ip, public_ip))
+            address = self._connect_address(item["InstanceId"], private_ip, public_ip)
+            instances.append(Instance(
+                id=item["InstanceId"], node=node, private_addr=private_ip, public_addr=public_ip,
+                accelerators=itype.gpu_count,
+                ssh=SSHAddress(address, self.user, key=pool.key_path, known_hosts=known,
+                               connect_timeout=self.connect_timeout),
+                environment=replace(environment, note=f"{pool.summary}: {item['InstanceId']} at {private_ip}")))
         for inst in instances:
             ec2.call("create_tags", {"Resources": [inst.id], "Tags": [{"Key": api.TAG_NODE, "Value": str(inst.node)}]})
-
-        known: tuple[str, ...]
-        if host_key is not None:
-            lines = "".join(f"{addr} {host_key.public}\n" for addr in dict.fromkeys(connect))
-            known = (write_private(pool.directory, "known_hosts", lines),)
-        else:
-            known = self.known_hosts or ()
-        from skyward.providers.ssh import SSH
-
-        pool.ssh = SSH([f"{self.user}@{addr}" for addr in connect], key=pool.key_path, known_hosts=known,
-                       verify_host_keys=True, root=self.root, connect_timeout=self.connect_timeout,
-                       private_addrs=[i.private_addr for i in instances], find_links=self.find_links,
-                       no_index=self.no_index, bootstrap_timeout=self.bootstrap_timeout)
         pool.instances = instances
         with self._lock:
             for inst in instances:
@@ -601,43 +600,6 @@ class AWS(Provider):
             time.sleep(delay)
             delay = min(delay * 2, 3.0)
 
-    def transport(self, instance: Instance) -> Transport:
-        return self._pool_of(instance).ssh.transport(instance)
-
-    def worker_launch(self, instance: Instance, transport: Transport, image: Any,
-                      log: Callable[[str], None]) -> WorkerLaunch:
-        """Wait for the instance's sshd, then prepare it exactly as :class:`~skyward.SSH` does.
-
-        On EC2, uv may download the Python the image asks for (``UV_PYTHON_DOWNLOADS``, unless
-        the image sets it): stock AMIs rarely ship the client's Python version.
-        """
-        pool = self._pool_of(instance)
-        log(f"{pool.summary}: {instance.id} at {instance.private_addr}")
-        self._await_ssh(transport, instance, log)
-        env = getattr(image, "env", None)
-        if env is not None and "UV_PYTHON_DOWNLOADS" not in env:
-            image = image.with_env(UV_PYTHON_DOWNLOADS="automatic")
-        return pool.ssh.worker_launch(instance, transport, image, log)
-
-    def _await_ssh(self, transport: Any, instance: Instance, log: Callable[[str], None]) -> None:
-        """Connect, retrying while the machine boots; a host key mismatch is not retried."""
-        deadline = time.monotonic() + self.boot_timeout
-        delay = 1.0
-        waited = False
-        while True:
-            try:
-                transport.connect(node=instance.node)
-                return
-            except BootstrapError as exc:
-                cause = type(exc.__cause__).__name__
-                if cause in ("BadHostKeyException", "_UnknownHostKey") or time.monotonic() >= deadline:
-                    raise
-                if not waited:
-                    log(f"waiting for sshd on {transport.host}")
-                    waited = True
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 1.5, 5.0)
-
     def terminate(self, instances: list[Instance]) -> None:
         """Release every pool these instances belong to, by tag, and confirm it."""
         with self._lock:
@@ -691,15 +653,6 @@ class AWS(Provider):
         with contextlib.suppress(Exception):
             error.add_note(f"skyward: cleanup of pool {pool.pool_id} incomplete ({what}); "
                            f"run `skyward down {pool.pool_id} --region {region}`")
-
-    def _pool_of(self, instance: Instance) -> _Pool:
-        with self._lock:
-            pool_id = self._owner.get(instance.id)
-            pool = self._pools.get(pool_id) if pool_id else None
-        if pool is None or pool.ssh is None:
-            raise ProvisionError(f"instance {instance.id} does not belong to a pool this provider launched",
-                                 provider="aws")
-        return pool
 
     def __repr__(self) -> str:
         shown = [repr(self.region)] if self.region else []

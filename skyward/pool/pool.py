@@ -1,7 +1,10 @@
-"""``ComputePool``: the one place that knows the whole lifecycle of a pool.
+"""``ComputePool``: the user's handle on a pool, and the one place that orders its lifecycle.
 
-validate → transform image (plugins) → provision → start workers → handshake (each gets its
-``InstanceInfo``) → ready → dispatch → stop workers → confirm they are gone → release machines.
+validate → transform image (plugins) → provision → prepare → start workers → handshake (each
+gets its ``InstanceInfo``) → ready → dispatch → stop workers → confirm they are gone → release
+machines. The machines and workers are :class:`~skyward.pool.lifecycle.Nodes`; calls go
+through :class:`~skyward.pool.dispatch.Dispatcher`; events go to the subscribers (the console,
+``on_event``, :meth:`ComputePool.subscribe`).
 
 Every exit path of the ``with`` block — return, exception, Ctrl-C, SIGTERM — runs the same
 teardown. A client killed outright (SIGKILL) is covered by the workers themselves: they exit
@@ -17,19 +20,20 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future
 from typing import Any, Literal, TypeVar, overload
 
 from skyward import _signals
 from skyward import events as ev
-from skyward._node import NodeConnection
-from skyward.compute import ComputeFunction, PendingCompute, TaskOptions, _iter_results
-from skyward.errors import BootstrapError, ConfigError, ConnectionLost, PluginError, SkywardError, WorkerLost
+from skyward.compute import ComputeFunction, PendingCompute, TaskOptions
+from skyward.errors import ConfigError, PluginError, SkywardError
 from skyward.plugin import Cluster, Plugin
-from skyward.protocol import Kind, dumps_payload, spin_from_env
+from skyward.pool.connection import NodeConnection
+from skyward.pool.dispatch import Dispatcher, check_pending
+from skyward.pool.lifecycle import Nodes
+from skyward.protocol import dumps_payload, spin_from_env
 from skyward.providers.base import Instance, PoolSpec, Provider
-from skyward.runtime import InstanceInfo, Peer
-from skyward.transport.base import WorkerLaunch
+from skyward.runtime import InstanceInfo
 
 __all__ = ["ComputePool"]
 
@@ -37,8 +41,6 @@ T = TypeVar("T")
 A = TypeVar("A")
 Executor = Literal["thread", "process"]
 _EXECUTORS = ("thread", "process")
-#: Seconds the other nodes of a failed broadcast get to stop before their workers are replaced.
-BROADCAST_GRACE = 2.0
 
 
 def _positive(name: str, value: Any, *, integer: bool) -> Any:
@@ -143,14 +145,10 @@ class ComputePool:
         if on_event is not None:
             self._subscribers.append(on_event)
         self._state: Literal["new", "starting", "open", "closed"] = "new"
-        self._connections: list[NodeConnection] = []
-        self._instances: list[Instance] = []
-        self._transports: list[Any] = []
-        self._launches: list[tuple[Any, WorkerLaunch]] = []
+        self._nodes = Nodes(provider, self.spec, self._settings, dumps_payload(list(self.plugins)), self._emit,
+                            self._subscribers, self._spin)
+        self._dispatch = Dispatcher(self._require_open, self.restart_workers, lambda: self._stop(clean=False))
         self._client_stack = contextlib.ExitStack()
-        self._stop_heartbeat = threading.Event()
-        self._rr = 0
-        self._pick_lock = threading.Lock()
         self._restore_signals: list[Callable[[], None]] = []
 
     # -- events ----------------------------------------------------------------------------------
@@ -192,14 +190,7 @@ class ComputePool:
                 with _plugin_hook(plugin, "transform"):
                     image = plugin.transform(image, cluster)
         self.image = image
-
-        for node in range(self.nodes):
-            self._emit(ev.NodeStage(node, "provisioning"))
-        self._instances = self.provider.provision(self.spec)
-        self._prepare_nodes(image)  # bounded by the provider's own bootstrap timeout
-        self._connections = self._spawn_workers(deadline=time.monotonic() + self.start_timeout)
-
-        threading.Thread(target=self._heartbeat_loop, name="skyward-heartbeat", daemon=True).start()
+        self._nodes.start(image, self.start_timeout, (self.heartbeat_interval, self.idle_timeout))
         for plugin in self.plugins:
             if plugin.around_client is not None:
                 with _plugin_hook(plugin, "around_client"):
@@ -207,101 +198,17 @@ class ComputePool:
         self._state = "open"
         self._emit(ev.PoolReady(self.id, self.nodes, time.monotonic() - started))
 
-    def _prepare_nodes(self, image: Any) -> None:
-        """Reach every node and prepare it (bootstrap, if any), all nodes in parallel."""
-
-        def prepare(inst: Instance) -> tuple[Any, WorkerLaunch]:
-            def log(line: str) -> None:
-                self._emit(ev.NodeLog(inst.node, line))
-
-            transport = self.provider.transport(inst)
-            self._transports.append(transport)
-            if not self.provider.uses_client_environment:
-                self._emit(ev.NodeStage(inst.node, "bootstrapping", inst.private_addr))
-            return transport, self.provider.worker_launch(inst, transport, image, log)
-
-        if len(self._instances) == 1:
-            self._launches = [prepare(self._instances[0])]
-            return
-        with ThreadPoolExecutor(max_workers=min(32, len(self._instances))) as executor:
-            futures = [executor.submit(prepare, inst) for inst in self._instances]
-        for f in futures:
-            if f.exception() is not None:
-                raise f.exception()  # type: ignore[misc]
-        self._launches = [f.result() for f in futures]
-
-    def _spawn_workers(self, deadline: float) -> list[NodeConnection]:
-        """Start a worker on every prepared node and wait until each has said READY.
-
-        Every worker gets its SETUP before any is waited on: plugins such as torch rendezvous
-        in ``around_app``, which needs all of them at once.
-        """
-        connections: list[NodeConnection] = []
-        self._connections = connections  # teardown stops whatever started, even on failure
-        for inst, (transport, launch) in zip(self._instances, self._launches, strict=True):
-            self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
-            connections.append(
-                NodeConnection(inst.node, transport.host, transport.start(launch), self._emit, self._subscribers,
-                               spin=self._spin)
-            )
-
-        head_port = self.provider.rendezvous_port(self.spec)
-        peers = tuple(Peer(i.node, i.private_addr) for i in self._instances)
-        plugins_payload = dumps_payload(list(self.plugins))
-        for inst, conn in zip(self._instances, connections, strict=True):
-            info = InstanceInfo(
-                node=inst.node, total_nodes=self.nodes, head_addr=peers[0].addr, head_port=head_port,
-                accelerators=inst.accelerators, peers=peers, pool_id=self.id,
-            )
-            settings = {
-                "info": info.to_json(),
-                "env": dict(self.image.env),
-                "concurrency": self.concurrency,
-                "executor": self.executor,
-                "idle_timeout": self.idle_timeout,
-                "heartbeat_interval": self.heartbeat_interval,
-                "spin": self._spin,
-            }
-            conn.send((Kind.SETUP, settings), plugins_payload)
-
-        for conn in connections:
-            try:
-                conn.ready.result(timeout=max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                raise BootstrapError(
-                    conn.host, "starting worker", f"not ready within {self.start_timeout:g}s",
-                    node=conn.node, log_tail=list(conn.tail),
-                ) from None
-            self._emit(ev.NodeStage(conn.node, "ready"))
-        return connections
-
-    def _stop_workers(self, connections: list[NodeConnection], *, graceful: bool) -> list[str]:
-        """Stop the given workers, confirm they are gone, fail what they still had; return problems."""
-        problems: list[str] = []
-        for conn in connections:
-            self._emit(ev.NodeStage(conn.node, "stopping"))
-            conn.closing = True
-            conn.listen()
-            if conn.alive and graceful:
-                with contextlib.suppress(OSError, ValueError):
-                    conn.writer.send((Kind.SHUTDOWN,))
-        grace_end = time.monotonic() + (5.0 if graceful else 0.0)
-        for conn in connections:
-            if conn.channel.wait(max(0.0, grace_end - time.monotonic())) is None:
-                conn.channel.kill()
-        for conn in connections:
-            if not conn.channel.confirm_gone(5.0):
-                problems.append(f"node {conn.node}: worker processes still running after kill")
-            conn.join_reader(2.0)
-            with conn.lock:
-                leftovers, conn.tasks = conn.tasks, {}
-            for task in leftovers.values():
-                if task.timer:
-                    task.timer.cancel()
-                if not task.future.done():
-                    task.future.set_exception(ConnectionLost(conn.node, "the worker was stopped before the task finished"))
-            self._emit(ev.NodeStage(conn.node, "stopped"))
-        return problems
+    def _settings(self, info: InstanceInfo) -> dict[str, Any]:
+        """The SETUP message for one node."""
+        return {
+            "info": info.to_json(),
+            "env": dict(self.image.env),
+            "concurrency": self.concurrency,
+            "executor": self.executor,
+            "idle_timeout": self.idle_timeout,
+            "heartbeat_interval": self.heartbeat_interval,
+            "spin": self._spin,
+        }
 
     def restart_workers(self) -> None:
         """Replace every worker with a fresh one (machines and environments are kept).
@@ -310,20 +217,7 @@ class ComputePool:
         (e.g. blocked in a collective operation); plugins' ``around_app`` hooks run again.
         """
         self._require_open()
-        with self._pick_lock:
-            old = self._connections
-            problems = self._stop_workers(old, graceful=False)
-            if problems:
-                raise SkywardError("could not stop the old workers:\n  " + "\n  ".join(problems))
-            self._spawn_workers(deadline=time.monotonic() + self.start_timeout)
-
-    def _heartbeat_loop(self) -> None:
-        while not self._stop_heartbeat.wait(self.heartbeat_interval):
-            for conn in self._connections:
-                if conn.alive and not conn.closing:
-                    with contextlib.suppress(OSError, ValueError):
-                        conn.writer.send((Kind.PING,))
-                    conn.check_heartbeat(self.idle_timeout)
+        self._nodes.restart(self.start_timeout)
 
     def _stop(self, clean: bool) -> None:
         if self._state == "closed":
@@ -336,15 +230,7 @@ class ComputePool:
             self._client_stack.close()
         except Exception as exc:
             problems.append(f"around_client exit failed: {exc!r}")
-        self._stop_heartbeat.set()
-        problems += self._stop_workers(self._connections, graceful=was_open)
-        for transport in self._transports:
-            with contextlib.suppress(Exception):
-                transport.close()
-        try:
-            self.provider.terminate(self._instances)
-        except Exception as exc:
-            problems.append(f"releasing machines failed: {exc!r}")
+        problems += self._nodes.stop(graceful=was_open)
         self._restore_sigterm()
         self._emit(ev.PoolStopped(self.id, time.monotonic() - started, not problems))
         if problems and sys.exc_info()[0] is None:
@@ -379,37 +265,17 @@ class ComputePool:
                 "pool", "an open ComputePool (dispatch inside `with sky.ComputePool(...) as pool:`)",
                 f"a {self._state} pool" if self._state != "new" else "a pool that was never entered",
             )
-        return self._connections
-
-    def _least_busy(self) -> NodeConnection:
-        conns = self._require_open()
-        if len(conns) == 1 and conns[0].alive:
-            return conns[0]
-        with self._pick_lock:
-            n = len(conns)
-            start = self._rr
-            self._rr = (self._rr + 1) % n
-            best: NodeConnection | None = None
-            for k in range(n):
-                c = conns[(start + k) % n]
-                if c.alive and (best is None or c.inflight < best.inflight):
-                    best = c
-        if best is None:
-            lost = next((c.lost for c in conns if c.lost), None)
-            raise lost or WorkerLost(0, "no worker is running")
-        return best
+        return self._nodes.connections
 
     def submit(self, pending: PendingCompute[T]) -> Future[T]:
         """Run ``pending`` on the least busy node without waiting (same as ``pending > pool``)."""
-        _check_pending(pending, "submit")
-        conn = self._least_busy()
-        return conn.submit(pending.payload(), pending.options.name, pending.options.timeout)
+        check_pending(pending, "submit")
+        return self._dispatch.submit(pending)
 
     def run(self, pending: PendingCompute[T]) -> T:
         """Run ``pending`` on the least busy node and return its result (``pending >> pool``)."""
-        _check_pending(pending, "run")
-        conn = self._least_busy()
-        return conn.call(pending.payload(), pending.options.name, pending.options.timeout)
+        check_pending(pending, "run")
+        return self._dispatch.run(pending)
 
     def broadcast(self, pending: PendingCompute[T]) -> list[T]:
         """Run ``pending`` on every node; results ordered by node (``pending @ pool``).
@@ -417,52 +283,8 @@ class ComputePool:
         The call is serialized once. If a node fails, the others' tasks are cancelled and
         that node's error is raised.
         """
-        _check_pending(pending, "broadcast")
-        conns = self._require_open()
-        for c in conns:
-            if not c.alive:
-                raise c.lost or WorkerLost(c.node, "worker is not running")
-        payload = pending.payload()
-        futures = [c.submit(payload, pending.options.name, pending.options.timeout) for c in conns]
-        return self._collect(futures, conns, on_failure=self._recover_from_failed_broadcast)
-
-    def _recover_from_failed_broadcast(
-        self, futures: list[Future[Any]], conns: list[NodeConnection], error: BaseException
-    ) -> None:
-        """One node failed: stop the others' copies of the task, restarting workers if need be.
-
-        The other nodes may be blocked in a collective operation waiting for the failed one (a
-        DDP all-reduce, say) and would otherwise sit there until the framework's own timeout.
-        They are asked to stop; a node that has not stopped within ``BROADCAST_GRACE`` seconds,
-        or a node that was lost, leaves the pool's distributed state unusable, so every worker is
-        replaced (plugins' ``around_app`` hooks run again) and the pool stays usable.
-        """
-        for f, conn in zip(futures, conns, strict=True):
-            if not f.done():
-                conn.interrupt(f)
-        wait(futures, timeout=BROADCAST_GRACE)
-        stuck = [c.node for f, c in zip(futures, conns, strict=True) if not f.done()]
-        lost = [c.node for c in conns if not c.alive]
-        if not stuck and not lost:
-            return
-        why = []
-        if stuck:
-            why.append(f"node(s) {stuck} did not stop within {BROADCAST_GRACE:g}s")
-        if lost:
-            why.append(f"node(s) {lost} were lost")
-        try:
-            self.restart_workers()
-        except Exception as exc:
-            self._note(error, f"skyward: {' and '.join(why)}; restarting the workers failed ({exc!r}), "
-                              "closing the pool")
-            self._stop(clean=False)
-            return
-        self._note(error, f"skyward: {' and '.join(why)}; every worker was restarted and the pool is usable")
-
-    @staticmethod
-    def _note(error: BaseException, text: str) -> None:
-        with contextlib.suppress(Exception):
-            error.add_note(text)
+        check_pending(pending, "broadcast")
+        return self._dispatch.broadcast(pending)
 
     def gather(self, *pending: PendingCompute[Any], stream: bool = False, ordered: bool = True) -> Any:
         """Run several pending calls concurrently across the pool.
@@ -471,17 +293,8 @@ class ComputePool:
         as they become available (input order, or completion order with ``ordered=False``).
         """
         for i, p in enumerate(pending):
-            _check_pending(p, f"gather() argument {i}")
-        self._require_open()
-        owners: list[NodeConnection] = []
-        futures: list[Future[Any]] = []
-        for p in pending:
-            conn = self._least_busy()
-            futures.append(conn.submit(p.payload(), p.options.name, p.options.timeout))
-            owners.append(conn)
-        if stream:
-            return self._stream(futures, owners, ordered)
-        return self._collect(futures, owners)
+            check_pending(p, f"gather() argument {i}")
+        return self._dispatch.gather(pending, stream, ordered)
 
     @overload
     def map(self, fn: ComputeFunction[[A], T], iterable: Iterable[A]) -> list[T]: ...
@@ -498,48 +311,19 @@ class ComputePool:
             raise ConfigError("fn", "a @sky.compute function or a callable", fn)
         return self.gather(*pending)
 
-    def _collect(
-        self,
-        futures: list[Future[Any]],
-        owners: list[NodeConnection],
-        on_failure: Callable[[list[Future[Any]], list[NodeConnection], BaseException], None] | None = None,
-    ) -> list[Any]:
-        """Wait for every future; at the first failure stop the rest and raise that failure."""
-        try:
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        except BaseException:  # Ctrl-C while waiting: stop what we started
-            self._cancel(futures, owners)
-            raise
-        error = next((f.exception() for f in futures if f in done and f.exception() is not None), None)
-        if error is not None:
-            if on_failure is None:
-                self._cancel(futures, owners)
-            else:
-                on_failure(futures, owners, error)
-            raise error
-        return [f.result() for f in futures]
-
-    def _stream(self, futures: list[Future[Any]], owners: list[NodeConnection], ordered: bool) -> Iterator[Any]:
-        try:
-            yield from _iter_results(futures, ordered)
-        finally:
-            self._cancel(futures, owners)
-
-    @staticmethod
-    def _cancel(futures: list[Future[Any]], owners: list[NodeConnection]) -> None:
-        for f, conn in zip(futures, owners, strict=True):
-            if not f.done():
-                conn.cancel(f)
-                f.cancel()
-
     # -- introspection ---------------------------------------------------------------------------
     @property
     def is_open(self) -> bool:
         return self._state == "open"
 
+    @property
+    def instances(self) -> list[Instance]:
+        """The pool's machines (id, node, addresses), once it is started."""
+        return list(self._nodes.instances)
+
     def worker_pids(self) -> list[int | None]:
         """The process id of each node's worker as the provider sees it (None if unknown)."""
-        return [getattr(c.channel, "pgid", None) for c in self._connections]
+        return [c.pid for c in self._nodes.connections]
 
     def __repr__(self) -> str:
         return f"ComputePool(provider={self.provider!r}, nodes={self.nodes}, state={self._state})"
@@ -556,8 +340,3 @@ def _plugin_hook(plugin: Plugin, hook: str) -> Iterator[None]:
         import traceback
 
         raise PluginError(plugin.name, None, hook, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
-
-
-def _check_pending(value: Any, where: str) -> None:
-    if not isinstance(value, PendingCompute):
-        raise ConfigError(where, "a pending computation (a call of a @sky.compute function)", type(value).__name__)

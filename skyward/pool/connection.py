@@ -36,7 +36,7 @@ from typing import Any
 from skyward import _signals
 from skyward import events as ev
 from skyward._wire_errors import decode_exception
-from skyward.errors import PluginError, WorkerLost
+from skyward.errors import ConnectionLost, PluginError, WorkerLost
 from skyward.protocol import FrameReader, FrameWriter, Kind, Payload, loads_payload, spinner
 from skyward.transport.base import Channel
 
@@ -96,7 +96,7 @@ class NodeConnection:
     listening: list[Any]
     #: Seconds a caller reading its own reply polls before it blocks (protocol.spinner).
     spin: float = 0.0
-    tasks: dict[int, _Task] = field(default_factory=dict)
+    _tasks: dict[int, _Task] = field(default_factory=dict)
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_TAIL))
     ready: Future[int] = field(default_factory=Future)
     alive: bool = True
@@ -106,9 +106,9 @@ class NodeConnection:
     lost: WorkerLost | None = None
 
     def __post_init__(self) -> None:
-        self.lock = threading.Lock()
-        self.writer = FrameWriter(self.channel.stdin)
-        self.reader = FrameReader(self.channel.stdout)
+        self._lock = threading.Lock()
+        self._writer = FrameWriter(self.channel.stdin)
+        self._reader = FrameReader(self.channel.stdout)
         # Who reads the stream now (guarded by ``lock``): _THREAD, a caller's thread id, or None
         # (nobody: the reader thread is parked and no task is in flight).
         self._reading: object = _THREAD
@@ -129,11 +129,11 @@ class NodeConnection:
     # -- sending ---------------------------------------------------------------------------
     @property
     def inflight(self) -> int:
-        return len(self.tasks)
+        return len(self._tasks)
 
     def send(self, control: tuple, payload: Payload | None = None) -> None:
         try:
-            self.writer.send(control, payload)
+            self._writer.send(control, payload)
         except (OSError, ValueError) as exc:
             self._lose(f"could not write to the worker: {exc}")
             raise self.lost or WorkerLost(self.node, "connection closed") from exc
@@ -146,10 +146,10 @@ class NodeConnection:
             future.set_running_or_notify_cancel()
         task_id = next(_task_ids)
         task = _Task(future, name, time.monotonic())
-        with self.lock:  # (checked under the lock: _lose() takes the in-flight tasks under it)
+        with self._lock:  # (checked under the lock: _lose() takes the in-flight tasks under it)
             alive = self.alive
             if alive:
-                self.tasks[task_id] = task
+                self._tasks[task_id] = task
                 if self._reading is None:  # nobody reads: this future needs the reader thread
                     self._reading = _THREAD
                     self._resume.set()
@@ -175,7 +175,7 @@ class NodeConnection:
         may = self._fd is not None and (not main or _signals.safe_to_hold())
         mine = False
         try:
-            with self.lock:
+            with self._lock:
                 fd = self._fd
                 if not may or fd is None:
                     pass  # the reader thread serves this call
@@ -209,7 +209,7 @@ class NodeConnection:
             poller = self._caller_poll = select.poll()
             poller.register(fd, select.POLLIN)
         while not future.done():
-            if not self.reader.buffered() and not (self._spin and self._spin()) and not poller.poll(_RECHECK_MS):
+            if not self._reader.buffered() and not (self._spin and self._spin()) and not poller.poll(_RECHECK_MS):
                 continue
             try:
                 if main:
@@ -226,16 +226,16 @@ class NodeConnection:
 
     def listen(self) -> None:
         """Have the reader thread read now if nobody does (the pool is closing: BYE is coming)."""
-        with self.lock:
+        with self._lock:
             if self._reading is None:
                 self._reading = _THREAD
                 self._resume.set()
 
     def _release(self) -> None:
         """A caller is done reading: park the stream, or give it back if anything is in flight."""
-        with self.lock:
+        with self._lock:
             self._last_caller = time.monotonic()
-            if self.tasks or not self.alive:
+            if self._tasks or not self.alive:
                 self._reading = _THREAD
                 self._resume.set()
             else:
@@ -243,37 +243,37 @@ class NodeConnection:
 
     def interrupt(self, future: Future[Any]) -> None:
         """Ask the worker to stop the task behind ``future``; its future resolves when it does."""
-        with self.lock:
-            ids = [tid for tid, t in self.tasks.items() if t.future is future]
+        with self._lock:
+            ids = [tid for tid, t in self._tasks.items() if t.future is future]
         for tid in ids:
             with contextlib.suppress(OSError, ValueError):
-                self.writer.send((Kind.CANCEL, tid))
+                self._writer.send((Kind.CANCEL, tid))
 
     def cancel(self, future: Future[Any]) -> None:
         """Stop the task behind ``future`` on the worker (best effort) and forget it."""
-        with self.lock:
-            found = [(tid, t) for tid, t in self.tasks.items() if t.future is future]
+        with self._lock:
+            found = [(tid, t) for tid, t in self._tasks.items() if t.future is future]
             for tid, _ in found:
-                del self.tasks[tid]
+                del self._tasks[tid]
         for tid, t in found:
             if t.timer:
                 t.timer.cancel()
             if self.alive:
                 try:
-                    self.writer.send((Kind.CANCEL, tid))
+                    self._writer.send((Kind.CANCEL, tid))
                 except (OSError, ValueError):
                     pass
 
     def _expire(self, task_id: int, timeout: float) -> None:
         from skyward.errors import TaskTimeout
 
-        with self.lock:
-            task = self.tasks.pop(task_id, None)
+        with self._lock:
+            task = self._tasks.pop(task_id, None)
         if task is None:
             return
         if self.alive:
             try:
-                self.writer.send((Kind.CANCEL, task_id))
+                self._writer.send((Kind.CANCEL, task_id))
             except (OSError, ValueError):
                 pass
         self.emit(ev.TaskFinished(task_id, self.node, task.name, False, time.monotonic() - task.started))
@@ -288,7 +288,7 @@ class NodeConnection:
                 self._park()
         except Exception as exc:  # a corrupt stream is as bad as a dead one
             reason = f"stream broke: {type(exc).__name__}: {exc}"
-        with self.lock:  # no caller reads the stream from here on
+        with self._lock:  # no caller reads the stream from here on
             if self._fd is not None:
                 self._fd = None
                 os.close(self._wake_r)
@@ -308,7 +308,7 @@ class NodeConnection:
         while True:
             if self._stand_down and self._hand_over():
                 return True
-            if poller is not None and not self.reader.buffered():
+            if poller is not None and not self._reader.buffered():
                 ready = poller.poll()
                 if any(fd == self._wake_r for fd, _ in ready):
                     os.read(self._wake_r, 64)
@@ -319,7 +319,7 @@ class NodeConnection:
     def _pump(self) -> bool:
         """Read one frame and handle it; False at the end of the stream. (The frame dies with
         this call: no reader keeps the last payload alive while it waits for the next.)"""
-        frame = self.reader.recv()
+        frame = self._reader.recv()
         if frame is None:
             return False
         self.last_heard = time.monotonic()
@@ -328,8 +328,8 @@ class NodeConnection:
 
     def _hand_over(self) -> bool:
         """Stand down if nothing is in flight (a caller asked); True if the stream is free now."""
-        with self.lock:
-            if self.tasks or self.reader.buffered():
+        with self._lock:
+            if self._tasks or self._reader.buffered():
                 return False
             self._stand_down = False
             self._reading = None
@@ -340,7 +340,7 @@ class NodeConnection:
         """Wait, without reading, until the stream needs the reader thread again."""
         while True:
             self._resume.wait(LINGER)
-            with self.lock:
+            with self._lock:
                 if self._reading is None and time.monotonic() - self._last_caller >= LINGER:
                     self._reading = _THREAD
                 if self._reading is _THREAD:
@@ -381,8 +381,8 @@ class NodeConnection:
             self.said_bye = True
 
     def _finish(self, task_id: int, ok: bool) -> _Task | None:
-        with self.lock:
-            task = self.tasks.pop(task_id, None)
+        with self._lock:
+            task = self._tasks.pop(task_id, None)
         if task is None:
             return None  # timed out or cancelled already
         if task.timer:
@@ -399,11 +399,11 @@ class NodeConnection:
 
     # -- loss ----------------------------------------------------------------------------------
     def _lose(self, reason: str) -> None:
-        with self.lock:
+        with self._lock:
             if not self.alive:
                 return
             self.alive = False
-            tasks, self.tasks = self.tasks, {}
+            tasks, self._tasks = self._tasks, {}
         exit_code = self.channel.wait(2.0) if not self.closing else self.channel.wait(0)
         if exit_code is None and not self.closing:
             self.channel.kill()
@@ -422,11 +422,54 @@ class NodeConnection:
         if not self.closing:
             self.emit(ev.NodeStage(self.node, "lost", what))
 
-    def check_heartbeat(self, lost_after: float) -> None:
+    # -- the pool's side of the lifecycle -------------------------------------------------------
+    def setup(self, settings: Any, plugins: Payload) -> None:
+        """Send the worker its identity, settings and plugins (the first message it reads)."""
+        self.send((Kind.SETUP, settings), plugins)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait for READY; raises the worker's FATAL (PluginError), WorkerLost, or TimeoutError."""
+        self.ready.result(timeout=timeout)
+
+    def keepalive(self, lost_after: float) -> None:
+        """Ping the worker (its dead man's switch) and declare it lost after ``lost_after``
+        seconds without a frame from it."""
+        if not self.alive or self.closing:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self._writer.send((Kind.PING,))
         silent = time.monotonic() - self.last_heard
         if self.alive and silent > lost_after:
             self.channel.kill()
             self._lose(f"no heartbeat for {silent:.0f}s")
 
-    def join_reader(self, timeout: float) -> None:
-        self._threads[0].join(timeout)
+    def begin_stop(self, *, graceful: bool) -> None:
+        """Stop serving: from now on the end of the stream is expected (not a loss); a graceful
+        stop asks the worker to finish (SHUTDOWN: plugins' exits run, BYE comes back)."""
+        self.closing = True
+        self.listen()
+        if self.alive and graceful:
+            with contextlib.suppress(OSError, ValueError):
+                self._writer.send((Kind.SHUTDOWN,))
+
+    def finish_stop(self, grace_end: float) -> str | None:
+        """Make sure the worker is gone (killing it after ``grace_end``, a monotonic time) and
+        fail whatever it still had; returns what could not be confirmed, or None."""
+        if self.channel.wait(max(0.0, grace_end - time.monotonic())) is None:
+            self.channel.kill()
+        problem = None if self.channel.confirm_gone(5.0) else "worker processes still running after kill"
+        self._threads[0].join(2.0)
+        with self._lock:
+            leftovers, self._tasks = self._tasks, {}
+            self.alive = False
+        for task in leftovers.values():
+            if task.timer:
+                task.timer.cancel()
+            if not task.future.done():
+                task.future.set_exception(ConnectionLost(self.node, "the worker was stopped before the task finished"))
+        return problem
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id on its machine, when the transport knows it."""
+        return getattr(self.channel, "pgid", None)

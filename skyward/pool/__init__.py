@@ -1,0 +1,12 @@
+"""The pool: everything between a user's ``ComputePool`` and the workers.
+
+- :mod:`~skyward.pool.pool`: ``ComputePool``, the user's handle; orders the lifecycle.
+- :mod:`~skyward.pool.lifecycle`: the machines and workers (provision, prepare, start, stop).
+- :mod:`~skyward.pool.prepare`: host preparation through any transport (bootstrap).
+- :mod:`~skyward.pool.dispatch`: which node runs a call; collecting results.
+- :mod:`~skyward.pool.connection`: the client's end of one worker (the protocol, one reply path).
+"""
+
+from skyward.pool.pool import ComputePool
+
+__all__ = ["ComputePool"]

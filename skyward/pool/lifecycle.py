@@ -1,0 +1,139 @@
+"""The machines and workers of one pool: provision, prepare, start, keep alive, stop, release.
+
+Start: provision (the provider) → reach and prepare every machine in parallel
+(:mod:`skyward.pool.prepare`, through the instance's transport) → start a worker on each →
+send every worker its SETUP before waiting on any (plugins such as torch rendezvous in
+``around_app``, which needs all of them at once) → wait for READY.
+
+Stop: ask each worker to finish (graceful) or not → confirm every worker and what it started
+is gone → close the transports → release the machines (the provider confirms). Problems are
+collected, not raised half-way: every step runs whatever failed before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from skyward import events as ev
+from skyward.errors import BootstrapError, SkywardError
+from skyward.pool.connection import NodeConnection
+from skyward.pool.prepare import prepare
+from skyward.protocol import Payload
+from skyward.providers.base import Instance, PoolSpec, Provider
+from skyward.runtime import InstanceInfo, Peer
+from skyward.transport import Transport, WorkerLaunch, reach
+
+
+class Nodes:
+    """One pool's machines and the worker on each (see the module docstring)."""
+
+    def __init__(self, provider: Provider, spec: PoolSpec, settings: Callable[[InstanceInfo], Any],
+                 plugins: Payload, emit: Callable[[ev.Event], None], listening: list[Any], spin: float):
+        self.provider = provider
+        self.spec = spec
+        self._settings = settings  # the SETUP message for one node
+        self._plugins = plugins
+        self._emit = emit
+        self._listening = listening
+        self._spin = spin
+        self.instances: list[Instance] = []
+        self.connections: list[NodeConnection] = []
+        self._transports: list[Transport] = []
+        self._launches: list[WorkerLaunch] = []
+        self._stop_heartbeat = threading.Event()
+
+    # -- start ---------------------------------------------------------------------------------
+    def start(self, image: Any, start_timeout: float, heartbeat: tuple[float, float]) -> None:
+        """Provision, prepare and start every node; raise at the first failure (the caller stops
+        what started). ``heartbeat`` is (interval, lost_after) seconds."""
+        for node in range(self.spec.nodes):
+            self._emit(ev.NodeStage(node, "provisioning"))
+        self.instances = self.provider.provision(self.spec)
+        self._transports = [reach(inst) for inst in self.instances]
+        self._launches = self._prepare(image)  # bounded by each environment's own timeouts
+        self.spawn(start_timeout)
+        threading.Thread(target=self._heartbeat_loop, args=heartbeat, name="skyward-heartbeat",
+                         daemon=True).start()
+
+    def _prepare(self, image: Any) -> list[WorkerLaunch]:
+        def one(inst: Instance, transport: Transport) -> WorkerLaunch:
+            if inst.environment is not None:
+                self._emit(ev.NodeStage(inst.node, "bootstrapping", inst.private_addr))
+            return prepare(inst, transport, image, lambda line: self._emit(ev.NodeLog(inst.node, line)))
+
+        pairs = list(zip(self.instances, self._transports, strict=True))
+        if len(pairs) == 1:
+            return [one(*pairs[0])]
+        with ThreadPoolExecutor(max_workers=min(32, len(pairs))) as executor:
+            futures = [executor.submit(one, *pair) for pair in pairs]
+        for f in futures:
+            if f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
+        return [f.result() for f in futures]
+
+    def spawn(self, start_timeout: float) -> None:
+        """Start a worker on every prepared node and wait until each has said READY."""
+        deadline = time.monotonic() + start_timeout
+        self.connections = connections = []  # stop() stops whatever started, even on failure
+        for inst, transport, launch in zip(self.instances, self._transports, self._launches, strict=True):
+            self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
+            connections.append(NodeConnection(inst.node, transport.host, transport.start(launch), self._emit,
+                                              self._listening, spin=self._spin))
+        head_port = self.provider.rendezvous_port(self.spec)
+        peers = tuple(Peer(i.node, i.private_addr) for i in self.instances)
+        for inst, conn in zip(self.instances, connections, strict=True):
+            info = InstanceInfo(node=inst.node, total_nodes=self.spec.nodes, head_addr=peers[0].addr,
+                                head_port=head_port, accelerators=inst.accelerators, peers=peers,
+                                pool_id=self.spec.pool_id)
+            conn.setup(self._settings(info), self._plugins)
+        for conn in connections:
+            try:
+                conn.wait_ready(max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise BootstrapError(conn.host, "starting worker", f"not ready within {start_timeout:g}s",
+                                     node=conn.node, log_tail=list(conn.tail)) from None
+            self._emit(ev.NodeStage(conn.node, "ready"))
+
+    def restart(self, start_timeout: float) -> None:
+        """Replace every worker with a fresh one (machines and environments are kept)."""
+        problems = self._stop_workers(graceful=False)
+        if problems:
+            raise SkywardError("could not stop the old workers:\n  " + "\n  ".join(problems))
+        self.spawn(start_timeout)
+
+    def _heartbeat_loop(self, interval: float, lost_after: float) -> None:
+        while not self._stop_heartbeat.wait(interval):
+            for conn in self.connections:
+                conn.keepalive(lost_after)
+
+    # -- stop ----------------------------------------------------------------------------------
+    def stop(self, *, graceful: bool) -> list[str]:
+        """Stop every worker, close every transport, release every machine; return problems."""
+        self._stop_heartbeat.set()
+        problems = self._stop_workers(graceful=graceful)
+        for transport in self._transports:
+            with contextlib.suppress(Exception):
+                transport.close()
+        try:
+            self.provider.terminate(self.instances)
+        except Exception as exc:
+            problems.append(f"releasing machines failed: {exc!r}")
+        return problems
+
+    def _stop_workers(self, *, graceful: bool) -> list[str]:
+        for conn in self.connections:
+            self._emit(ev.NodeStage(conn.node, "stopping"))
+            conn.begin_stop(graceful=graceful)
+        grace_end = time.monotonic() + (5.0 if graceful else 0.0)
+        problems = []
+        for conn in self.connections:
+            problem = conn.finish_stop(grace_end)
+            if problem:
+                problems.append(f"node {conn.node}: {problem}")
+            self._emit(ev.NodeStage(conn.node, "stopped"))
+        return problems
