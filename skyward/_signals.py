@@ -1,6 +1,6 @@
 """Python signal handlers that wait while the main thread is inside a frame.
 
-A caller blocked in ``>>`` reads its own reply (see :mod:`skyward._node`). Python runs signal
+A caller blocked in ``>>`` reads its own reply (see :mod:`skyward.pool.connection`). Python runs signal
 handlers in the main thread between any two bytecodes, so a handler that raises (Ctrl-C's
 KeyboardInterrupt, the pool's SIGTERM handler) could leave a frame half read and the stream
 torn for every later call. While a pool is open, its SIGINT and SIGTERM handlers are wrapped

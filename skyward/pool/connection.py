@@ -5,14 +5,16 @@ resolve the task's :class:`~concurrent.futures.Future`, OUTPUT becomes events, a
 stream ends unexpectedly every in-flight task fails with :class:`~skyward.errors.WorkerLost`
 carrying the exit code and the last lines of output.
 
-Two kinds of thread take turns reading the stream, one at a time:
+The same reply path serves every transport: each channel gives a file descriptor that polls
+readable exactly when the stream has bytes (``Channel.poll_fd``). Two kinds of thread take
+turns reading the stream, one at a time:
 
 * the connection's reader thread, which serves futures (``>``, ``@``, ``&``, ``gather``) and
   keeps listening (heartbeats, output, the end of the stream) whenever nobody else does;
-* a caller blocked in ``>>`` (:meth:`NodeConnection.call`), which, when the channel can be
-  polled and nothing else is in flight, reads its own reply. Handing a reply from the reader
+* a caller blocked in ``>>`` (:meth:`NodeConnection.call`), which, when nothing else is in
+  flight, reads its own reply. Handing a reply from the reader
   thread to a blocked caller costs a thread wake-up, which on a small VM is several times the
-  whole pipe round trip (bench/analysis.md); the caller reading itself makes the trip the
+  whole pipe round trip (docs/benchmarks.md); the caller reading itself makes the trip the
   floor's shape: one write and one read on each side.
 
 The reader thread stands down when a caller asks and nothing is in flight, and takes the stream
@@ -115,10 +117,11 @@ class NodeConnection:
         self._stand_down = False  # a caller asked the reader thread to hand over the stream
         self._resume = threading.Event()  # the parked reader thread must read again
         self._last_caller = 0.0
-        self._fd = self.channel.poll_fd()
-        self._wake_r, self._wake_w = os.pipe() if self._fd is not None else (-1, -1)
+        # Readable exactly when the stream has bytes; None once the stream has ended.
+        self._fd: int | None = self.channel.poll_fd()
+        self._wake_r, self._wake_w = os.pipe()
         self._caller_poll: Any = None  # a caller's poll object for the stream, made once
-        self._spin = spinner(self._fd, self.spin) if self._fd is not None else None
+        self._spin = spinner(self._fd, self.spin)
         self._threads = [
             threading.Thread(target=self._read_loop, name=f"skyward-node{self.node}-reader", daemon=True),
             threading.Thread(target=self._stderr_loop, name=f"skyward-node{self.node}-stderr", daemon=True),
@@ -172,7 +175,7 @@ class NodeConnection:
         """Run a task and return its result, reading the reply on this thread when possible."""
         me = threading.get_ident()
         main = me == threading.main_thread().ident
-        may = self._fd is not None and (not main or _signals.safe_to_hold())
+        may = not main or _signals.safe_to_hold()  # (a handler that could tear a frame: no)
         mine = False
         try:
             with self._lock:
@@ -300,15 +303,14 @@ class NodeConnection:
 
     def _read_as_thread(self) -> bool:
         """Read as the reader thread until the stream ends (False) or a caller takes it (True)."""
-        poller = None
-        if self._fd is not None:
-            poller = select.poll()
-            poller.register(self._fd, select.POLLIN)
-            poller.register(self._wake_r, select.POLLIN)
+        assert self._fd is not None  # (cleared only by this thread, after this loop)
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
         while True:
             if self._stand_down and self._hand_over():
                 return True
-            if poller is not None and not self._reader.buffered():
+            if not self._reader.buffered():
                 ready = poller.poll()
                 if any(fd == self._wake_r for fd, _ in ready):
                     os.read(self._wake_r, 64)

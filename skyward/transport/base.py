@@ -47,11 +47,11 @@ class Channel(ABC):
     stdout: IO[bytes]
     stderr: IO[bytes]
 
-    def poll_fd(self) -> int | None:
-        """A file descriptor that polls readable exactly when ``stdout`` has bytes to read, or
-        None. Only a channel whose ``stdout`` does no buffering of its own may give one: a
-        caller blocked in ``>>`` then reads its own reply instead of waiting for a thread."""
-        return None
+    @abstractmethod
+    def poll_fd(self) -> int:
+        """A file descriptor that polls readable exactly when ``stdout`` has bytes to read (or
+        has ended). Bytes ``stdout`` took from its source and still holds must be reported by
+        a ``pending()`` method on it: the frame reader counts them as buffered."""
 
     @abstractmethod
     def wait(self, timeout: float | None = None) -> int | None:

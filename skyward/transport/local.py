@@ -36,7 +36,7 @@ class LocalChannel(Channel):
         self.stderr = process.stderr
         self.pgid = process.pid  # start_new_session: the worker leads its own group
 
-    def poll_fd(self) -> int | None:
+    def poll_fd(self) -> int:
         return self.stdout.fileno()
 
     def wait(self, timeout: float | None = None) -> int | None:

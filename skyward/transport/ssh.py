@@ -166,7 +166,7 @@ class SSHChannel(Channel):
         self.stdout = _ChannelReader(chan.recv, stdout_prefix)  # type: ignore[assignment]  # the frame reader buffers
         self.stderr = io.BufferedReader(_ChannelReader(chan.recv_stderr, stderr_prefix), _BUFFER)  # type: ignore[assignment]
 
-    def poll_fd(self) -> int | None:
+    def poll_fd(self) -> int:
         # paramiko keeps a pipe that is readable exactly while the channel holds unread stdout
         # (or has ended), so a waiting caller polls it like a local pipe (the frame reader
         # counts what _ChannelReader already took).
