@@ -100,6 +100,7 @@ class NodeConnection:
     spin: float = 0.0
     _tasks: dict[int, _Task] = field(default_factory=dict)
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_TAIL))
+    #: Resolved by READY (the worker's pid), or failed by FATAL (PluginError) or a loss.
     ready: Future[int] = field(default_factory=Future)
     alive: bool = True
     closing: bool = False
@@ -428,10 +429,6 @@ class NodeConnection:
     def setup(self, settings: Any, plugins: Payload) -> None:
         """Send the worker its identity, settings and plugins (the first message it reads)."""
         self.send((Kind.SETUP, settings), plugins)
-
-    def wait_ready(self, timeout: float) -> None:
-        """Wait for READY; raises the worker's FATAL (PluginError), WorkerLost, or TimeoutError."""
-        self.ready.result(timeout=timeout)
 
     def keepalive(self, lost_after: float) -> None:
         """Ping the worker (its dead man's switch) and declare it lost after ``lost_after``

@@ -16,11 +16,11 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 from skyward import events as ev
-from skyward.errors import BootstrapError, SkywardError
+from skyward.errors import BootstrapError, PluginError, SkywardError
 from skyward.pool.connection import NodeConnection
 from skyward.pool.prepare import prepare
 from skyward.protocol import Payload
@@ -56,9 +56,11 @@ class Nodes:
         self.instances = self.provider.provision(self.spec)
         self._transports = [reach(inst) for inst in self.instances]
         self._launches = self._prepare(image)  # bounded by each environment's own timeouts
-        self.spawn(start_timeout)
+        # Heartbeats from the first worker on: a slow around_app (a model download, say) must
+        # not trip the workers' dead man's switch; start_timeout alone bounds the start.
         threading.Thread(target=self._heartbeat_loop, args=heartbeat, name="skyward-heartbeat",
                          daemon=True).start()
+        self.spawn(start_timeout)
 
     def _prepare(self, image: Any) -> list[WorkerLaunch]:
         def one(inst: Instance, transport: Transport) -> WorkerLaunch:
@@ -91,13 +93,22 @@ class Nodes:
                                 head_port=head_port, accelerators=inst.accelerators, peers=peers,
                                 pool_id=self.spec.pool_id)
             conn.setup(self._settings(info), self._plugins)
-        for conn in connections:
-            try:
-                conn.wait_ready(max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                raise BootstrapError(conn.host, "starting worker", f"not ready within {start_timeout:g}s",
-                                     node=conn.node, log_tail=list(conn.tail)) from None
-            self._emit(ev.NodeStage(conn.node, "ready"))
+        # Wait for all at once: a node whose around_app failed must be reported at once, not
+        # after the nodes blocked waiting for it in a rendezvous have timed out.
+        pending = {conn.ready: conn for conn in connections}
+        while pending:
+            done, _ = wait(pending, timeout=max(0.0, deadline - time.monotonic()), return_when=FIRST_COMPLETED)
+            if not done:
+                late = next(iter(pending.values()))
+                raise BootstrapError(late.host, "starting worker", f"not ready within {start_timeout:g}s",
+                                     node=late.node, log_tail=list(late.tail))
+            failed = [pending[f] for f in done if f.exception() is not None]
+            if failed:
+                # A FATAL (the plugin's own error) says more than a loss it caused elsewhere.
+                first = min(failed, key=lambda c: (not isinstance(c.ready.exception(), PluginError), c.node))
+                raise first.ready.exception()  # type: ignore[misc]
+            for f in done:
+                self._emit(ev.NodeStage(pending.pop(f).node, "ready"))
 
     def restart(self, start_timeout: float) -> None:
         """Replace every worker with a fresh one (machines and environments are kept)."""
