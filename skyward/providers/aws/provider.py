@@ -494,7 +494,7 @@ class AWS(Provider):
             known = self.known_hosts or ()
         from skyward.providers.ssh import SSH
 
-        pool.ssh = SSH([f"{self.user}@{addr}:22" for addr in connect], key=pool.key_path, known_hosts=known,
+        pool.ssh = SSH([f"{self.user}@[{addr}]:22" if ":" in addr else f"{self.user}@{addr}:22" for addr in connect], key=pool.key_path, known_hosts=known,
                        verify_host_keys=True, root=self.root, connect_timeout=self.connect_timeout,
                        private_addrs=[i.private_addr for i in instances], find_links=self.find_links,
                        no_index=self.no_index, bootstrap_timeout=self.bootstrap_timeout)
