@@ -35,12 +35,12 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from skyward._retry import Backoff, retry
 from skyward.errors import BootstrapError, CapacityError, ConfigError, ProvisionError
 from skyward.providers.aws import catalog, watchdog
 from skyward.providers.aws import ec2 as api
@@ -530,9 +530,8 @@ class AWS(Provider):
 
     def _wait_running(self, ec2: api.EC2, ids: Sequence[str]) -> tuple[list[Mapping[str, Any]], str]:
         """Wait until every instance runs with a private address: (descriptions, "") or ([], why not)."""
-        deadline = time.monotonic() + self.boot_timeout
-        delay = 0.2
-        while True:
+        ready: list[Mapping[str, Any]] = []
+        for _ in Backoff(timeout=self.boot_timeout, delay=0.2, max_delay=3.0):
             states = api.instance_states(ec2, ids)
             for item in states.values():
                 state = item.get("State", {}).get("Name")
@@ -543,12 +542,9 @@ class AWS(Provider):
                      and states[i].get("PrivateIpAddress")]
             if len(ready) == len(ids):
                 return ready, ""
-            if time.monotonic() >= deadline:
-                raise ProvisionError(f"instances not running after {self.boot_timeout:g}s: "
-                                     + ", ".join(i for i in ids if i not in {r['InstanceId'] for r in ready}),
-                                     provider="aws")
-            time.sleep(delay)
-            delay = min(delay * 2, 3.0)
+        raise ProvisionError(f"instances not running after {self.boot_timeout:g}s: "
+                             + ", ".join(i for i in ids if i not in {r['InstanceId'] for r in ready}),
+                             provider="aws")
 
     def transport(self, instance: Instance) -> Transport:
         return self._pool_of(instance).ssh.transport(instance)
@@ -570,22 +566,16 @@ class AWS(Provider):
 
     def _await_ssh(self, transport: Any, instance: Instance, log: Callable[[str], None]) -> None:
         """Connect, retrying while the machine boots; a host key mismatch is not retried."""
-        deadline = time.monotonic() + self.boot_timeout
-        delay = 1.0
-        waited = False
-        while True:
-            try:
-                transport.connect(node=instance.node)
-                return
-            except BootstrapError as exc:
-                cause = type(exc.__cause__).__name__
-                if cause in ("BadHostKeyException", "_UnknownHostKey") or time.monotonic() >= deadline:
-                    raise
-                if not waited:
-                    log(f"waiting for sshd on {transport.host}")
-                    waited = True
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 1.5, 5.0)
+        def host_key_refused(exc: BaseException) -> bool:
+            return type(exc.__cause__).__name__ in ("BadHostKeyException", "_UnknownHostKey")
+
+        def first_wait(attempt: int, exc: BaseException, pause: float) -> None:
+            if attempt == 1:
+                log(f"waiting for sshd on {transport.host}")
+
+        retry(lambda: transport.connect(node=instance.node),
+              Backoff(timeout=self.boot_timeout, delay=1.0, factor=1.5, max_delay=5.0),
+              on=BootstrapError, giveup=host_key_refused, on_retry=first_wait)
 
     def terminate(self, instances: list[Instance]) -> None:
         """Release every pool these instances belong to, by tag, and confirm it."""
