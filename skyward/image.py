@@ -38,7 +38,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from skyward.errors import ConfigError
 
@@ -48,10 +47,6 @@ __all__ = ["Image"]
 # not reused as warm.
 _HASH_FORMAT = 1
 
-_PYTHON_RE = re.compile(r"^3\.\d{1,2}(\.\d{1,3})?$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Debian package names (policy 5.6.1), optionally with :arch and =version.
-_APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.\-]*(:[a-z0-9\-]+)?(=[A-Za-z0-9.+~:\-]+)?$")
 _SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL")
 _MASK = "***"
 _URL_USERINFO_RE = re.compile(r"(://)[^/@\s]+@")
@@ -103,19 +98,6 @@ class _Env(Mapping[str, str]):
         return repr(shown)
 
 
-def _strings(parameter: str, value: Any, accepted: str) -> tuple[str, ...]:
-    """Validate a list of non-empty strings; return it as a tuple without duplicates."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        hint = f"pass a list, e.g. [{value!r}]" if isinstance(value, str) else ""
-        raise ConfigError(parameter, accepted, value, detail=hint)
-    out: dict[str, None] = {}
-    for item in value:
-        if not isinstance(item, str) or not item.strip():
-            raise ConfigError(parameter, accepted, item)
-        out.setdefault(item.strip(), None)
-    return tuple(out)
-
-
 @dataclass(frozen=True, slots=True)
 class Image:
     """The environment every node of a pool runs in. See the module docstring.
@@ -142,26 +124,11 @@ class Image:
     include: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        put = object.__setattr__  # frozen: normalise once, here
-        if not isinstance(self.python, str) or not (self.python == "auto" or _PYTHON_RE.match(self.python)):
-            raise ConfigError("python", '"auto" or a version string like "3.12"', self.python)
-        put(self, "pip", _strings("pip", self.pip, "a list of requirement strings"))
-        for req in self.pip:
-            if req.startswith("-"):
-                raise ConfigError("pip", "requirement strings, not pip options", req,
-                                  detail="use pip_indexes for indexes")
-        put(self, "pip_indexes", _strings("pip_indexes", self.pip_indexes, "a list of http(s):// or file:// URLs"))
-        for url in self.pip_indexes:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https", "file") or (parts.scheme != "file" and not parts.netloc):
-                raise ConfigError("pip_indexes", "http(s):// or file:// URLs", _mask_url(url))
-        put(self, "apt", _strings("apt", self.apt, "a list of Debian package names"))
-        for pkg in self.apt:
-            if not _APT_RE.match(pkg):
-                raise ConfigError("apt", "Debian package names like 'ffmpeg' or 'libgl1=1.7.0-1'", pkg)
-        put(self, "env", _check_env(self.env))
-        put(self, "setup", _strings("setup", self.setup, "a list of shell commands"))
-        put(self, "include", _check_include(self.include))
+        from skyward._image_fields import check_fields  # pydantic: loaded on first use
+
+        checked = check_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)  # frozen: normalise once, here
 
     # -- reading -------------------------------------------------------------------------
 
@@ -249,33 +216,6 @@ class Image:
                 value = tuple(_mask_url(v) for v in value)
             shown.append(f"{name}={value!r}")
         return "Image(" + ", ".join(shown) + ")"
-
-
-def _check_env(env: Any) -> _Env:
-    if not isinstance(env, Mapping):
-        raise ConfigError("env", "a mapping of variable names to string values", type(env).__name__)
-    for key, value in env.items():
-        if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
-            raise ConfigError("env", "variable names matching [A-Za-z_][A-Za-z0-9_]*", key)
-        if not isinstance(value, str):
-            shown = _MASK if _looks_secret(key) else value
-            raise ConfigError("env", "string values", shown, detail=f"for {key}")
-    return env if isinstance(env, _Env) else _Env(env.items())
-
-
-def _check_include(paths: Any) -> tuple[str, ...]:
-    if isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Iterable):
-        raise ConfigError("include", "a list of existing local paths", paths)
-    out: dict[str, None] = {}
-    for item in paths:
-        if not isinstance(item, (str, os.PathLike)) or not os.fspath(item):
-            raise ConfigError("include", "existing local paths", item)
-        path = Path(item).expanduser()
-        if not path.exists():
-            raise ConfigError("include", "existing local paths", os.fspath(item),
-                              detail="not found on this machine")
-        out.setdefault(str(path.resolve()), None)
-    return tuple(out)
 
 
 def _included_files(root: Path) -> Iterator[tuple[str, Path]]:

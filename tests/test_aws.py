@@ -114,11 +114,32 @@ def tags(item: dict) -> dict[str, str]:
     ({"disk_gb": 1}, "disk_gb"),
     ({"ssh_via": "carrier-pigeon"}, "ssh_via"),
     ({"public_ip": "yes"}, "public_ip"),
+    ({"root": 3}, "root"),
+    ({"root": "relative/dir"}, "root"),
+    ({"no_index": "yes"}, "no_index"),
+    ({"find_links": "/srv/wheels"}, "find_links"),  # a lone string would be split into characters
+    ({"find_links": ["/srv/wheels", 3]}, "find_links[1]"),
+    ({"idle_timeout": float("inf")}, "idle_timeout"),
+    ({"max_lifetime": float("nan")}, "max_lifetime"),
+    ({"vcpus": True}, "vcpus"),
+    ({"session": object(), "profile": "dev"}, "session"),
+    ({"known_hosts": []}, "known_hosts"),
 ])
 def test_bad_parameters_are_rejected_naming_the_parameter(options, parameter):
     with pytest.raises(ConfigError) as info:
         AWS(**options)
     assert info.value.parameter == parameter
+
+
+def test_a_lone_find_links_string_says_to_pass_a_list():
+    with pytest.raises(ConfigError) as info:
+        AWS(find_links="/srv/wheels")
+    assert "pass a list" in info.value.detail
+
+
+def test_options_keep_their_values():
+    aws = AWS(region="us-east-1", find_links=["/srv/wheels"], idle_timeout=120, disk_gb=50, ssh_cidr="10.0.0.7")
+    assert (aws.find_links, aws.idle_timeout, aws.disk_gb, aws.ssh_cidr) == (("/srv/wheels",), 120.0, 50, "10.0.0.7/32")
 
 
 def test_importing_the_provider_package_loads_no_aws_sdk():

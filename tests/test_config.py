@@ -26,6 +26,13 @@ def one() -> int:
         ({"provider": "local"}, "provider", "sky.Local()"),
         ({"plugins": ["torch"]}, "plugins[0]", "sky.Plugin"),
         ({"image": {"pip": ["x"]}}, "image", "sky.Image"),
+        ({"idle_timeout": float("inf")}, "idle_timeout", "not inf or nan"),
+        ({"start_timeout": float("nan")}, "start_timeout", "not inf or nan"),
+        ({"heartbeat_interval": True}, "heartbeat_interval", "positive number"),
+        ({"on_event": "print"}, "on_event", "a function"),
+        ({"plugins": "torch"}, "plugins", "a list of sky.Plugin"),
+        ({"plugins": [sky.Plugin("ok"), "torch"]}, "plugins[1]", "sky.Plugin"),
+        ({"accelerator": "Z9000"}, "accelerator", "A100"),
     ],
 )
 def test_bad_pool_arguments(kwargs: dict, parameter: str, accepted: str) -> None:
@@ -35,6 +42,46 @@ def test_bad_pool_arguments(kwargs: dict, parameter: str, accepted: str) -> None
     assert info.value.parameter == parameter
     assert accepted in str(info.value)
     assert set(skyward_workers()) == before  # nothing was started
+
+
+def test_console_must_be_a_bool() -> None:
+    with pytest.raises(sky.ConfigError) as info:
+        sky.ComputePool(console="no")  # type: ignore[arg-type]
+    assert info.value.parameter == "console"
+    assert "True or False" in str(info.value)
+
+
+def test_a_single_plugin_passed_bare_is_told_to_use_a_list() -> None:
+    with pytest.raises(sky.ConfigError) as info:
+        sky.ComputePool(console=False, plugins=sky.Plugin("alone"))  # type: ignore[arg-type]
+    assert info.value.parameter == "plugins"
+    assert "in a list" in str(info.value)
+
+
+def test_validation_errors_are_config_errors_without_pydantic_in_the_chain() -> None:
+    with pytest.raises(sky.ConfigError) as info:
+        sky.ComputePool(console=False, nodes="2")  # type: ignore[arg-type]
+    assert info.value.got == "2"
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_pool_options_fill_in_defaults_and_keep_values() -> None:
+    callback = print
+    pool = sky.ComputePool(nodes=2, concurrency=3, idle_timeout=5, accelerator="A100:2", console=False,
+                           on_event=callback, plugins=[sky.Plugin("p")])
+    assert (pool.nodes, pool.concurrency, pool.idle_timeout) == (2, 3, 5.0)
+    assert isinstance(pool.provider, sky.Local) and pool.image == sky.Image()
+    assert pool.accelerator is not None and pool.accelerator.count == 2 and pool.spec.accelerator == pool.accelerator
+    assert [p.name for p in pool.plugins] == ["p"] and callback in pool._subscribers
+
+
+def test_importing_skyward_or_its_worker_does_not_import_pydantic() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, skyward, skyward.worker, skyward.image; print('pydantic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_dispatch_to_a_pool_never_entered() -> None:

@@ -174,7 +174,7 @@ def test_replace_rejects_unknown_fields():
 def test_invalid_input_raises_config_error_naming_the_parameter(kwargs, parameter):
     with pytest.raises(ConfigError) as err:
         Image(**kwargs)
-    assert err.value.parameter == parameter
+    assert err.value.parameter.partition("[")[0] == parameter  # a list item is named: pip[0]
     assert parameter in str(err.value)
 
 
@@ -198,7 +198,7 @@ def test_with_methods_validate_what_they_add():
     assert err.value.parameter == "env"
     with pytest.raises(ConfigError) as err:
         Image().with_pip("numpy", index="not a url")
-    assert err.value.parameter == "pip_indexes"
+    assert err.value.parameter == "pip_indexes[0]"
 
 
 def test_an_invalid_secret_value_is_not_shown_in_the_error():
@@ -351,3 +351,17 @@ def test_repr_masks_credentials_inside_urls():
 
 def test_repr_shows_only_fields_that_are_set():
     assert repr(Image(pip=["numpy"])) == "Image(python='auto', pip=('numpy',))"
+
+
+def test_an_env_value_with_a_nul_character_is_refused():
+    with pytest.raises(ConfigError) as err:
+        Image(env={"MODE": "a\0b"})
+    assert err.value.parameter == "env"
+    assert "NUL" in err.value.accepted and err.value.detail == "for MODE"
+
+
+def test_a_bad_list_item_is_named_by_its_index():
+    with pytest.raises(ConfigError) as err:
+        Image(pip=["numpy", "--pre"])
+    assert err.value.parameter == "pip[1]"
+    assert err.value.got == "--pre"

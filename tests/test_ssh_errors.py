@@ -119,8 +119,19 @@ def test_a_failed_build_does_not_count_as_warm_the_next_time(test_hosts, wheelho
 @pytest.mark.parametrize(("kwargs", "parameter"), [
     ({"hosts": "10.0.0.1"}, "hosts"),
     ({"hosts": []}, "hosts"),
-    ({"hosts": ["user@host:99999"]}, "hosts"),
-    ({"hosts": ["a b"]}, "hosts"),
+    ({"hosts": ["user@host:99999"]}, "hosts[0]"),
+    ({"hosts": ["h", "a b"]}, "hosts[1]"),
+    ({"hosts": ["@h"]}, "hosts[0]"),
+    ({"hosts": ["[fe80::1"]}, "hosts[0]"),
+    ({"hosts": ["[not-v6]:22"]}, "hosts[0]"),
+    ({"hosts": ["h:"]}, "hosts[0]"),
+    ({"hosts": ["h:ssh"]}, "hosts[0]"),
+    ({"hosts": [3]}, "hosts[0]"),
+    ({"hosts": ["h"], "port": 70000}, "port"),
+    ({"hosts": ["h"], "port": "22"}, "port"),
+    ({"hosts": ["h"], "bootstrap_timeout": float("inf")}, "bootstrap_timeout"),
+    ({"hosts": ["h"], "no_index": "yes"}, "no_index"),
+    ({"hosts": ["h"], "user": "a@b"}, "user"),
     ({"hosts": ["h"], "port": 0}, "port"),
     ({"hosts": ["h"], "key": "/nonexistent/key"}, "key"),
     ({"hosts": ["h"], "known_hosts": "/nonexistent/known_hosts"}, "known_hosts"),
@@ -141,6 +152,33 @@ def test_host_strings_give_user_address_and_port():
     ssh = SSH(["h1", "bob@h2", "h3:2222", "carol@10.0.0.4:2200", "[fe80::1]:23", "::1"], user="alice", port=22)
     assert ssh.hosts == (("alice", "h1", 22), ("bob", "h2", 22), ("alice", "h3", 2222),
                          ("carol", "10.0.0.4", 2200), ("alice", "fe80::1", 23), ("alice", "::1", 22))
+
+
+def test_a_host_alias_in_ssh_config_gives_its_address_user_and_port(tmp_path, monkeypatch):
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text(
+        "Host gpu1\n  HostName 10.1.2.3\n  User dana\n  Port 2201\n\nHost *\n  User erin\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    ssh = SSH(["gpu1", "bob@gpu1:23", "other"])
+    # The entry wins over ~/.ssh/config, which wins over the defaults.
+    assert ssh.hosts == (("dana", "10.1.2.3", 2201), ("bob", "10.1.2.3", 23), ("erin", "other", 22))
+    assert ssh.private_addrs == ("10.1.2.3", "10.1.2.3", "other")
+    assert SSH(["gpu1"], user="fay", port=2022).hosts == (("fay", "10.1.2.3", 2022),)
+
+
+def test_a_bad_port_in_ssh_config_is_a_config_error(tmp_path, monkeypatch):
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text("Host gpu1\n  Port none\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(ConfigError) as caught:
+        SSH(["gpu1"])
+    assert caught.value.parameter == "hosts" and "~/.ssh/config" in caught.value.detail
+
+
+def test_a_missing_paramiko_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "paramiko", None)  # import paramiko -> ImportError
+    with pytest.raises(ImportError, match=r"pip install 'skyward\[ssh\]'"):
+        SSH(["h"])
 
 
 def test_a_pool_needs_one_node_per_host():

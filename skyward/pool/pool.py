@@ -40,18 +40,6 @@ __all__ = ["ComputePool"]
 T = TypeVar("T")
 A = TypeVar("A")
 Executor = Literal["thread", "process"]
-_EXECUTORS = ("thread", "process")
-
-
-def _positive(name: str, value: Any, *, integer: bool) -> Any:
-    """Return ``value`` if it is an integer >= 1 (``integer``) or a number > 0; else ConfigError."""
-    if integer:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
-    else:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-    if not ok:
-        raise ConfigError(name, "an integer >= 1" if integer else "a positive number of seconds", value)
-    return value
 
 
 class ComputePool:
@@ -102,50 +90,37 @@ class ComputePool:
         console: bool = True,
         on_event: Callable[[ev.Event], None] | None = None,
     ):
-        from skyward.image import Image
-        from skyward.providers.local import Local
+        from skyward._options import pool_options
 
-        provider = Local() if provider is None else provider
-        if not isinstance(provider, Provider):
-            raise ConfigError("provider", "a provider such as sky.Local(), sky.SSH(...) or sky.AWS(...)", provider)
-        self.nodes = _positive("nodes", nodes, integer=True)
-        self.concurrency = _positive("concurrency", concurrency, integer=True)
-        if executor not in _EXECUTORS:
-            raise ConfigError("executor", " or ".join(repr(e) for e in _EXECUTORS), executor)
-        self.executor = executor
-        self.idle_timeout = float(_positive("idle_timeout", idle_timeout, integer=False))
-        self.heartbeat_interval = float(_positive("heartbeat_interval", heartbeat_interval, integer=False))
-        self.start_timeout = float(_positive("start_timeout", start_timeout, integer=False))
+        options = pool_options(
+            provider=provider, nodes=nodes, image=image, plugins=plugins, concurrency=concurrency,
+            executor=executor, accelerator=accelerator, idle_timeout=idle_timeout,
+            heartbeat_interval=heartbeat_interval, start_timeout=start_timeout, console=console, on_event=on_event,
+        )
+        self.provider = options.provider
+        self.nodes = options.nodes
+        self.concurrency = options.concurrency
+        self.executor = options.executor
+        self.idle_timeout = options.idle_timeout
+        self.heartbeat_interval = options.heartbeat_interval
+        self.start_timeout = options.start_timeout
         self._spin = spin_from_env()
-        if image is None:
-            image = Image()
-        elif not isinstance(image, Image):
-            raise ConfigError("image", "a sky.Image(...)", image)
-        plugins = tuple(plugins)
-        for i, plugin in enumerate(plugins):
-            if not isinstance(plugin, Plugin):
-                raise ConfigError(f"plugins[{i}]", "a sky.Plugin, e.g. sky.plugins.torch()", plugin)
-        if accelerator is not None:
-            from skyward.accelerators import parse_accelerator
-
-            accelerator = parse_accelerator(accelerator)
-        self.provider = provider
-        self.plugins = plugins
-        self.accelerator = accelerator
-        self.image = image
+        self.plugins = options.plugins
+        self.accelerator = options.accelerator
+        self.image = options.image
         self.id = uuid.uuid4().hex[:8]
-        self.spec = PoolSpec(self.id, self.nodes, accelerator, self.concurrency)
+        self.spec = PoolSpec(self.id, self.nodes, self.accelerator, self.concurrency)
         self.provider.validate(self.spec)
 
         self._subscribers: list[Callable[[ev.Event], None]] = []
-        if console:
+        if options.console:
             from skyward.console import Console
 
             self._subscribers.append(Console())
-        if on_event is not None:
-            self._subscribers.append(on_event)
+        if options.on_event is not None:
+            self._subscribers.append(options.on_event)
         self._state: Literal["new", "starting", "open", "closed"] = "new"
-        self._nodes = Nodes(provider, self.spec, self._settings, dumps_payload(list(self.plugins)), self._emit,
+        self._nodes = Nodes(self.provider, self.spec, self._settings, dumps_payload(list(self.plugins)), self._emit,
                             self._subscribers, self._spin)
         self._dispatch = Dispatcher(self._require_open, self.restart_workers, lambda: self._stop(clean=False))
         self._client_stack = contextlib.ExitStack()

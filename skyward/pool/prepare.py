@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from skyward._retry import Backoff, retry
 from skyward.errors import BootstrapError
 from skyward.providers.base import HostEnvironment, Instance
 from skyward.transport.base import Transport, WorkerLaunch
@@ -134,21 +135,14 @@ class _Preparation:
     def _connect(self) -> None:
         """Connect, retrying for ``reach_timeout`` seconds while the machine boots; an error
         marked permanent (a host key that does not match) is not retried."""
-        deadline = time.monotonic() + self.env.reach_timeout
-        waited = False
-        delay = 1.0
-        while True:
-            try:
-                self.transport.connect(node=self.instance.node)
-                return
-            except BootstrapError as exc:
-                if getattr(exc, "permanent", False) or time.monotonic() + delay > deadline:
-                    raise
-            if not waited:
+
+        def waiting(attempt: int, exc: BaseException, pause: float) -> None:
+            if attempt == 1:
                 self.note(f"waiting for sshd on {self.transport.host}")
-                waited = True
-            time.sleep(delay)
-            delay = min(delay * 1.5, 5.0)
+
+        retry(lambda: self.transport.connect(node=self.instance.node),
+              Backoff(timeout=self.env.reach_timeout, delay=1.0, factor=1.5, max_delay=5.0),
+              on=BootstrapError, giveup=lambda exc: getattr(exc, "permanent", False), on_retry=waiting)
 
     def _sh(self, command: str, stdin: bytes | None = None) -> None:
         result = self.transport.run(command, timeout=60.0, stdin=stdin)

@@ -6,15 +6,16 @@ each), prepares it (:mod:`skyward.pool.prepare`) and starts the worker over the 
 connection. Nothing is bought, so nothing is released afterwards — but no skyward process is
 left running on any host (see :mod:`skyward.transport.ssh`).
 
-paramiko is imported only when a pool actually connects.
+paramiko is imported when an ``SSH`` provider is made (it reads ``~/.ssh/config``), never by
+``import skyward``.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from skyward.errors import ConfigError
@@ -22,34 +23,6 @@ from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider
 
 __all__ = ["SSH"]
 
-_HOST_RE = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[0-9A-Fa-f:.%\w]+)\]|(?P<name>[^@\s:\[\]]+))(?::(?P<port>\d+))?$")
-_DIST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-def _parse_host(spec: str) -> tuple[str | None, str, int | None]:
-    """``"user@host:port"`` -> (user, host, port); user and port are optional; IPv6 in brackets."""
-    text = spec.strip()
-    if text.count(":") > 1 and "[" not in text and "@" not in text:
-        return None, text, None  # a bare IPv6 address
-    m = _HOST_RE.match(text)
-    if not m:
-        raise ConfigError("hosts", 'entries like "host", "user@host" or "user@host:port"', spec)
-    port = int(m["port"]) if m["port"] else None
-    if port is not None and not 1 <= port <= 65535:
-        raise ConfigError("hosts", "ports between 1 and 65535", spec)
-    return m["user"], m["v6"] or m["name"], port
-
-
-def _strings(parameter: str, value: Any, accepted: str) -> tuple[str, ...]:
-    if isinstance(value, (str, bytes, os.PathLike)) or not isinstance(value, Iterable):
-        hint = f"pass a list, e.g. [{os.fspath(value)!r}]" if isinstance(value, (str, os.PathLike)) else ""
-        raise ConfigError(parameter, accepted, value, detail=hint)
-    out = []
-    for item in value:
-        if not isinstance(item, (str, os.PathLike)) or not os.fspath(item).strip():
-            raise ConfigError(parameter, accepted, item)
-        out.append(os.fspath(item).strip())
-    return tuple(out)
 
 
 def key_file(parameter: str, value: object) -> str:
@@ -61,6 +34,27 @@ def key_file(parameter: str, value: object) -> str:
         raise ConfigError(parameter, "the path of a private key file", os.fspath(value), detail="not found")
     return path
 
+def _ssh_config() -> Any:
+    """``~/.ssh/config`` as paramiko reads it (empty when there is none); paramiko is needed here."""
+    try:
+        import paramiko
+    except ImportError as exc:
+        raise ImportError("sky.SSH needs paramiko: pip install 'skyward[ssh]'") from exc
+    try:
+        text = Path(os.path.expanduser("~/.ssh/config")).read_text(errors="replace")
+    except OSError:
+        text = ""
+    return paramiko.SSHConfig.from_text(text)
+
+
+def _config_port(value: str | None, host: str) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise ConfigError("hosts", "ports between 1 and 65535", host, detail=f"Port {value} in ~/.ssh/config")
+    return int(value)
+
+
 class SSH(Provider):
     """Use machines you can reach over SSH; one node per host.
 
@@ -71,11 +65,14 @@ class SSH(Provider):
 
     Args:
         hosts: one entry per node: ``"host"``, ``"user@host"``, ``"host:port"`` or
-            ``"user@host:port"`` (IPv6 in brackets: ``"[fe80::1]:22"``).
-        user: login user for hosts that don't name one (default: your local user name).
+            ``"user@host:port"`` (IPv6 in brackets: ``"[fe80::1]:22"``). A name that
+            ``~/.ssh/config`` knows takes its ``HostName``, ``User`` and ``Port`` from there
+            (what the entry or ``user``/``port`` say wins).
+        user: login user for hosts that don't name one (default: ``~/.ssh/config``'s ``User``
+            for the host, else your local user name).
         key: a private key file. When given, only this key is offered; when None, the SSH
             agent's keys and ``~/.ssh/id_*`` are tried.
-        port: SSH port for hosts that don't name one.
+        port: SSH port for hosts that don't name one (default: ``~/.ssh/config``'s, else 22).
         known_hosts: known_hosts file(s) to check host keys against (default
             ``~/.ssh/known_hosts`` and ``/etc/ssh/ssh_known_hosts``).
         verify_host_keys: True (default) refuses a host whose key is unknown or changed.
@@ -106,7 +103,7 @@ class SSH(Provider):
         *,
         user: str | None = None,
         key: str | os.PathLike[str] | None = None,
-        port: int = 22,
+        port: int | None = None,
         known_hosts: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
         verify_host_keys: bool = True,
         root: str = "~/.skyward",
@@ -117,65 +114,47 @@ class SSH(Provider):
         system_site_packages: bool | Sequence[str] = False,
         bootstrap_timeout: float = 1800.0,
     ):
-        entries = _strings("hosts", hosts, 'a list of hosts like "host", "user@host" or "user@host:port"')
-        if not entries:
-            raise ConfigError("hosts", "at least one host", list(hosts))
-        if user is not None and (not isinstance(user, str) or not user.strip() or "@" in user):
-            raise ConfigError("user", "a login user name", user)
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise ConfigError("port", "an integer between 1 and 65535", port)
-        if user is None:
+        from skyward.providers._ssh_options import ssh_options
+
+        o = ssh_options(hosts=hosts, user=user, port=port, known_hosts=known_hosts, verify_host_keys=verify_host_keys,
+                        root=root, connect_timeout=connect_timeout, private_addrs=private_addrs,
+                        find_links=find_links, no_index=no_index, system_site_packages=system_site_packages,
+                        bootstrap_timeout=bootstrap_timeout)
+        config = _ssh_config()
+        default_user = o.user
+        if default_user is None:
             try:
-                user = getpass.getuser()
+                default_user = getpass.getuser()
             except (OSError, KeyError) as exc:  # no name for this uid (some containers)
                 raise ConfigError("user", "a login user name (this machine's user name is unknown)", None) from exc
-        default_user = user
-        self.hosts: tuple[tuple[str, str, int], ...] = tuple(
-            (u or default_user, h, p or port) for u, h, p in map(_parse_host, entries)
-        )
+        hosts_: list[tuple[str, str, int]] = []
+        for entry_user, name, entry_port in o.hosts:
+            # As with `ssh -l user -p port name`: what the entry or the arguments say wins over
+            # ~/.ssh/config, which wins over the defaults (your user name, port 22).
+            found = config.lookup(name)
+            login = entry_user or o.user or found.get("user") or default_user
+            number = entry_port or o.port or _config_port(found.get("port"), name) or 22
+            hosts_.append((login, found.get("hostname", name), number))
+        self.hosts: tuple[tuple[str, str, int], ...] = tuple(hosts_)
         self.key = None if key is None else key_file("key", key)
-        if not isinstance(verify_host_keys, bool):
-            raise ConfigError("verify_host_keys", "True or False", verify_host_keys)
-        self.verify_host_keys = verify_host_keys
+        self.verify_host_keys = o.verify_host_keys
         self.known_hosts: tuple[str, ...]
-        if known_hosts is None:
+        if o.known_hosts is None:
             self.known_hosts = (os.path.expanduser("~/.ssh/known_hosts"), "/etc/ssh/ssh_known_hosts")
         else:
-            given = (known_hosts,) if isinstance(known_hosts, (str, os.PathLike)) else known_hosts
-            files = tuple(os.path.expanduser(p) for p in _strings("known_hosts", given, "known_hosts file paths"))
-            if verify_host_keys:
-                for path in files:
-                    if not os.path.isfile(path):
-                        raise ConfigError("known_hosts", "existing known_hosts files", path, detail="not found")
-            self.known_hosts = files
-        if not isinstance(root, str) or not (root.startswith("/") or root == "~" or root.startswith("~/")):
-            raise ConfigError("root", "an absolute path or one starting with ~/", root)
-        self.root = root.rstrip("/") or "/"
-        for name, value in (("connect_timeout", connect_timeout), ("bootstrap_timeout", bootstrap_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(name, "a positive number of seconds", value)
-        self.connect_timeout = float(connect_timeout)
-        self.bootstrap_timeout = float(bootstrap_timeout)
-        if private_addrs is None:
-            self.private_addrs = tuple(h for _, h, _ in self.hosts)
-        else:
-            self.private_addrs = _strings("private_addrs", private_addrs, "a list of addresses, one per host")
-            if len(self.private_addrs) != len(self.hosts):
-                raise ConfigError("private_addrs", f"{len(self.hosts)} addresses (one per host)",
-                                  list(self.private_addrs))
-        self.find_links = _strings("find_links", find_links, "a list of directories on the hosts or URLs")
-        if not isinstance(no_index, bool):
-            raise ConfigError("no_index", "True or False", no_index)
-        self.no_index = no_index
-        if isinstance(system_site_packages, bool):
-            self.system_site_packages: bool | tuple[str, ...] = system_site_packages
-        else:
-            names = _strings("system_site_packages", system_site_packages,
-                             'True, False, or a list of distribution names like ["torch"]')
-            for n in names:
-                if not _DIST_RE.match(n):
-                    raise ConfigError("system_site_packages", "distribution names like 'torch'", n)
-            self.system_site_packages = names or False
+            self.known_hosts = tuple(os.path.expanduser(p) for p in o.known_hosts)
+            for path in self.known_hosts if self.verify_host_keys else ():
+                if not os.path.isfile(path):
+                    raise ConfigError("known_hosts", "existing known_hosts files", path, detail="not found")
+        self.root = o.root
+        self.connect_timeout = o.connect_timeout
+        self.bootstrap_timeout = o.bootstrap_timeout
+        self.private_addrs = o.private_addrs or tuple(h for _, h, _ in self.hosts)
+        if len(self.private_addrs) != len(self.hosts):
+            raise ConfigError("private_addrs", f"{len(self.hosts)} addresses (one per host)", list(self.private_addrs))
+        self.find_links = o.find_links
+        self.no_index = o.no_index
+        self.system_site_packages: bool | tuple[str, ...] = o.system_site_packages
 
     # -- the provider contract --------------------------------------------------------------------
     def validate(self, spec: PoolSpec) -> None:

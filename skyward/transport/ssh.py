@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from skyward._retry import Backoff
 from skyward.errors import BootstrapError
 from skyward.providers.base import SSHAddress
 from skyward.transport.base import Channel, CommandResult, Transport, WorkerLaunch
@@ -378,7 +379,7 @@ class SSHTransport(Transport):
         deadline = time.monotonic() + timeout
         # `kill -9 -PGID`, not `kill -9 -- -PGID`: dash's kill does not take "--".
         check = f"if kill -0 -{pgid} 2>/dev/null; then kill -9 -{pgid} 2>/dev/null; echo alive; else echo gone; fi"
-        while True:
+        for _ in Backoff(timeout=timeout, delay=0.05, factor=1.0):
             try:
                 result = self.run(check, timeout=max(1.0, deadline - time.monotonic()))
             except Exception:
@@ -386,9 +387,7 @@ class SSHTransport(Transport):
             words = result.stdout.split()  # a login script may have printed before us
             if words and words[-1] == "gone":
                 return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
+        return False
 
     def _exec(self, command: str, on_out: Callable[[bytes], None], on_err: Callable[[bytes], None], *,
               timeout: float | None, lines: bool, stdin: bytes | None = None) -> int:

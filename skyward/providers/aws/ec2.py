@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from skyward._retry import Backoff
 from skyward.errors import CapacityError, ConfigError, ProvisionError, SkywardError
 
 __all__ = [
@@ -468,15 +469,13 @@ def terminate(ec2: EC2, ids: Sequence[str], *, timeout: float) -> list[str]:
         for one in ids:  # one unknown id fails the whole call: go one by one
             with contextlib.suppress(ProvisionError):
                 ec2.call("terminate_instances", {"InstanceIds": [one]})
-    deadline = time.monotonic() + timeout
-    delay = 0.1
-    while True:
+    pending = list(ids)
+    for _ in Backoff(timeout=timeout, delay=0.1, max_delay=2.0):
         states = instance_states(ec2, ids)
         pending = [i for i in ids if states.get(i, {}).get("State", {}).get("Name") not in GONE_STATES]
-        if not pending or time.monotonic() >= deadline:
-            return pending
-        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 2, 2.0)
+        if not pending:
+            break
+    return pending
 
 
 def destroy(ec2: EC2, pool_id: str | None, *, timeout: float = 300.0, settle: float = 0.0) -> PoolResources:
@@ -505,9 +504,10 @@ def destroy(ec2: EC2, pool_id: str | None, *, timeout: float = 300.0, settle: fl
     for key in found.key_pairs:
         with contextlib.suppress(ProvisionError):
             ec2.call("delete_key_pair", {"KeyName": key.name})
-    delay = 0.2
     groups = list(found.security_groups)
-    while groups:
+    for _ in Backoff(timeout=deadline - time.monotonic(), delay=0.2, max_delay=5.0):
+        if not groups:
+            break
         waiting = []
         for group in groups:
             try:
@@ -519,8 +519,4 @@ def destroy(ec2: EC2, pool_id: str | None, *, timeout: float = 300.0, settle: fl
                 elif not code.endswith(_NOT_FOUND_SUFFIX):
                     raise
         groups = waiting
-        if not groups or time.monotonic() >= deadline:
-            break
-        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 2, 5.0)
     return list_resources(ec2, pool_id)

@@ -31,20 +31,19 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-import re
 import shutil
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from skyward._retry import Backoff
 from skyward.errors import CapacityError, ConfigError, ProvisionError
-from skyward.providers.aws import catalog, ec2 as api
-from skyward.providers.aws import watchdog
+from skyward.providers.aws import catalog, watchdog
+from skyward.providers.aws import ec2 as api
 from skyward.providers.aws.keys import new_key_pair, public_key_of, write_private
 from skyward.providers.aws.plan import LaunchPlan, MachineImage, Placement
 from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider, SSHAddress
@@ -77,8 +76,6 @@ IP_LOOKUP_URL = "https://checkip.amazonaws.com"
 ALLOCATIONS = ("spot-if-available", "spot", "on-demand")
 #: How many of the cheapest fitting instance types a launch may fall back to.
 FALLBACK_TYPES = 3
-_SSH_VIA = ("auto", "public", "private")
-_TYPE_RE = re.compile(r"^[a-z0-9-]+\.[a-z0-9-]+$")
 Allocation = Literal["spot-if-available", "spot", "on-demand"]
 
 # (region, endpoint, arch) -> (instance types, where they came from); see AWS._instance_types.
@@ -101,16 +98,6 @@ class _Pool:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
-
-
-def _number(name: str, value: Any, *, minimum: float, integer: bool = False, allow_none: bool = False) -> Any:
-    if value is None and allow_none:
-        return None
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value >= minimum:
-        what = "an integer" if integer else "a number"
-        raise ConfigError(name, f"{what} >= {minimum:g}" + (" or None" if allow_none else ""), value)
-    return value
 
 
 def _lookup_public_ip(url: str, timeout: float = 5.0) -> str:
@@ -197,49 +184,15 @@ class AWS(Provider):
         session: Any = None,
         profile: str | None = None,
     ):
-        if region is not None and (not isinstance(region, str) or not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d+", region)):
-            raise ConfigError("region", "an AWS region such as 'us-east-1'", region)
-        if instance_type is not None and (not isinstance(instance_type, str) or not _TYPE_RE.match(instance_type)):
-            raise ConfigError("instance_type", "an EC2 instance type such as 'g5.xlarge'", instance_type)
-        _number("vcpus", vcpus, minimum=1, integer=True, allow_none=True)
-        _number("memory_gb", memory_gb, minimum=0.5, allow_none=True)
-        if arch is not None and arch not in ("x86_64", "arm64"):
-            raise ConfigError("arch", "'x86_64', 'arm64' or None", arch)
-        if allocation not in ALLOCATIONS:
-            raise ConfigError("allocation", " or ".join(repr(a) for a in ALLOCATIONS), allocation)
-        if ami is not None and (not isinstance(ami, str)
-                                or not (re.fullmatch(r"ami-[0-9a-f]{8,17}", ami) or ami.startswith("resolve:ssm:/"))):
-            raise ConfigError("ami", "an AMI id such as 'ami-0abc12345678def90' or 'resolve:ssm:/parameter/name'", ami)
-        if subnet_id is not None and (not isinstance(subnet_id, str) or not re.fullmatch(r"subnet-[0-9a-f]{8,17}", subnet_id)):
-            raise ConfigError("subnet_id", "a subnet id such as 'subnet-0abc1234'", subnet_id)
-        if public_ip is not None and not isinstance(public_ip, bool):
-            raise ConfigError("public_ip", "True, False or None", public_ip)
-        _number("disk_gb", disk_gb, minimum=8, integer=True)
-        _number("idle_timeout", idle_timeout, minimum=60)
-        _number("max_lifetime", max_lifetime, minimum=300, allow_none=True)
-        if max_lifetime is not None and max_lifetime < idle_timeout:
-            raise ConfigError("max_lifetime", f"at least idle_timeout ({idle_timeout:g}s) or None", max_lifetime)
-        if not isinstance(user, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", user):
-            raise ConfigError("user", "the AMI's login user name, e.g. 'ubuntu'", user)
-        if ssh_cidr is not None:
-            try:
-                ssh_cidr = str(ipaddress.ip_network(ssh_cidr, strict=False))
-            except (TypeError, ValueError):
-                raise ConfigError("ssh_cidr", "an address range such as '203.0.113.7/32'", ssh_cidr) from None
-        if not isinstance(ip_lookup_url, str) or not ip_lookup_url.startswith(("https://", "http://")):
-            raise ConfigError("ip_lookup_url", "an http(s) URL answering with the caller's address", ip_lookup_url)
-        if ssh_via not in _SSH_VIA:
-            raise ConfigError("ssh_via", " or ".join(repr(v) for v in _SSH_VIA), ssh_via)
-        for name, value in (("boot_timeout", boot_timeout), ("bootstrap_timeout", bootstrap_timeout),
-                            ("connect_timeout", connect_timeout)):
-            _number(name, value, minimum=1)
-        if session is not None and not hasattr(session, "client"):
-            raise ConfigError("session", "a boto3.Session", session)
-        if session is not None and profile is not None:
-            raise ConfigError("profile", "None when a session is given (the session has its profile)", profile)
-        if profile is not None and (not isinstance(profile, str) or not profile):
-            raise ConfigError("profile", "the name of a profile in ~/.aws/config", profile)
+        from skyward.providers.aws._options import aws_options
 
+        o = aws_options(region=region, instance_type=instance_type, vcpus=vcpus, memory_gb=memory_gb, arch=arch,
+                        allocation=allocation, ami=ami, subnet_id=subnet_id, public_ip=public_ip, disk_gb=disk_gb,
+                        idle_timeout=idle_timeout, max_lifetime=max_lifetime, user=user, known_hosts=known_hosts,
+                        ssh_cidr=ssh_cidr, ip_lookup_url=ip_lookup_url, ssh_via=ssh_via, root=root,
+                        find_links=find_links, no_index=no_index, boot_timeout=boot_timeout,
+                        bootstrap_timeout=bootstrap_timeout, connect_timeout=connect_timeout, session=session,
+                        profile=profile)
         self.ssh_key: str | None = None
         self._public_key: str | None = None
         if ssh_key is not None:
@@ -248,40 +201,36 @@ class AWS(Provider):
             self.ssh_key = key_file("ssh_key", ssh_key)
             self._public_key = public_key_of(self.ssh_key)
         self.known_hosts: tuple[str, ...] | None = None
-        if known_hosts is not None:
-            given = [known_hosts] if isinstance(known_hosts, (str, os.PathLike)) else list(known_hosts)
-            files = tuple(os.path.expanduser(os.fspath(p)) for p in given)
-            for path in files:
+        if o.known_hosts is not None:
+            self.known_hosts = tuple(os.path.expanduser(p) for p in o.known_hosts)
+            for path in self.known_hosts:
                 if not os.path.isfile(path):
                     raise ConfigError("known_hosts", "existing known_hosts files", path, detail="not found")
-            if not files:
-                raise ConfigError("known_hosts", "at least one known_hosts file, or None", known_hosts)
-            self.known_hosts = files
 
-        self.region = region
-        self.instance_type = instance_type
-        self.vcpus = vcpus
-        self.memory_gb = memory_gb
-        self.arch = arch
-        self.allocation: Allocation = allocation
-        self.ami = ami
-        self.subnet_id = subnet_id
-        self.public_ip = public_ip
-        self.disk_gb = int(disk_gb)
-        self.idle_timeout = float(idle_timeout)
-        self.max_lifetime = None if max_lifetime is None else float(max_lifetime)
-        self.user = user
-        self.ssh_cidr = ssh_cidr
-        self.ip_lookup_url = ip_lookup_url
-        self.ssh_via = ssh_via
-        self.root = root
-        self.find_links = tuple(find_links)
-        self.no_index = no_index
-        self.boot_timeout = float(boot_timeout)
-        self.bootstrap_timeout = float(bootstrap_timeout)
-        self.connect_timeout = float(connect_timeout)
-        self.session = session
-        self.profile = profile
+        self.region = o.region
+        self.instance_type = o.instance_type
+        self.vcpus = o.vcpus
+        self.memory_gb = o.memory_gb
+        self.arch = o.arch
+        self.allocation: Allocation = o.allocation
+        self.ami = o.ami
+        self.subnet_id = o.subnet_id
+        self.public_ip = o.public_ip
+        self.disk_gb = o.disk_gb
+        self.idle_timeout = o.idle_timeout
+        self.max_lifetime = o.max_lifetime
+        self.user = o.user
+        self.ssh_cidr = o.ssh_cidr
+        self.ip_lookup_url = o.ip_lookup_url
+        self.ssh_via = o.ssh_via
+        self.root = o.root
+        self.find_links = o.find_links
+        self.no_index = o.no_index
+        self.boot_timeout = o.boot_timeout
+        self.bootstrap_timeout = o.bootstrap_timeout
+        self.connect_timeout = o.connect_timeout
+        self.session = o.session
+        self.profile = o.profile
         #: Seconds to wait before sweeping again for instances of an interrupted launch.
         self.cleanup_settle = 3.0
         #: Seconds teardown may take (instances must finish terminating before the security
@@ -580,9 +529,8 @@ class AWS(Provider):
 
     def _wait_running(self, ec2: api.EC2, ids: Sequence[str]) -> tuple[list[Mapping[str, Any]], str]:
         """Wait until every instance runs with a private address: (descriptions, "") or ([], why not)."""
-        deadline = time.monotonic() + self.boot_timeout
-        delay = 0.2
-        while True:
+        ready: list[Mapping[str, Any]] = []
+        for _ in Backoff(timeout=self.boot_timeout, delay=0.2, max_delay=3.0):
             states = api.instance_states(ec2, ids)
             for item in states.values():
                 state = item.get("State", {}).get("Name")
@@ -593,12 +541,9 @@ class AWS(Provider):
                      and states[i].get("PrivateIpAddress")]
             if len(ready) == len(ids):
                 return ready, ""
-            if time.monotonic() >= deadline:
-                raise ProvisionError(f"instances not running after {self.boot_timeout:g}s: "
-                                     + ", ".join(i for i in ids if i not in {r['InstanceId'] for r in ready}),
-                                     provider="aws")
-            time.sleep(delay)
-            delay = min(delay * 2, 3.0)
+        raise ProvisionError(f"instances not running after {self.boot_timeout:g}s: "
+                             + ", ".join(i for i in ids if i not in {r['InstanceId'] for r in ready}),
+                             provider="aws")
 
     def terminate(self, instances: list[Instance]) -> None:
         """Release every pool these instances belong to, by tag, and confirm it."""

@@ -1,0 +1,77 @@
+"""The options of :class:`~skyward.ComputePool`, validated once, before anything starts.
+
+``ComputePool.__init__`` hands its arguments to :func:`pool_options` and keeps the frozen
+:class:`PoolOptions` it gets back (defaults filled in: ``provider=None`` is ``sky.Local()``,
+``image=None`` is ``sky.Image()``, an accelerator string is parsed). Any bad value raises
+:class:`~skyward.errors.ConfigError` naming the parameter, what is accepted, and the value.
+
+Imported on first use (it imports pydantic, see :mod:`skyward._config`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, InstanceOf
+
+from skyward._config import STRICT, Count, Flag, Seconds, reject, validate
+from skyward.accelerators import Accelerator, parse_accelerator
+from skyward.image import Image
+from skyward.plugin import Plugin
+from skyward.providers.base import Provider
+
+__all__ = ["PoolOptions", "pool_options"]
+
+
+def _provider(value: Any) -> Any:
+    if value is None:
+        from skyward.providers.local import Local
+
+        return Local()
+    return value
+
+
+def _plugins(value: Any) -> Any:
+    if isinstance(value, Plugin):
+        reject("a list of sky.Plugin values", value, detail="pass even one plugin in a list: plugins=[plugin]")
+    if not isinstance(value, (list, tuple)):
+        reject("a list of sky.Plugin values", value)
+    return tuple(value)
+
+
+def _plugin(value: Any) -> Plugin:
+    if not isinstance(value, Plugin):
+        reject("a sky.Plugin, e.g. sky.plugins.torch()", value)
+    return value
+
+
+class PoolOptions(BaseModel):
+    """Every option of a pool, checked and with its defaults filled in."""
+
+    model_config = STRICT
+
+    provider: Annotated[InstanceOf[Provider], BeforeValidator(_provider),
+                        Field(description="a provider such as sky.Local(), sky.SSH(...) or sky.AWS(...)")]
+    nodes: Count = 1
+    concurrency: Count = 1
+    executor: Annotated[Literal["thread", "process"], Field(description="'thread' or 'process'")] = "thread"
+    idle_timeout: Seconds = 30.0
+    heartbeat_interval: Seconds = 1.0
+    start_timeout: Seconds = 120.0
+    console: Flag = True
+    on_event: Annotated[Callable[..., Any] | None,
+                        Field(description="a function taking one skyward event, or None")] = None
+    plugins: Annotated[tuple[Annotated[Any, AfterValidator(_plugin)], ...], BeforeValidator(_plugins),
+                       Field(description="a list of sky.Plugin values")] = ()
+    image: Annotated[InstanceOf[Image], BeforeValidator(lambda v: Image() if v is None else v),
+                     Field(description="a sky.Image(...)")]
+    accelerator: Annotated[InstanceOf[Accelerator] | None, BeforeValidator(parse_accelerator),
+                           Field(description='an accelerator such as "A100" or "H100:8", or None')] = None
+
+
+def pool_options(**values: Any) -> PoolOptions:
+    """Validate ``ComputePool``'s keyword arguments; raises ConfigError for the first bad one."""
+    values.setdefault("provider", None)
+    values.setdefault("image", None)
+    return validate(PoolOptions, values)
