@@ -74,14 +74,14 @@ class Output:
         with self._changed:
             return [(e.node, e.line) for e in self.events if e.stream == stream and containing in e.line]
 
-    def wait_for(self, line: str, timeout: float = 30.0) -> ev.TaskOutput:
-        """The event of the first line equal to ``line``, waiting up to ``timeout`` seconds for it."""
+    def wait_for(self, prefix: str, timeout: float = 30.0) -> ev.TaskOutput:
+        """The first line that starts with ``prefix``, waiting up to ``timeout`` seconds for it."""
         def find() -> ev.TaskOutput | None:
-            return next((e for e in self.events if e.line == line), None)
+            return next((e for e in self.events if e.line.startswith(prefix)), None)
 
         with self._changed:
             found = self._changed.wait_for(find, timeout)
-        assert found is not None, f"no output line {line!r} within {timeout:g}s"
+        assert found is not None, f"no output line starting with {prefix!r} within {timeout:g}s"
         return found
 
 
