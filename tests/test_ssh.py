@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 
 import skyward as sky
 from skyward import events as ev
