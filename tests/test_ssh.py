@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-
 import skyward as sky
 from skyward import events as ev
 from skyward.providers.ssh import SSH
