@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 import skyward as sky
-from tests.hosts.conftest_fixture import test_hosts  # noqa: F401  (SSH test hosts)
+from tests.hosts.conftest_fixture import test_hosts, wheelhouse  # noqa: F401  (SSH test hosts)
 
 
 @pytest.fixture(scope="module")

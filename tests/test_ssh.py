@@ -7,11 +7,9 @@ on this machine under /tmp (which the hosts share) and are installed with ``no_i
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -21,53 +19,16 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 import skyward as sky
 from skyward import events as ev
 from skyward.providers.ssh import SSH
 from skyward.transport.base import WorkerLaunch
+from tests.hosts.conftest_fixture import ssh_provider, wheelhouse  # noqa: F401  (wheelhouse is a fixture)
 
-# skyward's own dependencies, uv (so the hosts need no index to get it), and one package
-# that neither this machine's interpreter nor the hosts have.
-WHEELHOUSE_REQUIREMENTS = ("uv", "cloudpickle>=2.1", "pydantic>=2.5", "rich>=13", "tomli")
-ABSENT_PACKAGE = "tomli"
+ABSENT_PACKAGE = "tomli"  # in the wheelhouse, but neither here nor on the hosts
 
 
 # -- shared helpers (test_ssh_errors.py imports them) -----------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def wheelhouse() -> str:
-    """A directory of wheels for the hosts, downloaded once and reused across sessions."""
-    key = hashlib.sha256(json.dumps([WHEELHOUSE_REQUIREMENTS, sys.version_info[:2], platform.machine()])
-                         .encode()).hexdigest()[:12]
-    directory = Path("/tmp/skyward-test-wheelhouse") / key
-    if (directory / ".complete").exists():
-        return str(directory)
-    staging = directory.with_name(f"{key}.{os.getpid()}.partial")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(staging),
-         *WHEELHOUSE_REQUIREMENTS],
-        capture_output=True, text=True, timeout=300,
-    )
-    if proc.returncode != 0:
-        pytest.fail("cannot download the test wheelhouse (needs a package index on this machine):\n"
-                    + proc.stderr[-2000:])
-    (staging / ".complete").touch()
-    try:
-        staging.rename(directory)
-    except OSError:  # another session finished first
-        subprocess.run(["rm", "-rf", str(staging)], check=False)
-    return str(directory)
-
-
-def ssh_provider(hosts, wheelhouse: str, **overrides) -> SSH:
-    """An SSH provider for ``hosts`` that verifies host keys and installs from the wheelhouse."""
-    options = dict(user=hosts[0].user, key=hosts[0].key_path, known_hosts=hosts[0].known_hosts_all,
-                   find_links=[wheelhouse], no_index=True, connect_timeout=5)
-    options.update(overrides)
-    return SSH([h.ip for h in hosts], **options)
 
 
 def unique_image(**fields) -> sky.Image:

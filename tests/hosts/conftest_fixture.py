@@ -1,8 +1,9 @@
-"""Session-scoped pytest fixture ``test_hosts``: SSH test hosts (see testhosts.py).
+"""Session-scoped pytest fixtures for SSH test hosts (see testhosts.py): ``test_hosts`` and
+``wheelhouse``, plus :func:`ssh_provider`, an SSH provider for them.
 
-Import it into a conftest.py::
+Import the fixtures into a conftest.py::
 
-    from tests.hosts.conftest_fixture import test_hosts  # noqa: F401
+    from tests.hosts.conftest_fixture import test_hosts, wheelhouse  # noqa: F401
 
 A test that takes ``test_hosts`` gets a list of ``TEST_HOSTS_N`` (default 2)
 :class:`tests.hosts.testhosts.TestHost`, each a real sshd in its own network
@@ -17,14 +18,25 @@ torn down at the end of the session even if tests fail.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+import skyward as sky
 from tests.hosts import testhosts
 
 DEFAULT_N = 2
+
+# skyward's own dependencies, uv (so the hosts need no index to get it), and one package
+# that neither this machine's interpreter nor the hosts have (test_ssh.py's ABSENT_PACKAGE).
+WHEELHOUSE_REQUIREMENTS = ("uv", "cloudpickle>=2.1", "pydantic>=2.5", "rich>=13", "tomli")
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +51,40 @@ def test_hosts() -> Iterator[list[testhosts.TestHost]]:
             yield testhosts.up(n, prefix=slot.prefix, subnet=slot.subnet)
         finally:
             testhosts.down(prefix=slot.prefix)
+
+
+@pytest.fixture(scope="session")
+def wheelhouse() -> str:
+    """A directory of wheels for the hosts, downloaded once and reused across sessions.
+
+    The hosts cannot reach the internet: packages come from here (under /tmp, which the hosts
+    share) and are installed with ``no_index=True``.
+    """
+    key = hashlib.sha256(json.dumps([WHEELHOUSE_REQUIREMENTS, sys.version_info[:2], platform.machine()])
+                         .encode()).hexdigest()[:12]
+    directory = Path("/tmp/skyward-test-wheelhouse") / key
+    if (directory / ".complete").exists():
+        return str(directory)
+    staging = directory.with_name(f"{key}.{os.getpid()}.partial")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(staging),
+         *WHEELHOUSE_REQUIREMENTS],
+        capture_output=True, text=True, timeout=300,
+    )
+    if proc.returncode != 0:
+        pytest.fail("cannot download the test wheelhouse (needs a package index on this machine):\n"
+                    + proc.stderr[-2000:])
+    (staging / ".complete").touch()
+    try:
+        staging.rename(directory)
+    except OSError:  # another session finished first
+        subprocess.run(["rm", "-rf", str(staging)], check=False)
+    return str(directory)
+
+
+def ssh_provider(hosts: list[testhosts.TestHost], wheelhouse: str, **overrides) -> sky.SSH:
+    """An SSH provider for ``hosts`` that verifies host keys and installs from the wheelhouse."""
+    options = dict(user=hosts[0].user, key=hosts[0].key_path, known_hosts=hosts[0].known_hosts_all,
+                   find_links=[wheelhouse], no_index=True, connect_timeout=5)
+    options.update(overrides)
+    return sky.SSH([h.ip for h in hosts], **options)
