@@ -46,6 +46,18 @@ def _tail(lines: Sequence[str], limit: int = 20) -> str:
     return "\n".join("    " + line for line in shown)
 
 
+def _exit_text(code: int) -> str:
+    """"exit code 3", or for a process killed by a signal (a negative code) "killed by SIGKILL"."""
+    if code < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return f"exit code {code}"
+
+
 class SkywardError(Exception):
     """Root of every error Skyward raises."""
 
@@ -142,7 +154,7 @@ class ConnectionLost(SkywardError):
         self.log_tail = list(log_tail)
         msg = f"node {node}: {reason}"
         if exit_code is not None:
-            msg += f" (exit code {exit_code})"
+            msg += f" ({_exit_text(exit_code)})"
         if self.log_tail:
             msg += "\n  last output:\n" + _tail(self.log_tail)
         super().__init__(msg)

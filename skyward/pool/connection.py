@@ -31,7 +31,7 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,8 +146,9 @@ class NodeConnection:
         """Send a task; its result resolves the returned Future (or ``reply``, for :meth:`call`)."""
         future: Any = reply
         if future is None:
+            # Left PENDING, so that ``future.cancel()`` works: it stops the task on the worker.
             future = Future()
-            future.set_running_or_notify_cancel()
+            future.add_done_callback(self._cancelled_by_user)
         task_id = next(_task_ids)
         task = _Task(future, name, time.monotonic())
         with self._lock:  # (checked under the lock: _lose() takes the in-flight tasks under it)
@@ -158,7 +159,7 @@ class NodeConnection:
                     self._reading = _THREAD
                     self._resume.set()
         if not alive:
-            future.set_exception(self.lost or WorkerLost(self.node, "worker is not running"))
+            _fail(future, self.lost or WorkerLost(self.node, "worker is not running"))
             return future
         if timeout is not None:
             task.timer = threading.Timer(timeout, self._expire, args=(task_id, timeout))
@@ -245,6 +246,10 @@ class NodeConnection:
             else:
                 self._reading = None
 
+    def _cancelled_by_user(self, future: Future[Any]) -> None:
+        if future.cancelled():
+            self.cancel(future)
+
     def interrupt(self, future: Future[Any]) -> None:
         """Ask the worker to stop the task behind ``future``; its future resolves when it does."""
         with self._lock:
@@ -282,7 +287,7 @@ class NodeConnection:
                 pass
         self.emit(ev.TaskFinished(task_id, self.node, task.name, False, time.monotonic() - task.started))
         if not task.future.done():
-            task.future.set_exception(TaskTimeout(task.name, timeout, node=self.node))
+            _fail(task.future, TaskTimeout(task.name, timeout, node=self.node))
 
     # -- receiving ---------------------------------------------------------------------------
     def _read_loop(self) -> None:
@@ -359,13 +364,14 @@ class NodeConnection:
                 try:
                     value = loads_payload(parts)
                 except BaseException as exc:
-                    task.future.set_exception(exc)
+                    _fail(task.future, exc)
                 else:
-                    task.future.set_result(value)
+                    with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
+                        task.future.set_result(value)
         elif kind == Kind.ERROR:
             task = self._finish(control[1], False)
             if task is not None:
-                task.future.set_exception(decode_exception(control[2], self.node))
+                _fail(task.future, decode_exception(control[2], self.node))
         elif kind == Kind.OUTPUT:
             _, task_id, stream, line = control
             self.tail.append(line)
@@ -420,8 +426,7 @@ class NodeConnection:
         for task in tasks.values():
             if task.timer:
                 task.timer.cancel()
-            if not task.future.done():
-                task.future.set_exception(self.lost)
+            _fail(task.future, self.lost)
         if not self.closing:
             self.emit(ev.NodeStage(self.node, "lost", what))
 
@@ -456,7 +461,11 @@ class NodeConnection:
         fail whatever it still had; returns what could not be confirmed, or None."""
         if self.channel.wait(max(0.0, grace_end - time.monotonic())) is None:
             self.channel.kill()
-        problem = None if self.channel.confirm_gone(5.0) else "worker processes still running after kill"
+        try:
+            problem = None if self.channel.confirm_gone(5.0) else "worker processes still running after kill"
+        except ConnectionError as exc:  # not the same thing as "still running": say which
+            problem = (f"not confirmed gone ({exc}); a worker that cannot hear the client stops "
+                       f"itself after idle_timeout")
         self._threads[0].join(2.0)
         with self._lock:
             leftovers, self._tasks = self._tasks, {}
@@ -464,11 +473,17 @@ class NodeConnection:
         for task in leftovers.values():
             if task.timer:
                 task.timer.cancel()
-            if not task.future.done():
-                task.future.set_exception(ConnectionLost(self.node, "the worker was stopped before the task finished"))
+            _fail(task.future, ConnectionLost(self.node, "the worker was stopped before the task finished"))
         return problem
 
     @property
     def pid(self) -> int | None:
         """The worker's process id on its machine, when the transport knows it."""
         return getattr(self.channel, "pgid", None)
+
+
+def _fail(future: Any, error: BaseException) -> None:
+    """Fail ``future`` unless it is settled already (a user may cancel it at any moment)."""
+    if not future.done():
+        with contextlib.suppress(InvalidStateError):
+            future.set_exception(error)

@@ -63,7 +63,8 @@ class Channel(ABC):
 
     @abstractmethod
     def confirm_gone(self, timeout: float = 5.0) -> bool:
-        """Wait until no process started through this channel is left; False if some are."""
+        """Wait until no process started through this channel is left; False if some still are.
+        Raises ConnectionError when the machine cannot be asked (it is unreachable)."""
 
 
 class Transport(ABC):

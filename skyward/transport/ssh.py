@@ -35,6 +35,7 @@ import io
 import logging
 import os
 import shlex
+import signal
 import socket
 import threading
 import time
@@ -89,6 +90,39 @@ def _reject_policy() -> Any:
             raise _UnknownHostKey(hostname, key)
 
     return RejectUnknown()
+
+
+def _hear_exit_signals(transport: Any) -> None:
+    """Make ``transport``'s channels record a remote process killed by a signal.
+
+    sshd reports such a death with an ``exit-signal`` request (RFC 4254, 6.10: the signal's
+    name without "SIG"), which paramiko ignores, leaving ``exit_status`` at -1. For this
+    transport only, that request sets ``exit_status`` to minus the signal's number, as
+    ``subprocess`` reports it. Every other request goes to paramiko's own handler.
+    """
+    import paramiko
+
+    table = getattr(type(transport), "_channel_handler_table", None)
+    request = getattr(paramiko.common, "MSG_CHANNEL_REQUEST", None)
+    if not isinstance(table, dict) or request not in table:
+        return  # another paramiko: exit codes of killed workers read -1, as before
+    handle = table[request]
+
+    def handle_request(chan: Any, m: Any) -> None:
+        start = m.packet.tell()
+        if m.get_text() == "exit-signal":
+            m.get_boolean()  # want reply: never, for exit-signal
+            name = m.get_text()
+            try:
+                chan.exit_status = -int(signal.Signals["SIG" + name])
+            except KeyError:
+                chan.exit_status = -1
+            chan.status_event.set()
+            return
+        m.packet.seek(start)
+        handle(chan, m)
+
+    transport._channel_handler_table = {**table, request: handle_request}
 
 
 # -- file-like ends of a paramiko channel ----------------------------------------------------------
@@ -273,6 +307,7 @@ class SSHTransport(Transport):
             transport = client.get_transport()
             if transport is not None:
                 transport.set_keepalive(_KEEPALIVE_S)
+                _hear_exit_signals(transport)
             self._client = client
 
     def _explain(self, exc: BaseException) -> str:
@@ -371,19 +406,22 @@ class SSHTransport(Transport):
             return self._exec(wrapped, emit("stdout"), emit("stderr"), timeout=timeout, lines=True, stdin=stdin)
         except TimeoutError:
             if pid:
-                self.kill_group(pid[0], 10.0)
+                with contextlib.suppress(ConnectionError):
+                    self.kill_group(pid[0], 10.0)
             raise
 
     def kill_group(self, pgid: int, timeout: float = 5.0) -> bool:
-        """``kill -9`` process group ``pgid`` on the host until it is gone; False if not confirmed."""
+        """``kill -9`` process group ``pgid`` on the host until it is gone; False if it is still
+        there after ``timeout``. Raises ConnectionError if the host cannot be asked."""
         deadline = time.monotonic() + timeout
         # `kill -9 -PGID`, not `kill -9 -- -PGID`: dash's kill does not take "--".
         check = f"if kill -0 -{pgid} 2>/dev/null; then kill -9 -{pgid} 2>/dev/null; echo alive; else echo gone; fi"
         for _ in Backoff(timeout=timeout, delay=0.05, factor=1.0):
             try:
                 result = self.run(check, timeout=max(1.0, deadline - time.monotonic()))
-            except Exception:
-                return False  # the host cannot be asked: not confirmed
+            except Exception as exc:
+                raise ConnectionError(f"cannot ask {self.host} whether the worker is gone: "
+                                      f"{type(exc).__name__}: {exc}") from exc
             words = result.stdout.split()  # a login script may have printed before us
             if words and words[-1] == "gone":
                 return True

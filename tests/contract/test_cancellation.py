@@ -61,10 +61,6 @@ def test_a_task_past_its_timeout_raises_task_timeout_and_its_slot_is_freed(pool:
 
 def test_cancelling_the_future_of_a_running_task_stops_it(request: pytest.FixtureRequest, pool: sky.ComputePool,
                                                           output: Output, tag: str, tmp_path) -> None:
-    xfail_on(request, ("local", "ssh"), reason=(
-        "the Future returned by `p > pool` is already RUNNING when returned (NodeConnection.submit "
-        "calls set_running_or_notify_cancel), so future.cancel() returns False and the task runs on: "
-        "there is no public way to cancel a submitted task"))
     release = tmp_path / "release"
     future = announce_then_hold(tag, str(release), 60) > pool
     try:
