@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
-import subprocess
 import sys
 import time
 
@@ -40,19 +37,6 @@ def thread_cpu() -> dict[int, tuple[str, int]]:
         except (OSError, ValueError):
             continue
     return out
-
-
-def start_perf(rank: int) -> subprocess.Popen | None:
-    """If BENCH_PERF_DIR is set, sample this rank-0 process (all threads, native) with perf."""
-    out = os.environ.get("BENCH_PERF_DIR")
-    if not out or rank != 0 or shutil.which("perf") is None:
-        return None
-    os.makedirs(out, exist_ok=True)
-    name = os.environ.get("BENCH_PERF_NAME", "rank0")
-    proc = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", os.path.join(out, f"{name}.perf.data"),
-                             "-p", str(os.getpid())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)  # let perf attach
-    return proc
 
 
 def train(steps: int = 200, windows: int = 5, warmup: int = 30, seed: int = 0) -> dict:
@@ -83,7 +67,6 @@ def train(steps: int = 200, windows: int = 5, warmup: int = 30, seed: int = 0) -
         step()
     dist.barrier()
     cpu_before = thread_cpu()
-    perf = start_perf(rank)
     t0 = time.perf_counter()
     rates = []
     for _ in range(windows):
@@ -93,9 +76,6 @@ def train(steps: int = 200, windows: int = 5, warmup: int = 30, seed: int = 0) -
         dist.barrier()
         rates.append(steps / (time.perf_counter() - t))
     wall = time.perf_counter() - t0
-    if perf is not None:
-        perf.send_signal(signal.SIGINT)
-        perf.wait(60)
     cpu_after = thread_cpu()
     # CPU milliseconds per training step, by thread name, over the timed windows (this rank)
     per_step: dict[str, float] = {}
