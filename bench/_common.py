@@ -29,6 +29,17 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(data[lo] + (data[hi] - data[lo]) * (pos - lo))
 
 
+def by_system(section: dict[str, Any], field: str | None = None) -> dict[str, list[Any]]:
+    """{system: [its result in each repetition]}: the job's key is the system, or (with ``field``)
+    the keys of the job's ``result[field]`` (a process that measured several systems)."""
+    out: dict[str, list[Any]] = {}
+    for rep in section["reps"]:
+        for key, r in rep.items():
+            for system, value in r[field].items() if field else [(key, r)]:
+                out.setdefault(system, []).append(value)
+    return out
+
+
 def current_rss() -> int:
     """Resident set size of this process now, in bytes (Linux /proc)."""
     with open("/proc/self/statm") as f:

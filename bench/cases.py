@@ -126,21 +126,27 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _ray_init(cpus: int) -> Any:
-    import ray
+@contextlib.contextmanager
+def _peer(system: str, workers: int) -> Iterator[tuple[Callable[[], Any], Callable[[int], list[Any]]]]:
+    """Ray or Dask with ``workers`` single-threaded workers: (one no-op call, n ident tasks gathered)."""
+    if system == "ray":
+        import ray
 
-    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    return ray
-
-
-def _dask_cluster(workers: int) -> tuple[Any, Any]:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        try:
+            f, g = ray.remote(noop), ray.remote(ident)
+            yield (lambda: ray.get(f.remote())), (lambda n: ray.get([g.remote(i) for i in range(n)]))
+        finally:
+            ray.shutdown()
+        return
     import logging
 
     from dask.distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                           silence_logs=logging.ERROR)
-    return cluster, Client(cluster)
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        yield ((lambda: client.submit(noop, pure=False).result()),
+               (lambda n: client.gather(client.map(ident, range(n), pure=False))))
 
 
 # -- 1. round trip ----------------------------------------------------------------------------------
@@ -212,23 +218,9 @@ def rt_local(systems: list[str], calls: int, blocks: int, warmup: int) -> dict:
 
 
 @case
-def rt_ray(calls: int, warmup: int) -> dict:
-    ray = _ray_init(1)
-    try:
-        f = ray.remote(noop)
-        return _alternating({"ray": lambda: ray.get(f.remote())}, calls, 1, warmup)
-    finally:
-        ray.shutdown()
-
-
-@case
-def rt_dask(calls: int, warmup: int) -> dict:
-    cluster, client = _dask_cluster(1)
-    try:
-        return _alternating({"dask": lambda: client.submit(noop, pure=False).result()}, calls, 1, warmup)
-    finally:
-        client.close()
-        cluster.close()
+def rt_peer(system: str, calls: int, warmup: int) -> dict:
+    with _peer(system, 1) as (call, _):
+        return _alternating({system: call}, calls, 1, warmup)
 
 
 # -- 2. throughput ----------------------------------------------------------------------------------
@@ -346,32 +338,10 @@ def tp_local(systems: list[str], n: int, batches: int, warmup_n: int) -> dict:
 
 
 @case
-def tp_ray(n: int, batches: int, warmup_n: int) -> dict:
-    ray = _ray_init(2)
-    try:
-        f = ray.remote(ident)
-
-        def run(count: int) -> list[Any]:
-            return ray.get([f.remote(i) for i in range(count)])
-
+def tp_peer(system: str, n: int, batches: int, warmup_n: int) -> dict:
+    with _peer(system, 2) as (_, run):
         run(warmup_n)
-        return {"rates": _batches(run, n, batches)}
-    finally:
-        ray.shutdown()
-
-
-@case
-def tp_dask(n: int, batches: int, warmup_n: int) -> dict:
-    cluster, client = _dask_cluster(2)
-    try:
-        def run(count: int) -> list[Any]:
-            return client.gather(client.map(ident, range(count), pure=False))
-
-        run(warmup_n)
-        return {"rates": _batches(run, n, batches)}
-    finally:
-        client.close()
-        cluster.close()
+        return {"rates": {system: _batches(run, n, batches)}}
 
 
 # -- 3. payload -------------------------------------------------------------------------------------
@@ -472,21 +442,23 @@ def pl_skyward(mib: int, trips: int) -> dict:
 # -- 4. pool start ----------------------------------------------------------------------------------
 
 
-def _start(open_: Callable[[], Any], first: Callable[[Any], Any], close: Callable[[Any], Any]) -> dict:
+def _start(open_: Callable[[], Any], first: Callable[[Any], Any]) -> dict:
+    """Seconds from ``open_()`` (a context manager) to the result of ``first``, and to leave it again."""
     t = time.perf_counter()
-    handle = open_()
-    first(handle)
+    cm = open_()
+    first(cm.__enter__())
     t_first = time.perf_counter() - t
     t = time.perf_counter()
-    close(handle)
+    cm.__exit__(None, None, None)
     return {"first": t_first, "stop": time.perf_counter() - t}
 
 
 @case
 def st_floor(nodes: int) -> dict:
     """``nodes`` bare interpreters (``python -c pass``) started in parallel and waited for."""
-    return _start(lambda: [subprocess.Popen([sys.executable, "-c", "pass"]) for _ in range(nodes)],
-                  lambda procs: [p.wait() for p in procs], lambda procs: None)
+    return _start(lambda: contextlib.nullcontext([subprocess.Popen([sys.executable, "-c", "pass"])
+                                                  for _ in range(nodes)]),
+                  lambda procs: [p.wait() for p in procs])
 
 
 @case
@@ -494,34 +466,28 @@ def st_skyward(nodes: int) -> dict:
     import skyward as sky
 
     task = _sky(noop)
-    return _start(lambda: sky.ComputePool(nodes=nodes, console=False).__enter__(),
-                  lambda pool: task() >> pool, lambda pool: pool.__exit__(None, None, None))
+    return _start(lambda: sky.ComputePool(nodes=nodes, console=False), lambda pool: task() >> pool)
 
 
 @case
 def st_ray(nodes: int) -> dict:
-    import ray
+    import ray  # noqa: F401  (import time is not part of the figure)
 
-    return _start(lambda: _ray_init(nodes), lambda r: r.get(r.remote(noop).remote()), lambda r: r.shutdown())
+    return _start(lambda: _peer("ray", nodes), lambda calls: calls[0]())
 
 
 @case
 def st_dask(nodes: int) -> dict:
-    import dask.distributed  # noqa: F401  (import time is not part of the figure)
+    import dask.distributed  # noqa: F401
 
-    def close(cc: tuple[Any, Any]) -> None:
-        cc[1].close()
-        cc[0].close()
-
-    return _start(lambda: _dask_cluster(nodes), lambda cc: cc[1].submit(noop, pure=False).result(), close)
+    return _start(lambda: _peer("dask", nodes), lambda calls: calls[0]())
 
 
 @case
 def st_ppe(nodes: int) -> dict:
     from concurrent.futures import ProcessPoolExecutor
 
-    return _start(lambda: ProcessPoolExecutor(nodes), lambda ex: ex.submit(noop).result(),
-                  lambda ex: ex.shutdown())
+    return _start(lambda: ProcessPoolExecutor(nodes), lambda ex: ex.submit(noop).result())
 
 
 # -- 5. distributed training ------------------------------------------------------------------------
@@ -579,19 +545,12 @@ def _ssh_pool(hosts: list[dict], wheelhouse: str, image_tag: str, **kw: Any) -> 
 
 @case
 def ssh_start(hosts: list[dict], wheelhouse: str, image_tag: str) -> dict:
-    """Creating a pool of the SSH test hosts to its first result (and to its PoolReady event)."""
+    """Creating a pool of the SSH test hosts to its first result."""
     task = _sky(noop)
-    ready: list[float] = []
     t = time.perf_counter()
-
-    def on_event(e: Any) -> None:
-        if type(e).__name__ == "PoolReady" and not ready:
-            ready.append(time.perf_counter() - t)
-
-    with _ssh_pool(hosts, wheelhouse, image_tag, on_event=on_event) as pool:
+    with _ssh_pool(hosts, wheelhouse, image_tag) as pool:
         task() >> pool
-        first = time.perf_counter() - t
-    return {"first": first, "ready": ready[0] if ready else None}
+        return {"first": time.perf_counter() - t}
 
 
 @contextlib.contextmanager

@@ -25,20 +25,6 @@ import time
 IN, HIDDEN, OUT, BATCH = 256, 512, 10, 64
 
 
-def thread_cpu() -> dict[int, tuple[str, int]]:
-    """{thread id: (thread name, CPU nanoseconds so far)} for every thread of this process (Linux)."""
-    out = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                comm = f.read().strip()
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                out[int(tid)] = (comm, int(f.read().split()[0]))
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def train(steps: int = 200, windows: int = 5, warmup: int = 30, seed: int = 0) -> dict:
     import torch
     import torch.distributed as dist
@@ -66,8 +52,6 @@ def train(steps: int = 200, windows: int = 5, warmup: int = 30, seed: int = 0) -
     for _ in range(warmup):
         step()
     dist.barrier()
-    cpu_before = thread_cpu()
-    t0 = time.perf_counter()
     rates = []
     for _ in range(windows):
         t = time.perf_counter()
@@ -75,16 +59,7 @@ def train(steps: int = 200, windows: int = 5, warmup: int = 30, seed: int = 0) -
             loss = step()
         dist.barrier()
         rates.append(steps / (time.perf_counter() - t))
-    wall = time.perf_counter() - t0
-    cpu_after = thread_cpu()
-    # CPU milliseconds per training step, by thread name, over the timed windows (this rank)
-    per_step: dict[str, float] = {}
-    for tid, (comm, ns) in cpu_after.items():
-        spent = ns - cpu_before.get(tid, (comm, 0))[1]
-        per_step[comm] = per_step.get(comm, 0.0) + spent / 1e6 / (steps * windows)
     return {
-        "cpu_ms_per_step_by_thread": dict(sorted(per_step.items(), key=lambda kv: -kv[1])),
-        "cpu_utilization": sum(per_step.values()) * steps * windows / 1e3 / wall,
         "rank": rank,
         "world": world,
         "steps_per_s": rates,

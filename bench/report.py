@@ -6,7 +6,7 @@ import math
 import os
 from typing import Any
 
-from _common import percentile
+from _common import by_system, percentile
 
 IMG_REL = "img/bench"  # relative to the page's directory
 
@@ -195,7 +195,7 @@ def write_report(path: str, meta: dict[str, Any], data: dict[str, Any], figs: di
         if "rt50.skyward/ray" in figs:
             add(f"Skyward ÷ Ray (p50): **{ratio_text(figs['rt50.skyward/ray'])}**; p99: "
                 f"**{ratio_text(figs['rt99.skyward/ray'])}**.")
-        floor = [percentile(b, 50) * 1e6 for r in d["raw"].get("floor", []) for b in r]
+        floor = [percentile(b, 50) * 1e6 for r in by_system(d, "blocks").get("floor", []) for b in r]
         if floor:
             add(f"The floor's p50 per block ranged from {min(floor):.1f} to {max(floor):.1f} µs in this run; the "
                 "target is judged against its fastest block when that is stricter (see the method notes).")
@@ -274,18 +274,12 @@ def write_report(path: str, meta: dict[str, Any], data: dict[str, Any], figs: di
         add(fig_table(figs, ["ddp.torchrun", "ddp.skyward"], "steps/s", "torchrun"))
         add("Wall time of a whole launch (start, rendezvous, warm-up, timed windows, shutdown), s:\n\n"
             + fig_table(figs, ["ddpwall.torchrun", "ddpwall.skyward"], "s", "torchrun"))
-        rows = []
-        for s in ("torchrun", "skyward"):
-            if d["raw"][s]:
-                r0 = d["raw"][s][0]
-                rows.append([s, str(r0.get("torch_threads")), str(r0.get("omp_num_threads")),
-                             f"{r0.get('cpu_utilization', math.nan):.2f}",
-                             ", ".join(f"{k} {v:.2f}" for k, v in list(r0["cpu_ms_per_step_by_thread"].items())[:4])])
+        runs = by_system(d)
+        rows = [[{"torchrun": "torchrun", "skyward": "Skyward + sky.plugins.torch()"}[s], str(runs[s][0]["torch_threads"]), str(runs[s][0]["omp_num_threads"])]
+                for s in ("torchrun", "skyward") if runs.get(s)]
         if rows:
-            add("What rank 0 ran with (first repetition): torch's intra-op threads, `OMP_NUM_THREADS`, CPUs kept "
-                "busy during the timed windows, CPU ms per step by thread name:\n\n"
-                + table(["launcher", "torch threads", "OMP_NUM_THREADS", "CPUs busy", "CPU ms/step by thread"],
-                        rows))
+            add("What rank 0 ran with (first repetition): torch's intra-op threads and `OMP_NUM_THREADS` (see the "
+                "method notes):\n\n" + table(["launcher", "torch threads", "OMP_NUM_THREADS"], rows))
         img("ddp")
 
     add("## 6. Over SSH (test hosts)")

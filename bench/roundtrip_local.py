@@ -33,9 +33,9 @@ def main() -> int:
         print(r["error"], r.get("stderr", ""), file=sys.stderr)
         return 1
     blocks = r["blocks"]
-    p50 = {s: percentile(sum(b, []), 50) * 1e6 for s, b in blocks.items()}
+    p50 = {s: percentile([x for c in b for x in c], 50) * 1e6 for s, b in blocks.items()}
     for s, b in blocks.items():
-        print(f"{s:8s} p50 {p50[s]:8.1f} µs  p99 {percentile(sum(b, []), 99) * 1e6:8.1f} µs")
+        print(f"{s:8s} p50 {p50[s]:8.1f} µs  p99 {percentile([x for c in b for x in c], 99) * 1e6:8.1f} µs")
     sky_blocks = [percentile(b, 50) for b in blocks["skyward"]]
     fastest = min(percentile(b, 50) for b in blocks["floor"])
     print(f"Skyward ÷ floor (p50): {p50['skyward'] / p50['floor']:.2f}×;  median block ÷ the floor's fastest "

@@ -36,19 +36,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from _common import loadavg, machine, parse_result, percentile  # noqa: E402
+from _common import by_system, loadavg, machine, parse_result, percentile  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 SECTIONS = ("roundtrip", "throughput", "payload", "start", "ddp", "ssh")
-PEERS = (("ray", "ray"), ("dask", "distributed"))  # (system, module)
+PEERS = [p for p, module in (("ray", "ray"), ("dask", "distributed")) if importlib.util.find_spec(module)]
 
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def have(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
 
 
 def run_case(name: str, params: dict[str, Any], *, timeout: float = 300) -> Any:
@@ -91,122 +87,69 @@ class Plan:
         self.notes.append(f"{what} failed: {r.get('error')} {str(r.get('stderr', ''))[-300:]}".strip())
 
 
-def _peers(plan: Plan) -> list[str]:
-    return [p for p, mod in PEERS if have(mod)]
-
-
-def _interleaved(plan: Plan, title: str, reps: int, local: tuple[str, dict] | None,
-                 peers: dict[str, tuple[str, dict]]) -> dict[str, Any]:
-    """``reps`` repetitions: the daemon-less systems in one process, each peer in its own, alternating."""
-    per_rep: list[dict[str, Any]] = []
+def _interleaved(plan: Plan, title: str, params: dict[str, Any], jobs: dict[str, tuple[str, dict]],
+                 timeout: float = 300) -> dict[str, Any]:
+    """``params["reps"]`` repetitions of every job (case, params), each in a fresh process, the order
+    reversed every other repetition (A B C, C B A, ...). Keeps each repetition's results by job."""
+    reps: list[dict[str, Any]] = []
     load = []
-    order = (["local"] if local else []) + list(peers)
-    for rep in range(reps):
-        log(f"{title}: repetition {rep + 1}/{reps}")
+    order = list(jobs)
+    for rep in range(params["reps"]):
+        log(f"{title}: repetition {rep + 1}/{params['reps']}")
         load.append(loadavg()[0])
-        got: dict[str, Any] = {}
-        for what in order if rep % 2 == 0 else order[::-1]:
-            name, params = local if what == "local" else peers[what]  # type: ignore[misc]
-            r = run_case(name, params)
+        reps.append({})
+        for key in order if rep % 2 == 0 else order[::-1]:
+            r = run_case(*jobs[key], timeout=timeout)
             if ok(r):
-                got[what] = r
+                reps[-1][key] = r
             else:
-                plan.failed(f"{title}: {name}", r)
-        per_rep.append(got)
-    return {"reps": per_rep, "load": load}
+                plan.failed(f"{title}: {key}", r)
+    return {"reps": reps, "load": load, "params": params}
 
 
 def section_roundtrip(plan: Plan) -> dict[str, Any]:
     p = {"reps": plan.pick(5, 1), "calls": plan.pick(300, 50), "blocks": plan.pick(10, 3),
          "peer_calls": plan.pick(800, 50), "warmup": plan.pick(200, 20)}
-    local = ["floor", "ppe", "skyward"]
-    peer = {s: (f"rt_{s}", {"calls": p["peer_calls"], "warmup": p["warmup"]}) for s in _peers(plan)}
-    d = _interleaved(plan, "round trip", p["reps"],
-                     ("rt_local", {"systems": local, "calls": p["calls"], "blocks": p["blocks"],
-                                   "warmup": p["warmup"]}), peer)
-    # raw[system] = one list of per-block sample lists per repetition
-    raw: dict[str, list[list[list[float]]]] = {s: [] for s in local + list(peer)}
-    for got in d["reps"]:
-        for r in got.values():
-            for s, blocks in r["blocks"].items():
-                raw[s].append(blocks)
-    return {"raw": raw, "load": d["load"], "params": p}
+    jobs = {"local": ("rt_local", {"systems": ["floor", "ppe", "skyward"], "calls": p["calls"],
+                                   "blocks": p["blocks"], "warmup": p["warmup"]})}
+    jobs.update({s: ("rt_peer", {"system": s, "calls": p["peer_calls"], "warmup": p["warmup"]}) for s in PEERS})
+    return _interleaved(plan, "round trip", p, jobs)
 
 
 def section_throughput(plan: Plan) -> dict[str, Any]:
     p = {"reps": plan.pick(3, 1), "n": plan.pick(10_000, 1_000), "batches": plan.pick(3, 1),
          "warmup_n": plan.pick(1000, 100)}
-    local = ["floor", "ppe", "skyward"]
-    peer = {s: (f"tp_{s}", {"n": p["n"], "batches": 1, "warmup_n": p["warmup_n"]}) for s in _peers(plan)}
-    d = _interleaved(plan, "throughput", p["reps"],
-                     ("tp_local", {"systems": local, "n": p["n"], "batches": p["batches"],
-                                   "warmup_n": p["warmup_n"]}), peer)
-    raw: dict[str, list[list[float]]] = {s: [] for s in local + list(peer)}
-    for got in d["reps"]:
-        for what, r in got.items():
-            for s, rates in (r["rates"].items() if what == "local" else [(what, r["rates"])]):
-                raw[s].append(rates)
-    return {"raw": raw, "load": d["load"], "params": p}
+    jobs = {"local": ("tp_local", {"systems": ["floor", "ppe", "skyward"], "n": p["n"], "batches": p["batches"],
+                                   "warmup_n": p["warmup_n"]})}
+    jobs.update({s: ("tp_peer", {"system": s, "n": p["n"], "batches": 1, "warmup_n": p["warmup_n"]})
+                 for s in PEERS})
+    return _interleaved(plan, "throughput", p, jobs)
 
 
 def section_payload(plan: Plan) -> dict[str, Any]:
-    p = {"reps": plan.pick(3, 1), "sizes": plan.pick([1, 64, 512], [1]), "trips": {"1": 20, "64": 4, "512": 2}}
+    p = {"reps": plan.pick(3, 1), "sizes": plan.pick([1, 64, 512], [1]),
+         "trips": plan.pick({"1": 20, "64": 4, "512": 2}, {"1": 2})}
     if plan.quick:
-        p["trips"] = {"1": 2}
         plan.notes.append("--quick: the payload was measured at 1 MiB only (no 512 MiB figure).")
-    raw: dict[str, dict[str, list[dict]]] = {s: {str(m): [] for m in p["sizes"]} for s in ("floor", "skyward")}
-    load = []
-    for rep in range(p["reps"]):
-        log(f"payload: repetition {rep + 1}/{p['reps']}")
-        load.append(loadavg()[0])
-        for mib in p["sizes"]:
-            for s in ("floor", "skyward") if rep % 2 == 0 else ("skyward", "floor"):
-                r = run_case(f"pl_{s}", {"mib": mib, "trips": p["trips"][str(mib)]})
-                if ok(r):
-                    raw[s][str(mib)].append(r)
-                else:
-                    plan.failed(f"payload {s} {mib} MiB", r)
-    return {"raw": raw, "load": load, "params": p}
+    return _interleaved(plan, "payload", p, {f"{s}.{mib}": (f"pl_{s}", {"mib": mib, "trips": p["trips"][str(mib)]})
+                                             for mib in p["sizes"] for s in ("floor", "skyward")})
 
 
 def section_start(plan: Plan) -> dict[str, Any]:
     p = {"reps": plan.pick(5, 1), "nodes": 4}
-    systems = ["floor", "ppe", "skyward"] + _peers(plan)
-    raw: dict[str, list[dict]] = {s: [] for s in systems}
-    load = []
-    for rep in range(p["reps"]):
-        log(f"pool start: repetition {rep + 1}/{p['reps']}")
-        load.append(loadavg()[0])
-        for s in systems if rep % 2 == 0 else systems[::-1]:
-            r = run_case(f"st_{s}", {"nodes": p["nodes"]})
-            if ok(r):
-                raw[s].append(r)
-            else:
-                plan.failed(f"pool start {s}", r)
-    return {"raw": raw, "load": load, "params": p}
+    return _interleaved(plan, "pool start", p, {s: (f"st_{s}", {"nodes": 4})
+                                                for s in ["floor", "ppe", "skyward", *PEERS]})
 
 
 def section_ddp(plan: Plan) -> dict[str, Any]:
-    case_params = plan.pick({"steps": 60, "windows": 4, "warmup": 10}, {"steps": 5, "windows": 2, "warmup": 2})
-    p = dict(case_params, reps=plan.pick(3, 1))
-    raw: dict[str, list[dict]] = {"torchrun": [], "skyward": []}
-    load = []
-    if not have("torch"):
-        plan.notes.append("torch is not installed: the distributed training section was not measured.")
-        return {"raw": raw, "load": load, "params": p}
-    for rep in range(p["reps"]):
-        log(f"DDP: repetition {rep + 1}/{p['reps']}")
-        load.append(loadavg()[0])
-        for s in ("torchrun", "skyward") if rep % 2 == 0 else ("skyward", "torchrun"):
-            r = run_case(f"ddp_{s}", case_params, timeout=400)
-            if ok(r):
-                raw[s].append(r)
-                if r.get("exit_code"):
-                    plan.notes.append(f"DDP under {s}: the launch exited with {r['exit_code']} after rank 0 had "
-                                      "reported its timed windows (kept).")
-            else:
-                plan.failed(f"DDP under {s}", r)
-    return {"raw": raw, "load": load, "params": p}
+    run = plan.pick({"steps": 60, "windows": 4, "warmup": 10}, {"steps": 5, "windows": 2, "warmup": 2})
+    d = _interleaved(plan, "DDP", dict(run, reps=plan.pick(3, 1)),
+                     {s: (f"ddp_{s}", run) for s in ("torchrun", "skyward")}, timeout=400)
+    for s, runs in by_system(d).items():
+        if any(r.get("exit_code") for r in runs):
+            plan.notes.append(f"DDP under {s}: a launch exited with an error after rank 0 had reported its "
+                              "timed windows (kept).")
+    return d
 
 
 #: What the test hosts install from (they cannot reach an index): skyward's dependencies and uv.
@@ -332,10 +275,6 @@ LABELS = {"floor": "raw pipe floor", "skyward": "Skyward", "ppe": "ProcessPoolEx
           "dask": "Dask distributed", "torchrun": "torchrun", "cat": "`ssh host cat` echo"}
 
 
-def _block_p50s(blocks: list[list[float]]) -> list[float]:
-    return [percentile(b, 50) for b in blocks]
-
-
 def figures(data: dict[str, Any]) -> dict[str, Figure]:
     figs: dict[str, Figure] = {}
 
@@ -343,54 +282,56 @@ def figures(data: dict[str, Any]) -> dict[str, Figure]:
         if reps:
             figs[key] = Figure(LABELS.get(system, system), unit, reps).against(figs.get(ref) if ref else None)
 
+    def vs_ray(prefix: str, unit: str) -> None:
+        if f"{prefix}.skyward" in figs and f"{prefix}.ray" in figs:
+            add(f"{prefix}.skyward/ray", "Skyward ÷ Ray", unit, figs[f"{prefix}.skyward"].reps, f"{prefix}.ray")
+
     if "roundtrip" in data:
-        raw = data["roundtrip"]["raw"]
+        blocks = by_system(data["roundtrip"], "blocks")
         for q in (50, 99):
             for s in ["floor", "ppe", "skyward", "ray", "dask"]:
-                add(f"rt{q}.{s}", s, "µs", [percentile(sum(r, []), q) * 1e6 for r in raw.get(s, [])],
-                    None if s == "floor" else f"rt{q}.floor")
-            if f"rt{q}.skyward" in figs and f"rt{q}.ray" in figs:
-                add(f"rt{q}.skyward/ray", "Skyward ÷ Ray", "µs", figs[f"rt{q}.skyward"].reps, f"rt{q}.ray")
+                add(f"rt{q}.{s}", s, "µs", [percentile([x for b in r for x in b], q) * 1e6 for r in blocks.get(s, [])],
+                    f"rt{q}.floor" if s != "floor" else None)
+            vs_ray(f"rt{q}", "µs")
     if "throughput" in data:
-        raw = data["throughput"]["raw"]
+        rates = by_system(data["throughput"], "rates")
         for s in ["floor", "skyward", "ppe", "ray", "dask"]:
-            add(f"tp.{s}", s, "tasks/s", [percentile(r, 50) for r in raw.get(s, [])],
-                None if s == "floor" else "tp.floor")
-        if "tp.skyward" in figs and "tp.ray" in figs:
-            add("tp.skyward/ray", "Skyward ÷ Ray", "tasks/s", figs["tp.skyward"].reps, "tp.ray")
+            add(f"tp.{s}", s, "tasks/s", [percentile(r, 50) for r in rates.get(s, [])],
+                "tp.floor" if s != "floor" else None)
+        vs_ray("tp", "tasks/s")
     if "payload" in data:
-        raw = data["payload"]["raw"]
+        runs = by_system(data["payload"])
         for mib in data["payload"]["params"]["sizes"]:
             for s in ("floor", "skyward"):
-                runs = raw[s][str(mib)]
-                ref = None if s == "floor" else "floor"
-                add(f"pl.{s}.{mib}", s, "GB/s", [percentile(r["gbps"], 50) for r in runs], ref and f"pl.floor.{mib}")
-                add(f"mem.{s}.{mib}", s, "× payload", [r["peak_over_baseline"] / r["nbytes"] for r in runs],
-                    ref and f"mem.floor.{mib}")
+                rs = runs.get(f"{s}.{mib}", [])
+                add(f"pl.{s}.{mib}", s, "GB/s", [percentile(r["gbps"], 50) for r in rs],
+                    f"pl.floor.{mib}" if s != "floor" else None)
+                add(f"mem.{s}.{mib}", s, "× payload", [r["peak_over_baseline"] / r["nbytes"] for r in rs],
+                    f"mem.floor.{mib}" if s != "floor" else None)
     if "start" in data:
-        raw = data["start"]["raw"]
+        runs = by_system(data["start"])
         for s in ["floor", "ppe", "skyward", "dask", "ray"]:
-            add(f"st.{s}", s, "s", [r["first"] for r in raw.get(s, [])], None if s == "floor" else "st.floor")
-            add(f"stop.{s}", s, "s", [r["stop"] for r in raw.get(s, [])] if s != "floor" else [])
-        if "st.skyward" in figs and "st.ray" in figs:
-            add("st.skyward/ray", "Skyward ÷ Ray", "s", figs["st.skyward"].reps, "st.ray")
+            add(f"st.{s}", s, "s", [r["first"] for r in runs.get(s, [])], "st.floor" if s != "floor" else None)
+            add(f"stop.{s}", s, "s", [r["stop"] for r in runs.get(s, [])] if s != "floor" else [])
+        vs_ray("st", "s")
     if "ddp" in data:
-        raw = data["ddp"]["raw"]
+        runs = by_system(data["ddp"])
         for s in ("torchrun", "skyward"):
-            ref = None if s == "torchrun" else "torchrun"
-            add(f"ddp.{s}", s, "steps/s", [percentile(r["steps_per_s"], 50) for r in raw[s]], ref and "ddp.torchrun")
-            add(f"ddpwall.{s}", s, "s", [r["wall"] for r in raw[s]], ref and "ddpwall.torchrun")
+            add(f"ddp.{s}", s, "steps/s", [percentile(r["steps_per_s"], 50) for r in runs.get(s, [])],
+                "ddp.torchrun" if s != "torchrun" else None)
+            add(f"ddpwall.{s}", s, "s", [r["wall"] for r in runs.get(s, [])],
+                "ddpwall.torchrun" if s != "torchrun" else None)
     d = data.get("ssh", {})
     for kind, label in (("cold", "cold: fresh hosts, new image"), ("new_image", "new image, used hosts"),
                         ("warm", "warm: same image again")):
         add(f"sst.{kind}", label, "s", [x["first"] for x in d.get(kind, [])])
-    for size in (d.get("params") or {}).get("sizes", []) if d.get("payload") else []:
+    for size in d["params"]["sizes"] if d.get("payload") else []:
         add(f"ssh.openssh.{size}", "OpenSSH `cat > /dev/null`", "GB/s", d["payload"]["openssh"][str(size)])
         add(f"ssh.skyward.{size}", "skyward", "GB/s", d["payload"]["skyward"][str(size)], f"ssh.openssh.{size}")
     if d.get("rt"):
         # one process, alternating blocks: a block is a repetition, and the ratio is paired block by block
-        add("sshrt.cat", "cat", "µs", [x * 1e6 for x in _block_p50s(d["rt"]["cat"])])
-        add("sshrt.skyward", "skyward", "µs", [x * 1e6 for x in _block_p50s(d["rt"]["skyward"])], "sshrt.cat")
+        add("sshrt.cat", "cat", "µs", [percentile(b, 50) * 1e6 for b in d["rt"]["cat"]])
+        add("sshrt.skyward", "skyward", "µs", [percentile(b, 50) * 1e6 for b in d["rt"]["skyward"]], "sshrt.cat")
     return figs
 
 
@@ -428,12 +369,12 @@ def targets(figs: dict[str, Figure], data: dict[str, Any]) -> list[Target]:
 
     out = []
     r, text = ratio("rt50.skyward"), None
-    raw = data.get("roundtrip", {}).get("raw", {})
-    if raw.get("floor") and raw.get("skyward"):
+    blocks = by_system(data["roundtrip"], "blocks") if "roundtrip" in data else {}
+    if blocks.get("floor") and blocks.get("skyward"):
         # The floor is bimodal (two processes on one CPU or on two; see the method notes): judge
         # against its fastest block whenever that is the stricter reading.
-        strict = (percentile([x for r_ in raw["skyward"] for x in _block_p50s(r_)], 50)
-                  / min(x for r_ in raw["floor"] for x in _block_p50s(r_)))
+        strict = (percentile([percentile(b, 50) for r_ in blocks["skyward"] for b in r_], 50)
+                  / min(percentile(b, 50) for r_ in blocks["floor"] for b in r_))
         if math.isnan(r) or strict > r:
             text = f"{strict:.2f}× against the floor's fastest block ({r:.2f}× against its median)"
             r = strict
@@ -489,9 +430,8 @@ def main() -> int:
         parser.error(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}")
 
     plan = Plan(args.quick)
-    for p, mod in PEERS:
-        if not have(mod):
-            plan.notes.append(f"{p} is not installed (`pip install -e '.[bench]'`): left out of every section.")
+    for p in {"ray", "dask"} - set(PEERS):
+        plan.notes.append(f"{p} is not installed (`pip install -e '.[bench]'`): left out of every section.")
     started = time.time()
     info = machine()
     runners = {"roundtrip": section_roundtrip, "throughput": section_throughput, "payload": section_payload,
