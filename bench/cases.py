@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gc
+import importlib
 import io
 import os
 import pickle
@@ -26,8 +27,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, BENCH_DIR)
-from _common import current_rss, emit_result, parse_result, peak_rss  # noqa: E402
+sys.path[:0] = [BENCH_DIR, os.path.dirname(BENCH_DIR)]  # this checkout's skyward, not an installed one
+from _common import current_rss, emit_result, parse_result, peak_rss
 
 CASES: dict[str, Callable[..., Any]] = {}
 
@@ -126,10 +127,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: The module each system needs (imported before a clock starts).
+MODULES = {"skyward": "skyward", "ppe": "concurrent.futures", "ray": "ray", "dask": "dask.distributed"}
+
+
 @contextlib.contextmanager
-def _peer(system: str, workers: int) -> Iterator[tuple[Callable[[], Any], Callable[[int], list[Any]]]]:
-    """Ray or Dask with ``workers`` single-threaded workers: (one no-op call, n ident tasks gathered)."""
-    if system == "ray":
+def _system(name: str, workers: int) -> Iterator[tuple[Callable[[], Any], Callable[[int], list[Any]]]]:
+    """A warm pool of ``workers`` single-task workers: (one no-op call, n ident tasks run together)."""
+    if name == "skyward":
+        import skyward as sky
+
+        f, g = sky.compute(noop), sky.compute(ident)
+        with sky.ComputePool(nodes=workers, console=False) as pool:
+            yield (lambda: f() >> pool), (lambda n: sky.gather(*[g(i) for i in range(n)]) >> pool)
+    elif name == "ppe":  # map() sends one message per task (chunksize=1), like the others
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers) as ex:
+            list(ex.map(ident, range(2 * workers)))  # fork its workers now, before any other threads exist
+            yield (lambda: ex.submit(noop).result()), (lambda n: list(ex.map(ident, range(n))))
+    elif name == "ray":
         import ray
 
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
@@ -138,15 +155,15 @@ def _peer(system: str, workers: int) -> Iterator[tuple[Callable[[], Any], Callab
             yield (lambda: ray.get(f.remote())), (lambda n: ray.get([g.remote(i) for i in range(n)]))
         finally:
             ray.shutdown()
-        return
-    import logging
+    else:
+        import logging
 
-    from dask.distributed import Client, LocalCluster
+        from dask.distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
-        yield ((lambda: client.submit(noop, pure=False).result()),
-               (lambda n: client.gather(client.map(ident, range(n), pure=False))))
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                          silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+            yield ((lambda: client.submit(noop, pure=False).result()),
+                   (lambda n: client.gather(client.map(ident, range(n), pure=False))))
 
 
 # -- 1. round trip ----------------------------------------------------------------------------------
@@ -187,40 +204,13 @@ def _rt_floor() -> Iterator[Callable[[], None]]:
         os.close(r2)
 
 
-@contextlib.contextmanager
-def _rt_ppe() -> Iterator[Callable[[], None]]:
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(1) as ex:
-        ex.submit(noop).result()  # fork its worker now, before Skyward starts threads
-        yield lambda: ex.submit(noop).result()
-
-
-@contextlib.contextmanager
-def _rt_skyward() -> Iterator[Callable[[], None]]:
-    import skyward as sky
-
-    task = _sky(noop)
-    with sky.ComputePool(nodes=1, console=False) as pool:
-        yield lambda: task() >> pool
-
-
-#: Entered in this order: the forking ones before Skyward's threads exist.
-_RT_LOCAL = {"floor": _rt_floor, "ppe": _rt_ppe, "skyward": _rt_skyward}
-
-
 @case
-def rt_local(systems: list[str], calls: int, blocks: int, warmup: int) -> dict:
-    """Round trips of the systems that need no daemons, all warm at once, in alternating blocks."""
+def rt(systems: list[str], calls: int, blocks: int, warmup: int) -> dict:
+    """Round trips of ``systems``, all warm at once, in alternating blocks (entered in order: the
+    forking ones must come before Skyward's threads exist)."""
     with contextlib.ExitStack() as stack:
-        entered = {n: stack.enter_context(make()) for n, make in _RT_LOCAL.items() if n in systems}
-        return _alternating({n: entered[n] for n in systems}, calls, blocks, warmup)
-
-
-@case
-def rt_peer(system: str, calls: int, warmup: int) -> dict:
-    with _peer(system, 1) as (call, _):
-        return _alternating({system: call}, calls, 1, warmup)
+        fns = {s: stack.enter_context(_rt_floor() if s == "floor" else _system(s, 1)) for s in systems}
+        return _alternating({s: fn if s == "floor" else fn[0] for s, fn in fns.items()}, calls, blocks, warmup)
 
 
 # -- 2. throughput ----------------------------------------------------------------------------------
@@ -302,46 +292,19 @@ def _tp_floor(workers: int = 2) -> Iterator[Callable[[int], list[Any]]]:
             rf.close()
 
 
-@contextlib.contextmanager
-def _tp_ppe() -> Iterator[Callable[[int], list[Any]]]:
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(2) as ex:
-        list(ex.map(ident, range(4)))  # fork its workers now, before Skyward starts threads
-        yield lambda count: list(ex.map(ident, range(count)))
-
-
-@contextlib.contextmanager
-def _tp_skyward() -> Iterator[Callable[[int], list[Any]]]:
-    import skyward as sky
-
-    task = _sky(ident)
-    with sky.ComputePool(nodes=2, console=False) as pool:
-        yield lambda count: sky.gather(*[task(i) for i in range(count)]) >> pool
-
-
-_TP_LOCAL = {"floor": _tp_floor, "ppe": _tp_ppe, "skyward": _tp_skyward}
-
-
 @case
-def tp_local(systems: list[str], n: int, batches: int, warmup_n: int) -> dict:
-    """Batches of n tiny tasks on each daemon-less system in turn (rotating order), all warm."""
+def tp(systems: list[str], n: int, batches: int, warmup_n: int) -> dict:
+    """Batches of n tiny tasks on each of ``systems`` in turn (rotating order), all warm."""
     with contextlib.ExitStack() as stack:
-        runs = {name: stack.enter_context(make()) for name, make in _TP_LOCAL.items() if name in systems}
+        runs = {s: stack.enter_context(_tp_floor()) if s == "floor" else stack.enter_context(_system(s, 2))[1]
+                for s in systems}
         for run in runs.values():
             run(warmup_n)
-        rates: dict[str, list[float]] = {name: [] for name in systems}
+        rates: dict[str, list[float]] = {s: [] for s in systems}
         for b in range(batches):
-            for name in systems[b % len(systems):] + systems[:b % len(systems)]:
-                rates[name] += _batches(runs[name], n, 1)
+            for s in systems[b % len(systems):] + systems[:b % len(systems)]:
+                rates[s] += _batches(runs[s], n, 1)
     return {"rates": rates}
-
-
-@case
-def tp_peer(system: str, n: int, batches: int, warmup_n: int) -> dict:
-    with _peer(system, 2) as (_, run):
-        run(warmup_n)
-        return {"rates": {system: _batches(run, n, batches)}}
 
 
 # -- 3. payload -------------------------------------------------------------------------------------
@@ -454,40 +417,15 @@ def _start(open_: Callable[[], Any], first: Callable[[Any], Any]) -> dict:
 
 
 @case
-def st_floor(nodes: int) -> dict:
-    """``nodes`` bare interpreters (``python -c pass``) started in parallel and waited for."""
-    return _start(lambda: contextlib.nullcontext([subprocess.Popen([sys.executable, "-c", "pass"])
-                                                  for _ in range(nodes)]),
-                  lambda procs: [p.wait() for p in procs])
-
-
-@case
-def st_skyward(nodes: int) -> dict:
-    import skyward as sky
-
-    task = _sky(noop)
-    return _start(lambda: sky.ComputePool(nodes=nodes, console=False), lambda pool: task() >> pool)
-
-
-@case
-def st_ray(nodes: int) -> dict:
-    import ray  # noqa: F401  (import time is not part of the figure)
-
-    return _start(lambda: _peer("ray", nodes), lambda calls: calls[0]())
-
-
-@case
-def st_dask(nodes: int) -> dict:
-    import dask.distributed  # noqa: F401
-
-    return _start(lambda: _peer("dask", nodes), lambda calls: calls[0]())
-
-
-@case
-def st_ppe(nodes: int) -> dict:
-    from concurrent.futures import ProcessPoolExecutor
-
-    return _start(lambda: ProcessPoolExecutor(nodes), lambda ex: ex.submit(noop).result())
+def st(system: str, nodes: int) -> dict:
+    """Pool start: ``nodes`` workers of ``system`` to its first result. The floor: ``nodes`` bare
+    interpreters (``python -c pass``) started in parallel and waited for."""
+    if system == "floor":
+        return _start(lambda: contextlib.nullcontext([subprocess.Popen([sys.executable, "-c", "pass"])
+                                                      for _ in range(nodes)]),
+                      lambda procs: [p.wait() for p in procs])
+    importlib.import_module(MODULES[system])  # import time is not part of the figure
+    return _start(lambda: _system(system, nodes), lambda fns: fns[0]())
 
 
 # -- 5. distributed training ------------------------------------------------------------------------
@@ -499,7 +437,7 @@ def ddp_torchrun(steps: int, windows: int, warmup: int) -> dict:
            f"--master_port={_free_port()}", os.path.join(BENCH_DIR, "ddp_script.py"),
            "--steps", str(steps), "--windows", str(windows), "--warmup", str(warmup)]
     t = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     wall = time.perf_counter() - t
     try:
         result = parse_result(done.stdout)
@@ -564,7 +502,7 @@ def _ssh_master(host: dict) -> Iterator[list[str]]:
     try:
         yield ssh
     finally:
-        subprocess.run(ssh[:-1] + ["-O", "exit", ssh[-1]], capture_output=True, timeout=30)
+        subprocess.run(ssh[:-1] + ["-O", "exit", ssh[-1]], capture_output=True, timeout=30, check=False)
 
 
 @case
@@ -578,32 +516,22 @@ def ssh_payload(host: dict, wheelhouse: str, image_tag: str, sizes: list[int], t
     import numpy as np
 
     task = _sky(nbytes)
+
+    def by_openssh(ssh: list[str], a: Any) -> None:
+        with subprocess.Popen(ssh + ["--", "cat > /dev/null"], stdin=subprocess.PIPE) as p:
+            p.communicate(memoryview(a).cast("B"), timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError("ssh cat failed")
+
     out: dict[str, dict[str, list[float]]] = {"skyward": {}, "openssh": {}}
     with _ssh_master(host) as ssh, _ssh_pool([host], wheelhouse, image_tag) as pool:
         for size in sizes:
             arr = np.ones((size << 20) // 8, dtype=np.float64)
-
-            def by_skyward() -> float:
-                t = time.perf_counter()
-                assert task(arr) >> pool == arr.nbytes
-                return time.perf_counter() - t
-
-            def by_openssh() -> float:
-                t = time.perf_counter()
-                p = subprocess.Popen(ssh + ["--", "cat > /dev/null"], stdin=subprocess.PIPE)
-                p.communicate(memoryview(arr).cast("B"), timeout=300)
-                if p.returncode != 0:
-                    raise RuntimeError("ssh cat failed")
-                return time.perf_counter() - t
-
-            by_skyward(), by_openssh()  # warm up both
-            times: dict[str, list[float]] = {"skyward": [], "openssh": []}
-            order = [("skyward", by_skyward), ("openssh", by_openssh)]
-            for i in range(trips):
-                for name, fn in order if i % 2 == 0 else order[::-1]:
-                    times[name].append(fn())
-            for name, ts in times.items():
-                out[name][str(size)] = [arr.nbytes / t / 1e9 for t in ts]
+            # one trip per block: trips alternate, one warm-up trip each
+            times = _alternating({"skyward": lambda a=arr: task(a) >> pool,
+                                  "openssh": lambda a=arr: by_openssh(ssh, a)}, 1, trips, 1)["blocks"]
+            for name, blocks in times.items():
+                out[name][str(size)] = [arr.nbytes / t / 1e9 for (t,) in blocks]
     return {"gbps": out}
 
 

@@ -28,7 +28,7 @@ IN, HIDDEN, OUT, BATCH = 256, 512, 10, 64
 def train(steps: int = 200, windows: int = 5, warmup: int = 30, seed: int = 0) -> dict:
     import torch
     import torch.distributed as dist
-    import torch.nn as nn
+    from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -165,6 +165,7 @@ def write_report(path: str, meta: dict[str, Any], data: dict[str, Any], figs: di
     add(table(["", ""], [
         ["CPU", f"{m['cpu']} ({m['cores']} cores)"], ["memory", f"{m['memory_gib']} GiB"], ["OS", m["os"]],
         ["Python", m["python"]], ["versions", ", ".join(f"{k} {v[k]}" for k in v)],
+        ["skyward measured", f"`{m.get('skyward_from')}`"],
         ["load average (1, 5, 15 min)", f"{m['loadavg_at_start']} at start, {m.get('loadavg_at_end')} at end"],
     ]))
     add("Latencies of microseconds depend on whether the two processes of a round trip share a core or wake "
@@ -275,8 +276,9 @@ def write_report(path: str, meta: dict[str, Any], data: dict[str, Any], figs: di
         add("Wall time of a whole launch (start, rendezvous, warm-up, timed windows, shutdown), s:\n\n"
             + fig_table(figs, ["ddpwall.torchrun", "ddpwall.skyward"], "s", "torchrun"))
         runs = by_system(d)
-        rows = [[{"torchrun": "torchrun", "skyward": "Skyward + sky.plugins.torch()"}[s], str(runs[s][0]["torch_threads"]), str(runs[s][0]["omp_num_threads"])]
-                for s in ("torchrun", "skyward") if runs.get(s)]
+        names = {"torchrun": "torchrun", "skyward": "Skyward + sky.plugins.torch()"}
+        rows = [[names[s], str(runs[s][0]["torch_threads"]), str(runs[s][0]["omp_num_threads"])]
+                for s in names if runs.get(s)]
         if rows:
             add("What rank 0 ran with (first repetition): torch's intra-op threads and `OMP_NUM_THREADS` (see the "
                 "method notes):\n\n" + table(["launcher", "torch threads", "OMP_NUM_THREADS"], rows))

@@ -17,8 +17,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import loadavg, percentile  # noqa: E402
-from run import run_case  # noqa: E402
+from _common import loadavg, percentile
+from run import run_case, skyward_from
 
 
 def main() -> int:
@@ -26,8 +26,8 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=300, help="calls per block")
     parser.add_argument("--blocks", type=int, default=10)
     args = parser.parse_args()
-    print(f"load average at start: {loadavg()}")
-    r = run_case("rt_local", {"systems": ["floor", "skyward"], "calls": args.calls, "blocks": args.blocks,
+    print(f"skyward from {skyward_from()}; load average at start: {loadavg()}")
+    r = run_case("rt", {"systems": ["floor", "skyward"], "calls": args.calls, "blocks": args.blocks,
                               "warmup": 200})
     if "error" in r:
         print(r["error"], r.get("stderr", ""), file=sys.stderr)

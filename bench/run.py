@@ -36,9 +36,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from _common import by_system, loadavg, machine, parse_result, percentile  # noqa: E402
+from _common import by_system, loadavg, machine, parse_result, percentile
 
 RESULTS = os.path.join(HERE, "results")
+#: Cases import the skyward of this checkout (not whichever one is installed), and so do their workers.
+CASE_ENV = dict(os.environ, PYTHONUNBUFFERED="1",
+                PYTHONPATH=os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
 SECTIONS = ("roundtrip", "throughput", "payload", "start", "ddp", "ssh")
 PEERS = [p for p, module in (("ray", "ray"), ("dask", "distributed")) if importlib.util.find_spec(module)]
 
@@ -51,7 +54,7 @@ def run_case(name: str, params: dict[str, Any], *, timeout: float = 300) -> Any:
     """Run one case in a fresh interpreter: its result, or {"error": ...} if it failed."""
     cmd = [sys.executable, os.path.join(HERE, "cases.py"), name, json.dumps(params)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+                            env=CASE_ENV, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -66,6 +69,12 @@ def run_case(name: str, params: dict[str, Any], *, timeout: float = 300) -> Any:
         return parse_result(out)
     except ValueError as exc:
         return {"error": str(exc), "stderr": err[-4000:]}
+
+
+def skyward_from() -> str:
+    """Where the cases import skyward from."""
+    return subprocess.run([sys.executable, "-c", "import skyward; print(skyward.__file__)"], capture_output=True,
+                          text=True, env=CASE_ENV, check=False).stdout.strip()
 
 
 def ok(result: Any) -> bool:
@@ -110,18 +119,20 @@ def _interleaved(plan: Plan, title: str, params: dict[str, Any], jobs: dict[str,
 def section_roundtrip(plan: Plan) -> dict[str, Any]:
     p = {"reps": plan.pick(5, 1), "calls": plan.pick(300, 50), "blocks": plan.pick(10, 3),
          "peer_calls": plan.pick(800, 50), "warmup": plan.pick(200, 20)}
-    jobs = {"local": ("rt_local", {"systems": ["floor", "ppe", "skyward"], "calls": p["calls"],
-                                   "blocks": p["blocks"], "warmup": p["warmup"]})}
-    jobs.update({s: ("rt_peer", {"system": s, "calls": p["peer_calls"], "warmup": p["warmup"]}) for s in PEERS})
+    # floor, ProcessPoolExecutor and Skyward in one process; Ray and Dask (daemons) each in their own
+    jobs = {"local": ("rt", {"systems": ["floor", "ppe", "skyward"], "calls": p["calls"], "blocks": p["blocks"],
+                             "warmup": p["warmup"]})}
+    jobs.update({s: ("rt", {"systems": [s], "calls": p["peer_calls"], "blocks": 1, "warmup": p["warmup"]})
+                 for s in PEERS})
     return _interleaved(plan, "round trip", p, jobs)
 
 
 def section_throughput(plan: Plan) -> dict[str, Any]:
     p = {"reps": plan.pick(3, 1), "n": plan.pick(10_000, 1_000), "batches": plan.pick(3, 1),
          "warmup_n": plan.pick(1000, 100)}
-    jobs = {"local": ("tp_local", {"systems": ["floor", "ppe", "skyward"], "n": p["n"], "batches": p["batches"],
-                                   "warmup_n": p["warmup_n"]})}
-    jobs.update({s: ("tp_peer", {"system": s, "n": p["n"], "batches": 1, "warmup_n": p["warmup_n"]})
+    jobs = {"local": ("tp", {"systems": ["floor", "ppe", "skyward"], "n": p["n"], "batches": p["batches"],
+                             "warmup_n": p["warmup_n"]})}
+    jobs.update({s: ("tp", {"systems": [s], "n": p["n"], "batches": 1, "warmup_n": p["warmup_n"]})
                  for s in PEERS})
     return _interleaved(plan, "throughput", p, jobs)
 
@@ -137,7 +148,7 @@ def section_payload(plan: Plan) -> dict[str, Any]:
 
 def section_start(plan: Plan) -> dict[str, Any]:
     p = {"reps": plan.pick(5, 1), "nodes": 4}
-    return _interleaved(plan, "pool start", p, {s: (f"st_{s}", {"nodes": 4})
+    return _interleaved(plan, "pool start", p, {s: ("st", {"system": s, "nodes": 4})
                                                 for s in ["floor", "ppe", "skyward", *PEERS]})
 
 
@@ -164,7 +175,7 @@ def _wheelhouse() -> str:
     if not os.path.exists(os.path.join(directory, ".complete")):
         staging = f"{directory}.{os.getpid()}.partial"
         done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", staging,
-                               *WHEELHOUSE_REQUIREMENTS], capture_output=True, text=True, timeout=300)
+                               *WHEELHOUSE_REQUIREMENTS], capture_output=True, text=True, timeout=300, check=False)
         if done.returncode != 0:
             raise RuntimeError("pip download of the hosts' wheelhouse failed: " + done.stderr[-500:])
         open(os.path.join(staging, ".complete"), "w").close()
@@ -434,6 +445,7 @@ def main() -> int:
         plan.notes.append(f"{p} is not installed (`pip install -e '.[bench]'`): left out of every section.")
     started = time.time()
     info = machine()
+    info["skyward_from"] = skyward_from()
     runners = {"roundtrip": section_roundtrip, "throughput": section_throughput, "payload": section_payload,
                "start": section_start, "ddp": section_ddp, "ssh": section_ssh}
     data: dict[str, Any] = {}
@@ -443,7 +455,7 @@ def main() -> int:
             t = time.time()
             try:
                 data[name] = runners[name](plan)
-            except Exception as exc:  # one broken section must not cost the others
+            except Exception as exc:  # noqa: BLE001  (one broken section must not cost the others)
                 log(f"{name} failed: {exc!r}")
                 plan.notes.append(f"The {name} section failed: {type(exc).__name__}: {exc}")
             seconds[name] = time.time() - t
