@@ -14,7 +14,6 @@ import contextlib
 import fcntl
 import gc
 import importlib
-import io
 import os
 import pickle
 import socket
@@ -71,21 +70,6 @@ def _read_exact(fd: int, n: int) -> bytes:
         chunks.append(b)
         n -= len(b)
     return b"".join(chunks)
-
-
-def _readinto_exact(f: io.FileIO, view: memoryview) -> None:
-    got = 0
-    while got < len(view):
-        k = f.readinto(view[got:])
-        if not k:
-            raise EOFError
-        got += k
-
-
-def _write_all(f: io.FileIO, view: memoryview) -> None:
-    sent = 0
-    while sent < len(view):
-        sent += f.write(view[sent:])  # type: ignore[operator]
 
 
 def _frame(msg: Any) -> bytes:
@@ -345,29 +329,29 @@ def pl_floor(mib: int, trips: int) -> dict:
     r2, w2 = os.pipe()
     for fd in (w1, w2):
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _floor_pipe_size())
+    # Buffered files: for a read or write larger than their buffer they loop on the pipe directly.
     pid = os.fork()
     if pid == 0:
         os.close(w1)
         os.close(r2)
-        rf, wf = io.FileIO(r1, "r"), io.FileIO(w2, "w")
+        rf, wf = open(r1, "rb"), open(w2, "wb")  # noqa: SIM115
         buf = memoryview(bytearray(size))
-        try:
-            while True:
-                _readinto_exact(rf, buf)
-                _write_all(wf, buf)
-        except (EOFError, BrokenPipeError):
-            os._exit(0)
+        while rf.readinto(buf) == size:
+            wf.write(buf)
+            wf.flush()
+        os._exit(0)
     os.close(r1)
     os.close(w2)
-    wf, rf = io.FileIO(w1, "w"), io.FileIO(r2, "r")
+    wf, rf = open(w1, "wb"), open(r2, "rb")  # noqa: SIM115
     baseline = current_rss()
     src = memoryview(np.ones(size // 8, dtype=np.float64)).cast("B")
     back = memoryview(bytearray(size))
     times = []
     for i in range(trips + 1):  # the first trip warms up
         t = time.perf_counter()
-        _write_all(wf, src)
-        _readinto_exact(rf, back)
+        wf.write(src)
+        wf.flush()
+        assert rf.readinto(back) == size
         if i:
             times.append(time.perf_counter() - t)
     assert back[:8] == src[:8] and back[-8:] == src[-8:]

@@ -92,8 +92,13 @@ class Plan:
     def pick(self, full: Any, quick: Any) -> Any:
         return quick if self.quick else full
 
-    def failed(self, what: str, r: dict) -> None:
+    def run(self, what: str, case: str, params: dict[str, Any], timeout: float = 300) -> dict | None:
+        """The case's result, or None (and a note on the page) if it failed."""
+        r = run_case(case, params, timeout=timeout)
+        if ok(r):
+            return r
         self.notes.append(f"{what} failed: {r.get('error')} {str(r.get('stderr', ''))[-300:]}".strip())
+        return None
 
 
 def _interleaved(plan: Plan, title: str, params: dict[str, Any], jobs: dict[str, tuple[str, dict]],
@@ -108,11 +113,8 @@ def _interleaved(plan: Plan, title: str, params: dict[str, Any], jobs: dict[str,
         load.append(loadavg()[0])
         reps.append({})
         for key in order if rep % 2 == 0 else order[::-1]:
-            r = run_case(*jobs[key], timeout=timeout)
-            if ok(r):
+            if (r := plan.run(f"{title}: {key}", *jobs[key], timeout=timeout)) is not None:
                 reps[-1][key] = r
-            else:
-                plan.failed(f"{title}: {key}", r)
     return {"reps": reps, "load": load, "params": params}
 
 
@@ -223,26 +225,18 @@ def section_ssh(plan: Plan) -> dict[str, Any]:
                 if kind == "cold":
                     for h in hosts:
                         h.run("rm -rf ~/.skyward ~/.cache/uv", timeout=60)
-                r = run_case("ssh_start", {"hosts": hj, "wheelhouse": wheelhouse, "image_tag": tag})
-                if ok(r):
+                if r := plan.run(f"an SSH {kind} start", "ssh_start", {"hosts": hj, "wheelhouse": wheelhouse,
+                                                                        "image_tag": tag}):
                     out[kind].append(r)
-                else:
-                    plan.failed(f"an SSH {kind} start", r)
             common = {"host": hj[0], "wheelhouse": wheelhouse, "image_tag": warm_tag}
-            log("SSH bulk transfer")
+            log("SSH bulk transfer, then round trip")
             out["load"].append(loadavg()[0])
-            r = run_case("ssh_payload", dict(common, sizes=p["sizes"], trips=p["trips"]), timeout=400)
-            if ok(r):
+            if r := plan.run("the SSH bulk transfer", "ssh_payload", dict(common, sizes=p["sizes"], trips=p["trips"]),
+                             timeout=400):
                 out["payload"] = r["gbps"]
-            else:
-                plan.failed("the SSH bulk transfer", r)
-            log("SSH round trip")
-            out["load"].append(loadavg()[0])
-            r = run_case("ssh_rt", dict(common, calls=p["rt_calls"], blocks=p["rt_blocks"], warmup=p["rt_warmup"]))
-            if ok(r):
+            if r := plan.run("the SSH round trip", "ssh_rt", dict(common, calls=p["rt_calls"], blocks=p["rt_blocks"],
+                                                                 warmup=p["rt_warmup"])):
                 out["rt"] = r["blocks"]
-            else:
-                plan.failed("the SSH round trip", r)
         finally:
             testhosts.down(prefix=slot.prefix)
     return out
@@ -420,7 +414,7 @@ def targets(figs: dict[str, Figure], data: dict[str, Any]) -> list[Target]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
-                        help="smoke test: every case once with tiny sizes (~3 minutes); figures are noise")
+                        help="smoke test: every case once with tiny sizes (~2 minutes); figures are noise")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections: {', '.join(SECTIONS)}")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"),
                         help="the page to write (plots go to img/bench/ beside it)")
