@@ -8,8 +8,8 @@ Every case runs in a fresh process (``cases.py``), repetitions interleaved acros
 (A B C, C B A, ...). Every figure is reported as a ratio to a baseline measured in the same run,
 next to the load average. Skyward is driven only through its public API; the baselines are
 self-contained in ``cases.py``. Needs numpy and torch; the peers come from the ``bench`` extra
-(``pip install -e ".[bench]"``: matplotlib, ray, dask[distributed]): a peer that is not installed
-is reported as such. The SSH section needs root (test hosts in network namespaces, see
+(``pip install -e ".[bench]"``: ray, dask[distributed]): a peer that is not installed is reported
+as such. The SSH section needs root (test hosts in network namespaces, see
 ``tests/hosts/testhosts.py``) and a package index once, for the hosts' wheelhouse.
 Raw samples: ``bench/results/latest.json``.
 """
@@ -284,6 +284,7 @@ def figures(data: dict[str, Any]) -> dict[str, Figure]:
     figs: dict[str, Figure] = {}
 
     def add(key: str, system: str, unit: str, reps: list[float], ref: str | None = None) -> None:
+        # A reference names itself as ``ref``: it is not in ``figs`` yet, so it gets no ratio.
         if reps:
             figs[key] = Figure(LABELS.get(system, system), unit, reps).against(figs.get(ref) if ref else None)
 
@@ -295,37 +296,33 @@ def figures(data: dict[str, Any]) -> dict[str, Figure]:
         blocks = by_system(data["roundtrip"], "blocks")
         for q in (50, 99):
             for s in ["floor", "ppe", "skyward", "ray", "dask"]:
-                add(f"rt{q}.{s}", s, "µs", [percentile([x for b in r for x in b], q) * 1e6 for r in blocks.get(s, [])],
-                    f"rt{q}.floor" if s != "floor" else None)
+                samples = [[x for b in r for x in b] for r in blocks.get(s, [])]  # one list per repetition
+                add(f"rt{q}.{s}", s, "µs", [percentile(x, q) * 1e6 for x in samples], f"rt{q}.floor")
             vs_ray(f"rt{q}", "µs")
     if "throughput" in data:
         rates = by_system(data["throughput"], "rates")
         for s in ["floor", "skyward", "ppe", "ray", "dask"]:
-            add(f"tp.{s}", s, "tasks/s", [percentile(r, 50) for r in rates.get(s, [])],
-                "tp.floor" if s != "floor" else None)
+            add(f"tp.{s}", s, "tasks/s", [percentile(r, 50) for r in rates.get(s, [])], "tp.floor")
         vs_ray("tp", "tasks/s")
     if "payload" in data:
         runs = by_system(data["payload"])
         for mib in data["payload"]["params"]["sizes"]:
             for s in ("floor", "skyward"):
                 rs = runs.get(f"{s}.{mib}", [])
-                add(f"pl.{s}.{mib}", s, "GB/s", [percentile(r["gbps"], 50) for r in rs],
-                    f"pl.floor.{mib}" if s != "floor" else None)
+                add(f"pl.{s}.{mib}", s, "GB/s", [percentile(r["gbps"], 50) for r in rs], f"pl.floor.{mib}")
                 add(f"mem.{s}.{mib}", s, "× payload", [r["peak_over_baseline"] / r["nbytes"] for r in rs],
-                    f"mem.floor.{mib}" if s != "floor" else None)
+                    f"mem.floor.{mib}")
     if "start" in data:
         runs = by_system(data["start"])
         for s in ["floor", "ppe", "skyward", "dask", "ray"]:
-            add(f"st.{s}", s, "s", [r["first"] for r in runs.get(s, [])], "st.floor" if s != "floor" else None)
+            add(f"st.{s}", s, "s", [r["first"] for r in runs.get(s, [])], "st.floor")
             add(f"stop.{s}", s, "s", [r["stop"] for r in runs.get(s, [])] if s != "floor" else [])
         vs_ray("st", "s")
     if "ddp" in data:
         runs = by_system(data["ddp"])
         for s in ("torchrun", "skyward"):
-            add(f"ddp.{s}", s, "steps/s", [percentile(r["steps_per_s"], 50) for r in runs.get(s, [])],
-                "ddp.torchrun" if s != "torchrun" else None)
-            add(f"ddpwall.{s}", s, "s", [r["wall"] for r in runs.get(s, [])],
-                "ddpwall.torchrun" if s != "torchrun" else None)
+            add(f"ddp.{s}", s, "steps/s", [percentile(r["steps_per_s"], 50) for r in runs.get(s, [])], "ddp.torchrun")
+            add(f"ddpwall.{s}", s, "s", [r["wall"] for r in runs.get(s, [])], "ddpwall.torchrun")
     d = data.get("ssh", {})
     for kind, label in (("cold", "cold: fresh hosts, new image"), ("new_image", "new image, used hosts"),
                         ("warm", "warm: same image again")):
@@ -417,7 +414,7 @@ def main() -> int:
                         help="smoke test: every case once with tiny sizes (~2 minutes); figures are noise")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections: {', '.join(SECTIONS)}")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"),
-                        help="the page to write (plots go to img/bench/ beside it)")
+                        help="the page to write")
     parser.add_argument("--report-only", action="store_true",
                         help="measure nothing: rewrite the page from bench/results/latest.json")
     args = parser.parse_args()
