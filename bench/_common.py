@@ -1,7 +1,6 @@
-"""Small helpers shared by the benchmark cases and the runner: statistics, memory, machine facts.
+"""Helpers shared by the cases and the runner: statistics, memory, the result line, the machine.
 
-Standard library only (numpy is used where present, never required here), so that importing
-this module in a fresh case process costs next to nothing.
+Standard library only, so that importing this module in a fresh case process costs next to nothing.
 """
 
 from __future__ import annotations
@@ -10,67 +9,56 @@ import json
 import math
 import os
 import platform
-import re
 import resource
-import subprocess
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 #: Marker in front of the one JSON line a case process prints as its result.
 RESULT_MARK = "@@BENCH-RESULT "
 
 
-# -- statistics ------------------------------------------------------------------------------------
-
-
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation between closest ranks."""
+    """The q-th percentile (0..100), linear interpolation between closest ranks."""
     if not values:
         return math.nan
     data = sorted(values)
-    if len(data) == 1:
-        return float(data[0])
     pos = (len(data) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = math.ceil(pos)
-    if lo == hi:
-        return float(data[lo])
+    lo, hi = math.floor(pos), math.ceil(pos)
     return float(data[lo] + (data[hi] - data[lo]) * (pos - lo))
 
 
-def summarize(values: Sequence[float]) -> dict[str, float]:
-    """Median and p10/p90 of a list of repeated measurements."""
-    return {
-        "n": len(values),
-        "median": percentile(values, 50),
-        "p10": percentile(values, 10),
-        "p90": percentile(values, 90),
-        "min": min(values) if values else math.nan,
-        "max": max(values) if values else math.nan,
-    }
-
-
-# -- memory ----------------------------------------------------------------------------------------
+def by_system(section: dict[str, Any], field: str | None = None) -> dict[str, list[Any]]:
+    """{system: [its result in each repetition]}: the job's key is the system, or (with ``field``)
+    the keys of the job's ``result[field]`` (a process that measured several systems)."""
+    out: dict[str, list[Any]] = {}
+    for rep in section["reps"]:
+        for key, r in rep.items():
+            for system, value in r[field].items() if field else [(key, r)]:
+                out.setdefault(system, []).append(value)
+    return out
 
 
 def current_rss() -> int:
     """Resident set size of this process now, in bytes (Linux /proc)."""
     with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE")
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def peak_rss() -> int:
-    """High-water mark of this process's resident set size, in bytes (getrusage; KiB on Linux)."""
+    """High-water mark of this process's resident set size, in bytes (getrusage: KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-# -- case protocol ---------------------------------------------------------------------------------
+def loadavg() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return [math.nan] * 3
 
 
 def emit_result(value: Any) -> None:
-    """Print the case's result as the one marked JSON line the runner looks for."""
     sys.stdout.write(RESULT_MARK + json.dumps(value) + "\n")
     sys.stdout.flush()
 
@@ -82,64 +70,31 @@ def parse_result(stdout: str) -> Any:
     raise ValueError("the case printed no result line")
 
 
-# -- machine ---------------------------------------------------------------------------------------
-
-
-def _cpu_model() -> str:
+def _first(path: str, key: str) -> str:
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+        with open(path) as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(key)), "")
     except OSError:
-        pass
-    return platform.processor() or "unknown"
+        return ""
 
 
-def _mem_total() -> int:
+def _version(dist: str) -> str:
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def _version(module: str) -> str:
-    try:
-        from importlib.metadata import version
-
-        return version(module)
-    except Exception:
+        return version(dist)
+    except PackageNotFoundError:
         return "not installed"
 
 
-def _hypervisor() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    m = re.search(r"Hypervisor vendor:\s*(\S+)", out)
-    return m.group(1) if m else ""
-
-
 def machine() -> dict[str, Any]:
-    """What the report says about the machine the numbers came from."""
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = (math.nan, math.nan, math.nan)
+    """What the page says about the machine the numbers came from."""
+    mem_kib = _first("/proc/meminfo", "MemTotal").split()
     return {
-        "cpu": _cpu_model(),
-        "hypervisor": _hypervisor(),
+        "cpu": _first("/proc/cpuinfo", "model name") or platform.processor() or "unknown",
         "cores": os.cpu_count(),
-        "memory_gib": round(_mem_total() / 2**30, 1),
+        "memory_gib": round(int(mem_kib[0]) / 2**20, 1) if mem_kib else math.nan,
         "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "python_impl": platform.python_implementation(),
-        "versions": {m: _version(m) for m in ("skyward", "ray", "dask", "distributed", "torch", "numpy",
-                                               "cloudpickle", "matplotlib")},
-        "loadavg_at_start": [round(x, 2) for x in load],
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "versions": {d: _version(d) for d in ("skyward", "ray", "dask", "distributed", "torch", "numpy",
+                                               "cloudpickle")},
+        "loadavg_at_start": loadavg(),
     }

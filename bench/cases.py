@@ -1,13 +1,11 @@
 """One measurement per process: ``python bench/cases.py NAME '{"param": ...}'``.
 
-Every case runs in a fresh interpreter started by ``run.py`` (so that one system's background
-threads, caches or memory high-water mark never leak into another's numbers) and prints one
-marked JSON line with its raw samples. Nothing here is imported at module level beyond the
-standard library: Dask's spawned workers re-import this file as ``__mp_main__``.
-
-Profiling: with ``BENCH_PROFILE=pyspy`` (or ``cprofile``) and ``BENCH_PROFILE_DIR=DIR`` in the
-environment, the Skyward cases sample their timed region — py-spy on the client and on every
-worker process, or cProfile on the client — and leave the profiles in DIR.
+``run.py`` starts every case in a fresh interpreter (so that one system's threads, caches or
+memory high-water mark never leak into another's numbers); the case prints one marked JSON
+line with its raw samples. Skyward is used only through its public API (``import skyward as
+sky``); the baselines (raw pipe floors, ProcessPoolExecutor, Ray, Dask, torchrun, OpenSSH) are
+self-contained here. Only the standard library is imported at module level: Dask's spawned
+workers re-import this file.
 """
 
 from __future__ import annotations
@@ -15,11 +13,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gc
-import io
+import importlib
 import os
 import pickle
-import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -29,12 +25,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import current_rss, emit_result, peak_rss  # noqa: E402
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [BENCH_DIR, os.path.dirname(BENCH_DIR)]  # this checkout's skyward, not an installed one
+from _common import current_rss, emit_result, parse_result, peak_rss
 
 CASES: dict[str, Callable[..., Any]] = {}
-PYSPY_RATE = 500  # samples/s per profiled process
-BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def case(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,15 +37,19 @@ def case(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-# -- the task bodies (module level, so every system can ship them) ---------------------------------
+# -- task bodies (module level, so that every system can ship them) ---------------------------------
 
 
 def noop() -> None:
     return None
 
 
-def ident(i: Any) -> Any:
-    return i
+def ident(x: Any) -> Any:
+    return x
+
+
+def nbytes(a: Any) -> int:
+    return int(a.nbytes)
 
 
 def _sky(fn: Callable[..., Any]) -> Any:
@@ -59,7 +58,7 @@ def _sky(fn: Callable[..., Any]) -> Any:
     return sky.compute(fn)
 
 
-# -- helpers -----------------------------------------------------------------------------------------
+# -- helpers ----------------------------------------------------------------------------------------
 
 
 def _read_exact(fd: int, n: int) -> bytes:
@@ -73,28 +72,18 @@ def _read_exact(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _readinto_exact(f: io.FileIO, view: memoryview) -> None:
-    got, n = 0, len(view)
-    while got < n:
-        k = f.readinto(view[got:])
-        if not k:
-            raise EOFError
-        got += k
+def _frame(msg: Any) -> bytes:
+    body = pickle.dumps(msg, protocol=5)
+    return struct.pack("!I", len(body)) + body
 
 
-def _write_all(f: io.FileIO, view: memoryview) -> None:
-    sent, n = 0, len(view)
-    while sent < n:
-        sent += f.write(view[sent:])  # type: ignore[operator]
+def _read_frame(fd: int) -> Any:
+    (n,) = struct.unpack("!I", _read_exact(fd, 4))
+    return pickle.loads(_read_exact(fd, n))
 
 
-def _latencies(fn: Callable[[], Any], calls: int, warmup: int, collect: bool = True) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    if collect:
-        gc.collect()
-    samples = []
-    clock = time.perf_counter
+def _latencies(fn: Callable[[], Any], calls: int) -> list[float]:
+    samples, clock = [], time.perf_counter
     for _ in range(calls):
         t = clock()
         fn()
@@ -102,33 +91,18 @@ def _latencies(fn: Callable[[], Any], calls: int, warmup: int, collect: bool = T
     return samples
 
 
-def _counters(pid: int) -> tuple[float, int]:
-    """(CPU seconds, context switches) so far, summed over the threads of process ``pid`` (Linux).
-
-    CPU time comes from ``schedstat`` (nanoseconds, unlike the 10 ms ticks of ``stat``);
-    threads that have already exited are not counted.
-    """
-    cpu, switches = 0, 0
-    base = f"/proc/{pid}/task"
-    for tid in os.listdir(base):
-        try:
-            with open(f"{base}/{tid}/schedstat") as f:
-                cpu += int(f.read().split()[0])
-            with open(f"{base}/{tid}/status") as f:
-                for line in f:
-                    if "ctxt_switches:" in line:
-                        switches += int(line.split()[-1])
-        except (OSError, ValueError, IndexError):
-            continue
-    return cpu / 1e9, switches
-
-
-def _self_counters() -> tuple[float, int]:
-    """(CPU seconds, context switches) of this whole process (every thread), from one syscall."""
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
+def _alternating(calls: dict[str, Callable[[], Any]], per_block: int, blocks: int, warmup: int) -> dict:
+    """Latencies of every system in ``calls``, in blocks whose order rotates (A B C, B C A, ...)."""
+    for fn in calls.values():
+        for _ in range(warmup):
+            fn()
+    names = list(calls)
+    samples: dict[str, list[list[float]]] = {name: [] for name in names}
+    for b in range(blocks):
+        for name in names[b % len(names):] + names[:b % len(names)]:
+            gc.collect()
+            samples[name].append(_latencies(calls[name], per_block))
+    return {"blocks": samples}
 
 
 def _free_port() -> int:
@@ -137,124 +111,65 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _ray_init(cpus: int) -> Any:
-    import ray
-
-    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    return ray
-
-
-def _dask_cluster(workers: int) -> tuple[Any, Any]:
-    import logging
-
-    from dask.distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                           silence_logs=logging.ERROR)
-    return cluster, Client(cluster)
+#: The module each system needs (imported before a clock starts).
+MODULES = {"skyward": "skyward", "ppe": "concurrent.futures", "ray": "ray", "dask": "dask.distributed"}
 
 
 @contextlib.contextmanager
-def _profiled(pool: Any) -> Iterator[None]:
-    """Profile the enclosed region if BENCH_PROFILE is set (see the module docstring)."""
-    mode, out = os.environ.get("BENCH_PROFILE"), os.environ.get("BENCH_PROFILE_DIR")
-    if not mode or not out:
-        yield
-        return
-    os.makedirs(out, exist_ok=True)
-    if mode == "cprofile":
-        import cProfile
+def _system(name: str, workers: int) -> Iterator[tuple[Callable[[], Any], Callable[[int], list[Any]]]]:
+    """A warm pool of ``workers`` single-task workers: (one no-op call, n ident tasks run together)."""
+    if name == "skyward":
+        import skyward as sky
 
-        prof = cProfile.Profile()
-        prof.enable()
+        f, g = sky.compute(noop), sky.compute(ident)
+        with sky.ComputePool(nodes=workers, console=False) as pool:
+            yield (lambda: f() >> pool), (lambda n: sky.gather(*[g(i) for i in range(n)]) >> pool)
+    elif name == "ppe":  # map() sends one message per task (chunksize=1), like the others
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers) as ex:
+            list(ex.map(ident, range(2 * workers)))  # fork its workers now, before any other threads exist
+            yield (lambda: ex.submit(noop).result()), (lambda n: list(ex.map(ident, range(n))))
+    elif name == "ray":
+        import ray
+
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         try:
-            yield
+            f, g = ray.remote(noop), ray.remote(ident)
+            yield (lambda: ray.get(f.remote())), (lambda n: ray.get([g.remote(i) for i in range(n)]))
         finally:
-            prof.disable()
-            prof.dump_stats(os.path.join(out, "client.pstats"))
-        return
-    if mode == "strace":  # system calls per process over the region (counts; strace slows it down)
-        workers = pool.worker_pids() if pool is not None else []
-        targets = [("client", os.getpid())] + [(f"worker{i}", pid) for i, pid in enumerate(workers)]
-        procs = [subprocess.Popen(["strace", "-f", "-c", "-o", os.path.join(out, f"{name}.strace"), "-p", str(pid)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name, pid in targets]
-        time.sleep(1.5)
-        try:
-            yield
-        finally:
-            time.sleep(0.1)
-            for p in procs:
-                p.send_signal(signal.SIGINT)
-            for p in procs:
-                p.wait(30)
-        return
-    spy = shutil.which("py-spy")
-    if spy is None:
-        raise RuntimeError("BENCH_PROFILE=pyspy needs py-spy (pip install py-spy)")
-    workers = pool.worker_pids() if pool is not None else []
-    targets = [("client", os.getpid())] + [(f"worker{i}", pid) for i, pid in enumerate(workers)]
-    extra = os.environ.get("BENCH_PYSPY_FLAGS", "").split()  # e.g. --gil, --native, --idle
-    procs = [
-        subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", str(PYSPY_RATE), "--threads", "--format",
-                          "raw", "--output", os.path.join(out, f"{name}.txt")] + extra,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for name, pid in targets
-    ]
-    time.sleep(1.0)  # let py-spy attach before the region starts
-    t = time.perf_counter()
-    try:
-        yield
-    finally:
-        seconds = time.perf_counter() - t
-        with open(os.path.join(out, "region.json"), "w") as f:
-            f.write(f'{{"seconds": {seconds}, "rate": {PYSPY_RATE}}}')
-        for p in procs:
-            p.send_signal(signal.SIGINT)
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            ray.shutdown()
+    else:
+        import logging
+
+        from dask.distributed import Client, LocalCluster
+
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                          silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+            yield ((lambda: client.submit(noop, pure=False).result()),
+                   (lambda n: client.gather(client.map(ident, range(n), pure=False))))
 
 
-# -- 1. round trip ---------------------------------------------------------------------------------
-
-
-def _spin_until_readable(fd: int, seconds: float) -> None:
-    """Poll ``fd`` without sleeping for up to ``seconds`` (what Skyward's readers do first)."""
-    if seconds <= 0:
-        return
-    import select
-
-    end = time.perf_counter() + seconds
-    p = select.poll()
-    p.register(fd, select.POLLIN)
-    while not p.poll(0) and time.perf_counter() < end:
-        pass
+# -- 1. round trip ----------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def _rt_floor(spin: float = 0.0) -> Iterator[Callable[[], None]]:
-    """Two processes ping-ponging a small pickled tuple over a pair of os.pipe()s.
+def _rt_floor() -> Iterator[Callable[[], None]]:
+    """The raw pipe floor: two processes ping-ponging a small pickled tuple over two os.pipe()s.
 
-    Each direction is one framed write and a read of its header and body; both ends pickle and
-    unpickle, as any RPC has to. This is the floor a task round trip cannot go below (with
-    blocking reads). With ``spin``, both ends first poll for up to that many seconds before
-    they block, as Skyward's readers do: the floor of a reader that spins.
+    Each direction is one framed write and a blocking read of its header and body; both ends
+    pickle and unpickle, as any RPC must. No task round trip between two processes can go below it.
     """
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
     pid = os.fork()
-    if pid == 0:  # child: echo every message back as a "result"
+    if pid == 0:  # child: answer every message with a "result"
         os.close(w1)
         os.close(r2)
         try:
             while True:
-                _spin_until_readable(r1, spin)
-                (n,) = struct.unpack("!I", _read_exact(r1, 4))
-                msg = pickle.loads(_read_exact(r1, n))
-                reply = pickle.dumps(("result", msg[1], None), protocol=5)
-                os.write(w2, struct.pack("!I", len(reply)) + reply)
+                msg = _read_frame(r1)
+                os.write(w2, _frame(("result", msg[1], None)))
         except EOFError:
             os._exit(0)
     os.close(r1)
@@ -262,340 +177,30 @@ def _rt_floor(spin: float = 0.0) -> Iterator[Callable[[], None]]:
     counter = iter(range(1 << 62))
 
     def call() -> None:
-        msg = pickle.dumps(("task", next(counter), None), protocol=5)
-        os.write(w1, struct.pack("!I", len(msg)) + msg)
-        _spin_until_readable(r2, spin)
-        (n,) = struct.unpack("!I", _read_exact(r2, 4))
-        pickle.loads(_read_exact(r2, n))
+        os.write(w1, _frame(("task", next(counter), None)))
+        _read_frame(r2)
 
     try:
-        yield call, pid
+        yield call
     finally:
         os.close(w1)
         os.waitpid(pid, 0)
         os.close(r2)
-
-
-@contextlib.contextmanager
-def _rt_floor_threads(server_hop: bool = True, client_hop: bool = True) -> Iterator[tuple[Callable[[], None], int]]:
-    """The floor again, with (some of) the thread structure of Skyward's round trip.
-
-    ``server_hop``: on the serving side a reader thread hands each message to a second thread
-    (through a queue.SimpleQueue) that answers it. ``client_hop``: the caller sends, then waits
-    on a concurrent.futures.Future that a reader thread resolves. Same pipes and pickles as the
-    floor: what this adds over it is the price of the thread hand-offs (and the GIL between).
-    """
-    import queue
-    from concurrent.futures import Future
-
-    r1, w1 = os.pipe()
-    r2, w2 = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(w1)
-        os.close(r2)
-        jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-
-        def reply_to(msg: Any) -> None:
-            reply = pickle.dumps(("result", msg[1], None), protocol=5)
-            os.write(w2, struct.pack("!I", len(reply)) + reply)
-
-        def answer() -> None:
-            while (msg := jobs.get()) is not None:
-                reply_to(msg)
-
-        if server_hop:
-            threading.Thread(target=answer, daemon=True).start()
-        handle = jobs.put if server_hop else reply_to
-        try:
-            while True:
-                (n,) = struct.unpack("!I", _read_exact(r1, 4))
-                handle(pickle.loads(_read_exact(r1, n)))
-        except EOFError:
-            os._exit(0)
-    os.close(r1)
-    os.close(w2)
-    waiting: dict[int, Future[Any]] = {}
-
-    def read_reply() -> Any:
-        (n,) = struct.unpack("!I", _read_exact(r2, 4))
-        return pickle.loads(_read_exact(r2, n))
-
-    def reader() -> None:
-        try:
-            while True:
-                reply = read_reply()
-                waiting.pop(reply[1]).set_result(reply[2])
-        except (EOFError, OSError):
-            return
-
-    t = threading.Thread(target=reader, daemon=True)
-    if client_hop:
-        t.start()
-    counter = iter(range(1 << 62))
-
-    def call() -> None:
-        i = next(counter)
-        msg = pickle.dumps(("task", i, None), protocol=5)
-        if client_hop:
-            fut: Future[Any] = Future()
-            waiting[i] = fut
-            os.write(w1, struct.pack("!I", len(msg)) + msg)
-            fut.result()
-        else:
-            os.write(w1, struct.pack("!I", len(msg)) + msg)
-            read_reply()
-
-    try:
-        yield call, pid
-    finally:
-        os.close(w1)
-        os.waitpid(pid, 0)
-        if client_hop:
-            t.join(5)
-        os.close(r2)
-
-
-@contextlib.contextmanager
-def _rt_skyward(spin_us: int | None = None) -> Iterator[Callable[[], None]]:
-    """``spin_us``: SKYWARD_SPIN_US for this pool (None: Skyward's default)."""
-    import skyward as sky
-
-    task = _sky(noop)
-    saved = os.environ.get("SKYWARD_SPIN_US")
-    if spin_us is not None:
-        os.environ["SKYWARD_SPIN_US"] = str(spin_us)
-    try:
-        pool = sky.ComputePool(nodes=1, console=False)
-    finally:
-        if saved is None:
-            os.environ.pop("SKYWARD_SPIN_US", None)
-        else:
-            os.environ["SKYWARD_SPIN_US"] = saved
-    with pool:
-        yield (lambda: task() >> pool), pool.worker_pids()[0]
-
-
-@contextlib.contextmanager
-def _rt_ppe() -> Iterator[Callable[[], None]]:
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(1) as ex:
-        ex.submit(noop).result()  # fork its worker now, before other systems start threads
-        yield (lambda: ex.submit(noop).result()), next(iter(ex._processes))
-
-
-#: Entered in this order: the forking ones before Skyward's threads exist.
-_RT_LOCAL: dict[str, Callable[[], Any]] = {
-    "floor": _rt_floor,
-    "floor_spin": lambda: _rt_floor(spin=50e-6),
-    "floor_server_hop": lambda: _rt_floor_threads(server_hop=True, client_hop=False),
-    "floor_client_hop": lambda: _rt_floor_threads(server_hop=False, client_hop=True),
-    "floor_both_hops": lambda: _rt_floor_threads(server_hop=True, client_hop=True),
-    "ppe": _rt_ppe,
-    "skyward": _rt_skyward,
-    "skyward_nospin": lambda: _rt_skyward(spin_us=0),
-}
 
 
 @case
-def rt_local(systems: list[str], calls: int, blocks: int, warmup: int) -> dict:
-    """Round trips of the systems that need no daemons, all warm at once, in alternating blocks.
-
-    Block b measures ``calls`` round trips of each system in turn (the order rotates every
-    block), so that every system sees the same moments of a noisy machine: A B C A B C ...
-    """
+def rt(systems: list[str], calls: int, blocks: int, warmup: int) -> dict:
+    """Round trips of ``systems``, all warm at once, in alternating blocks (entered in order: the
+    forking ones must come before Skyward's threads exist)."""
     with contextlib.ExitStack() as stack:
-        entered = {name: stack.enter_context(make()) for name, make in _RT_LOCAL.items() if name in systems}
-        for call, _ in entered.values():
-            for _ in range(warmup):
-                call()
-        samples: dict[str, list[list[float]]] = {name: [] for name in systems}
-        # per round trip: CPU seconds and context switches of the client and of the serving process
-        cost = {name: [0.0, 0, 0.0, 0] for name in systems}
-        for b in range(blocks):
-            order = systems[b % len(systems):] + systems[:b % len(systems)]
-            for name in order:
-                call, server = entered[name]
-                gc.collect()
-                s0 = _counters(server)
-                c0 = _self_counters()  # the client's window holds nothing but the round trips
-                samples[name].append(_latencies(call, calls, 0, collect=False))
-                c1 = _self_counters()
-                s1 = _counters(server)
-                acc = cost[name]
-                acc[0] += c1[0] - c0[0]
-                acc[1] += c1[1] - c0[1]
-                acc[2] += s1[0] - s0[0]
-                acc[3] += s1[1] - s0[1]
-    total = calls * blocks
-    per_call = {name: {"client_cpu_us": c[0] / total * 1e6, "client_switches": c[1] / total,
-                       "server_cpu_us": c[2] / total * 1e6, "server_switches": c[3] / total}
-                for name, c in cost.items()}
-    return {"blocks": samples, "per_call": per_call}
+        fns = {s: stack.enter_context(_rt_floor() if s == "floor" else _system(s, 1)) for s in systems}
+        return _alternating({s: fn if s == "floor" else fn[0] for s, fn in fns.items()}, calls, blocks, warmup)
 
 
-@case
-def rt_profile(calls: int, warmup: int) -> dict:
-    """Skyward's round trip alone, for a profiler (see _profiled)."""
-    import skyward as sky
-
-    task = _sky(noop)
-    with sky.ComputePool(nodes=1, console=False) as pool:
-        for _ in range(warmup):
-            task() >> pool
-        with _profiled(pool):
-            samples = _latencies(lambda: task() >> pool, calls, 0)
-    return {"samples": samples}
+# -- 2. throughput ----------------------------------------------------------------------------------
 
 
-@case
-def rt_ray(calls: int, warmup: int) -> dict:
-    ray = _ray_init(1)
-    try:
-        f = ray.remote(noop)
-        samples = _latencies(lambda: ray.get(f.remote()), calls, warmup)
-    finally:
-        ray.shutdown()
-    return {"samples": samples}
-
-
-@case
-def rt_dask(calls: int, warmup: int) -> dict:
-    cluster, client = _dask_cluster(1)
-    try:
-        samples = _latencies(lambda: client.submit(noop, pure=False).result(), calls, warmup)
-    finally:
-        client.close()
-        cluster.close()
-    return {"samples": samples}
-
-
-@case
-def rt_costs(n: int, repeats: int) -> dict:
-    """What one no-op round trip costs, stage by stage, timed in one thread (µs per call).
-
-    A cost model for the "What bounds it" section: each of Skyward's per-task steps on the
-    client and on the worker, timed in isolation with in-memory streams (no pipe, no other
-    thread), next to the pieces of the floor and the price of one thread hand-off. Uses
-    Skyward's internals; a stage whose internals changed is reported as missing, not guessed.
-    """
-    import inspect
-    import queue
-    from concurrent.futures import Future
-
-    import skyward as sky
-    from skyward import protocol
-
-    task = _sky(noop)
-    p = task()
-    results: dict[str, float | None] = {}
-
-    def timed(label: str, fn: Callable[[], Any], count: int = n) -> None:
-        try:
-            fn()
-            runs = []
-            for _ in range(repeats):
-                t = time.perf_counter()
-                for _ in range(count):
-                    fn()
-                runs.append((time.perf_counter() - t) / count * 1e6)
-            runs.sort()
-            results[label] = runs[len(runs) // 2]
-        except Exception as exc:  # internals moved: say so
-            results[label] = None
-            results[label + " (error)"] = f"{type(exc).__name__}: {exc}"  # type: ignore[assignment]
-
-    class Sink(io.RawIOBase):
-        def writable(self) -> bool:
-            return True
-
-        def write(self, b: Any) -> int:
-            return memoryview(b).nbytes
-
-    writer = protocol.FrameWriter(io.BufferedWriter(Sink()))
-    payload = p.payload()
-    task_frame = io.BytesIO()
-    protocol.FrameWriter(task_frame).send((protocol.Kind.TASK, 1, "noop"), payload)
-    task_bytes = task_frame.getvalue()
-    result_frame = io.BytesIO()
-    protocol.FrameWriter(result_frame).send((protocol.Kind.RESULT, 1), protocol.dumps_payload(None))
-    result_bytes = result_frame.getvalue()
-    blob = payload.data
-
-    # floor pieces
-    timed("floor: pickle.dumps + loads of a small tuple", lambda: pickle.loads(pickle.dumps(("task", 1, None))))
-    # client, per task
-    timed("client: noop() builds a PendingCompute", task)
-    timed("client: PendingCompute.payload() (cloudpickle)", p.payload)
-    timed("  same tuple with stdlib pickle.dumps, for comparison",
-          lambda: pickle.dumps((b"x" * 10, (), {}), protocol=5))
-    timed("client: FrameWriter.send of the TASK frame (in memory)",
-          lambda: writer.send((protocol.Kind.TASK, 1, "noop"), payload))
-    timed("client: FrameReader.recv of the RESULT frame (in memory)",
-          lambda: protocol.FrameReader(io.BytesIO(result_bytes)).recv())
-    none_pickle = protocol.dumps_payload(None).data
-    timed("client: loads_payload of the result", lambda: protocol.loads_payload([none_pickle]))
-    timed("client: Future() + set_result + result (one thread)",
-          lambda: (lambda f: (f.set_running_or_notify_cancel(), f.set_result(None), f.result()))(Future()))
-    try:
-        from skyward import events as ev
-
-        timed("client: one event object (TaskStarted)", lambda: ev.TaskStarted(1, 0, "noop"))
-    except Exception:
-        pass
-    # worker, per task
-    timed("worker: FrameReader.recv of the TASK frame (in memory)",
-          lambda: protocol.FrameReader(io.BytesIO(task_bytes)).recv())
-    try:
-        from skyward.worker import slots
-
-        sent: list[Any] = []
-        params = list(inspect.signature(slots.run_task).parameters)
-        parts = [blob]
-        if "name" in params:
-            def run_one() -> None:
-                slots.run_task((), 1, "noop", parts, lambda c, pl: sent.append(c), lambda *a: None)
-        else:
-            def run_one() -> None:
-                slots.run_task((), 1, parts, lambda c, pl: sent.append(c), lambda *a: None)
-        timed("worker: run_task (unpickle, call, pickle result; no I/O)", run_one)
-        sent.clear()
-    except Exception as exc:
-        results["worker: run_task (error)"] = f"{type(exc).__name__}: {exc}"  # type: ignore[assignment]
-
-    # thread hand-offs
-    def pingpong(count: int) -> float:
-        a: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        b: queue.SimpleQueue[Any] = queue.SimpleQueue()
-
-        def other() -> None:
-            while (x := a.get()) is not None:
-                b.put(x)
-
-        t = threading.Thread(target=other)
-        t.start()
-        t0 = time.perf_counter()
-        for i in range(count):
-            a.put(i)
-            b.get()
-        dt = time.perf_counter() - t0
-        a.put(None)
-        t.join()
-        return dt / count / 2 * 1e6
-
-    hops = sorted(pingpong(n) for _ in range(repeats))
-    results["one thread hand-off (SimpleQueue ping-pong / 2)"] = hops[len(hops) // 2]
-    return {"costs": results, "n": n, "repeats": repeats, "skyward": sky.__version__ if hasattr(sky, "__version__")
-            else None}
-
-
-# -- 2. throughput ---------------------------------------------------------------------------------
-
-
-def _batches(run: Callable[[int], Any], n: int, batches: int, warmup_n: int) -> list[float]:
-    if warmup_n:
-        run(warmup_n)
+def _batches(run: Callable[[int], Any], n: int, batches: int) -> list[float]:
     out = []
     for _ in range(batches):
         gc.collect()
@@ -609,12 +214,12 @@ def _batches(run: Callable[[int], Any], n: int, batches: int, warmup_n: int) -> 
 
 @contextlib.contextmanager
 def _tp_floor(workers: int = 2) -> Iterator[Callable[[int], list[Any]]]:
-    """Pickled tuples through pipes to ``workers`` forked echo processes, pipelined.
+    """Pickled tuples round robin through pipes to ``workers`` forked echo processes, pipelined.
 
-    Messages go round robin; per worker, a thread writes while another reads the replies.
-    No scheduling and no futures: what is left is the pipe, pickle and Python's own loop cost.
+    Per worker one thread writes while another reads the replies, both buffered: no scheduling
+    and no futures, only the pipe, pickle and Python's own loop.
     """
-    chans = []
+    chans: list[tuple[int, Any, Any]] = []
     for _ in range(workers):
         r1, w1 = os.pipe()
         r2, w2 = os.pipe()
@@ -627,18 +232,14 @@ def _tp_floor(workers: int = 2) -> Iterator[Callable[[int], list[Any]]]:
                 os.close(other_r.fileno())
             rf, wf = os.fdopen(r1, "rb", buffering=1 << 16), os.fdopen(w2, "wb", buffering=1 << 16)
             try:
-                while True:
-                    head = rf.read(4)
-                    if len(head) < 4:
-                        os._exit(0)
-                    (k,) = struct.unpack("!I", head)
-                    msg = pickle.loads(rf.read(k))
-                    reply = pickle.dumps(("result", msg[1], msg[2]), protocol=5)
-                    wf.write(struct.pack("!I", len(reply)) + reply)
-                    if msg[3]:  # last of a batch: flush
+                while len(head := rf.read(4)) == 4:
+                    msg = pickle.loads(rf.read(struct.unpack("!I", head)[0]))
+                    wf.write(_frame(("result", msg[1], msg[2])))
+                    if msg[3]:  # the last of a batch: flush
                         wf.flush()
-            except (EOFError, BrokenPipeError):
-                os._exit(0)
+            except BrokenPipeError:
+                pass
+            os._exit(0)
         os.close(r1)
         os.close(w2)
         chans.append((pid, os.fdopen(w1, "wb", buffering=1 << 16), os.fdopen(r2, "rb", buffering=1 << 16)))
@@ -647,13 +248,10 @@ def _tp_floor(workers: int = 2) -> Iterator[Callable[[int], list[Any]]]:
         results: list[Any] = [None] * count
 
         def send(w: int) -> None:
-            wf = chans[w][1]
             mine = range(w, count, workers)
-            last = mine[-1] if len(mine) else -1
             for i in mine:
-                msg = pickle.dumps(("task", i, i, i == last), protocol=5)
-                wf.write(struct.pack("!I", len(msg)) + msg)
-            wf.flush()
+                chans[w][1].write(_frame(("task", i, i, i == mine[-1])))
+            chans[w][1].flush()
 
         def recv(w: int) -> None:
             rf = chans[w][2]
@@ -678,140 +276,89 @@ def _tp_floor(workers: int = 2) -> Iterator[Callable[[int], list[Any]]]:
             rf.close()
 
 
-@contextlib.contextmanager
-def _tp_ppe() -> Iterator[Callable[[int], list[Any]]]:
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(2) as ex:
-        list(ex.map(ident, range(4)))  # fork its workers now, before other systems start threads
-        yield lambda count: list(ex.map(ident, range(count)))
-
-
-@contextlib.contextmanager
-def _tp_skyward() -> Iterator[Callable[[int], list[Any]]]:
-    import skyward as sky
-
-    task = _sky(ident)
-    with sky.ComputePool(nodes=2, console=False) as pool:
-        yield lambda count: sky.gather(*[task(i) for i in range(count)]) >> pool
-
-
-_TP_LOCAL = {"floor": _tp_floor, "ppe": _tp_ppe, "skyward": _tp_skyward}
-
-
 @case
-def tp_local(systems: list[str], n: int, batches: int, warmup_n: int) -> dict:
-    """Batches of n tiny tasks on each daemon-less system in turn (rotating order), all warm."""
+def tp(systems: list[str], n: int, batches: int, warmup_n: int) -> dict:
+    """Batches of n tiny tasks on each of ``systems`` in turn (rotating order), all warm."""
     with contextlib.ExitStack() as stack:
-        runs = {name: stack.enter_context(make()) for name, make in _TP_LOCAL.items() if name in systems}
+        runs = {s: stack.enter_context(_tp_floor()) if s == "floor" else stack.enter_context(_system(s, 2))[1]
+                for s in systems}
         for run in runs.values():
             run(warmup_n)
-        rates: dict[str, list[float]] = {name: [] for name in systems}
+        rates: dict[str, list[float]] = {s: [] for s in systems}
         for b in range(batches):
-            order = systems[b % len(systems):] + systems[:b % len(systems)]
-            for name in order:
-                rates[name] += _batches(runs[name], n, 1, 0)
+            for s in systems[b % len(systems):] + systems[:b % len(systems)]:
+                rates[s] += _batches(runs[s], n, 1)
     return {"rates": rates}
 
 
-@case
-def tp_profile(n: int, batches: int, warmup_n: int) -> dict:
-    """Skyward's throughput alone, for a profiler (see _profiled)."""
-    import skyward as sky
-
-    task = _sky(ident)
-    with sky.ComputePool(nodes=2, console=False) as pool:
-        def run(count: int) -> list[Any]:
-            return sky.gather(*[task(i) for i in range(count)]) >> pool
-
-        run(warmup_n)
-        with _profiled(pool):
-            rates = _batches(run, n, batches, 0)
-    return {"rates": rates}
+# -- 3. payload -------------------------------------------------------------------------------------
 
 
-@case
-def tp_ray(n: int, batches: int, warmup_n: int) -> dict:
-    ray = _ray_init(2)
+def _floor_pipe_size() -> int:
+    """The pipe capacity the payload floor asks for.
+
+    The floor defines its own (it must not depend on how Skyward sets up its transport): the
+    largest an unprivileged process may ask for (/proc/sys/fs/pipe-max-size, 1 MiB by default).
+    A bigger pipe moves bulk data faster (1 MiB: ~2.8x the default 64 KiB for 64 MiB here), so
+    no pipe setting on Skyward's side can make the floor look slow.
+    """
     try:
-        f = ray.remote(ident)
-        rates = _batches(lambda count: ray.get([f.remote(i) for i in range(count)]), n, batches, warmup_n)
-    finally:
-        ray.shutdown()
-    return {"rates": rates}
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 1 << 20
 
 
-@case
-def tp_dask(n: int, batches: int, warmup_n: int) -> dict:
-    cluster, client = _dask_cluster(2)
-    try:
-        rates = _batches(lambda count: client.gather(client.map(ident, range(count), pure=False)), n, batches,
-                         warmup_n)
-    finally:
-        client.close()
-        cluster.close()
-    return {"rates": rates}
-
-
-# -- 3. payload ------------------------------------------------------------------------------------
-
-
-def _payload_result(times: list[float], nbytes: int, baseline: int) -> dict:
-    peak = peak_rss()
-    return {"seconds": times, "gbps": [nbytes / t / 1e9 for t in times], "nbytes": nbytes,
-            "rss_baseline": baseline, "rss_peak": peak, "peak_over_baseline": peak - baseline}
+def _payload_result(times: list[float], size: int, baseline: int) -> dict:
+    return {"gbps": [size / t / 1e9 for t in times], "nbytes": size,
+            "peak_over_baseline": peak_rss() - baseline}
 
 
 @case
 def pl_floor(mib: int, trips: int) -> dict:
     """The raw pipe floor: the array's bytes to a forked child through a pipe and back.
 
-    The child reads everything into a buffer it allocated once, then writes it back; the
-    parent writes everything, then reads the reply into a buffer it allocated once. Same
-    store-and-forward shape as a task (the worker needs the whole argument before it runs),
-    minus serialization and allocation.
+    The child reads everything into a buffer it allocated once, then writes it back; the parent
+    writes everything, then reads the reply into a buffer it allocated once. The store-and-forward
+    shape of a task (the worker needs its whole argument before it runs), minus serialization.
     """
     import numpy as np
 
-    nbytes = mib << 20
+    size = mib << 20
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
-    # The same pipe capacity Skyward's Local transport asks for, so the floor stays a floor.
-    from skyward.transport.local import PIPE_SIZE
-
     for fd in (w1, w2):
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _floor_pipe_size())
+    # Buffered files: for a read or write larger than their buffer they loop on the pipe directly.
     pid = os.fork()
     if pid == 0:
         os.close(w1)
         os.close(r2)
-        rf, wf = io.FileIO(r1, "r"), io.FileIO(w2, "w")
-        buf = memoryview(bytearray(nbytes))
-        try:
-            while True:
-                _readinto_exact(rf, buf)
-                _write_all(wf, buf)
-        except (EOFError, BrokenPipeError):
-            os._exit(0)
+        rf, wf = open(r1, "rb"), open(w2, "wb")  # noqa: SIM115
+        buf = memoryview(bytearray(size))
+        while rf.readinto(buf) == size:
+            wf.write(buf)
+            wf.flush()
+        os._exit(0)
     os.close(r1)
     os.close(w2)
-    wf, rf = io.FileIO(w1, "w"), io.FileIO(r2, "r")
+    wf, rf = open(w1, "wb"), open(r2, "rb")  # noqa: SIM115
     baseline = current_rss()
-    arr = np.ones(nbytes // 8, dtype=np.float64)
-    src = memoryview(arr).cast("B")
-    back = memoryview(bytearray(nbytes))
+    src = memoryview(np.ones(size // 8, dtype=np.float64)).cast("B")
+    back = memoryview(bytearray(size))
     times = []
     for i in range(trips + 1):  # the first trip warms up
         t = time.perf_counter()
-        _write_all(wf, src)
-        _readinto_exact(rf, back)
+        wf.write(src)
+        wf.flush()
+        assert rf.readinto(back) == size
         if i:
             times.append(time.perf_counter() - t)
     assert back[:8] == src[:8] and back[-8:] == src[-8:]
     wf.close()
     os.waitpid(pid, 0)
     rf.close()
-    return _payload_result(times, nbytes, baseline)
+    return _payload_result(times, size, baseline)
 
 
 @case
@@ -820,222 +367,73 @@ def pl_skyward(mib: int, trips: int) -> dict:
 
     import skyward as sky
 
-    nbytes = mib << 20
+    size = mib << 20
     echo = _sky(ident)
     with sky.ComputePool(nodes=1, console=False) as pool:
         echo(0) >> pool
         gc.collect()
         baseline = current_rss()
-        arr = np.ones(nbytes // 8, dtype=np.float64)
+        arr = np.ones(size // 8, dtype=np.float64)
         times = []
-        with _profiled(pool):
-            for i in range(trips + 1):  # the first trip warms up
-                t = time.perf_counter()
-                back = echo(arr) >> pool
-                dt = time.perf_counter() - t
-                assert back.nbytes == nbytes and back[0] == 1.0 and back[-1] == 1.0
-                del back
-                if i:
-                    times.append(dt)
-        result = _payload_result(times, nbytes, baseline)
-    return result
+        for i in range(trips + 1):  # the first trip warms up
+            t = time.perf_counter()
+            back = echo(arr) >> pool
+            dt = time.perf_counter() - t
+            assert back.nbytes == size and back[0] == 1.0 and back[-1] == 1.0
+            del back
+            if i:
+                times.append(dt)
+        return _payload_result(times, size, baseline)
 
 
-# -- 4. pool start ---------------------------------------------------------------------------------
+# -- 4. pool start ----------------------------------------------------------------------------------
 
 
-@case
-def st_floor(nodes: int) -> dict:
-    """``nodes`` bare Python interpreters (``python -c pass``) started in parallel and waited for."""
+def _start(open_: Callable[[], Any], first: Callable[[Any], Any]) -> dict:
+    """Seconds from ``open_()`` (a context manager) to the result of ``first``, and to leave it again."""
     t = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", "pass"]) for _ in range(nodes)]
-    for p in procs:
-        p.wait()
-    first = time.perf_counter() - t
-    return {"first": first, "stop": 0.0}
-
-
-@case
-def st_skyward(nodes: int) -> dict:
-    import skyward as sky
-
-    task = _sky(noop)
-    with _profiled(None):
-        t = time.perf_counter()
-        pool = sky.ComputePool(nodes=nodes, console=False)
-        with pool:
-            task() >> pool
-            first = time.perf_counter() - t
-            t_stop = time.perf_counter()
-        stop = time.perf_counter() - t_stop
-    return {"first": first, "stop": stop}
-
-
-@case
-def st_ray(nodes: int) -> dict:
-    import ray
-
+    cm = open_()
+    first(cm.__enter__())
+    t_first = time.perf_counter() - t
     t = time.perf_counter()
-    _ray_init(nodes)
-    ray.get(ray.remote(noop).remote())
-    first = time.perf_counter() - t
-    t_stop = time.perf_counter()
-    ray.shutdown()
-    return {"first": first, "stop": time.perf_counter() - t_stop}
+    cm.__exit__(None, None, None)
+    return {"first": t_first, "stop": time.perf_counter() - t}
 
 
 @case
-def st_dask(nodes: int) -> dict:
-    import dask.distributed  # noqa: F401  (import time is not part of the figure)
-
-    t = time.perf_counter()
-    cluster, client = _dask_cluster(nodes)
-    client.submit(noop, pure=False).result()
-    first = time.perf_counter() - t
-    t_stop = time.perf_counter()
-    client.close()
-    cluster.close()
-    return {"first": first, "stop": time.perf_counter() - t_stop}
+def st(system: str, nodes: int) -> dict:
+    """Pool start: ``nodes`` workers of ``system`` to its first result. The floor: ``nodes`` bare
+    interpreters (``python -c pass``) started in parallel and waited for."""
+    if system == "floor":
+        return _start(lambda: contextlib.nullcontext([subprocess.Popen([sys.executable, "-c", "pass"])
+                                                      for _ in range(nodes)]),
+                      lambda procs: [p.wait() for p in procs])
+    importlib.import_module(MODULES[system])  # import time is not part of the figure
+    return _start(lambda: _system(system, nodes), lambda fns: fns[0]())
 
 
-@case
-def st_ppe(nodes: int) -> dict:
-    from concurrent.futures import ProcessPoolExecutor
-
-    t = time.perf_counter()
-    ex = ProcessPoolExecutor(nodes)
-    ex.submit(noop).result()
-    first = time.perf_counter() - t
-    t_stop = time.perf_counter()
-    ex.shutdown()
-    return {"first": first, "stop": time.perf_counter() - t_stop}
-
-
-# -- over SSH (test hosts; run.py brings them up and down) -----------------------------------------
-
-
-def _ssh_provider(hosts: list[dict], wheelhouse: str) -> Any:
-    from skyward.providers.ssh import SSH
-
-    return SSH([h["ip"] for h in hosts], user=hosts[0]["user"], key=hosts[0]["key_path"],
-               known_hosts=hosts[0]["known_hosts_all"], find_links=[wheelhouse], no_index=True,
-               connect_timeout=10, system_site_packages=["numpy"])
-
-
-@case
-def ssh_start(hosts: list[dict], wheelhouse: str, image_tag: str) -> dict:
-    """Pool of len(hosts) SSH test hosts: entering the pool to the first result.
-
-    A new ``image_tag`` is a new image, so its environment is built from scratch on every host
-    (cold); a tag used before finds the environment there (warm).
-    """
-    import skyward as sky
-
-    task = _sky(noop)
-    events: list[Any] = []
-    t = time.perf_counter()
-    with sky.ComputePool(provider=_ssh_provider(hosts, wheelhouse), nodes=len(hosts),
-                         image=sky.Image(env={"SKYWARD_BENCH_IMAGE": image_tag}), console=False,
-                         on_event=events.append) as pool:
-        task() >> pool
-        first = time.perf_counter() - t
-        t_stop = time.perf_counter()
-    stop = time.perf_counter() - t_stop
-    logs = [getattr(e, "line", "") for e in events if type(e).__name__ == "NodeLog"]
-    return {"first": first, "stop": stop, "warm": any("reused" in line for line in logs),
-            "log_tail": logs[-6:]}
-
-
-def _nbytes(a: Any) -> int:
-    return int(a.nbytes)
-
-
-@case
-def ssh_payload(host: dict, wheelhouse: str, image_tag: str, sizes: list[int], trips: int) -> dict:
-    """One-way bulk transfer to one SSH test host: Skyward vs OpenSSH on the same link.
-
-    Skyward: ``nbytes(a) >> pool`` (the array goes to the worker, a small int comes back) on a
-    warm one-host pool. OpenSSH: ``ssh host 'cat > /dev/null'`` fed the array's bytes, over a
-    multiplexed master connection opened beforehand (ControlMaster), so neither side pays for
-    connecting. Trips alternate between the two. GB/s = array bytes / time.
-    """
-    import numpy as np
-
-    import skyward as sky
-
-    ctl = f"/tmp/skyward-bench-ssh-{os.getpid()}"
-    mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={ctl}", "-o", "ControlPersist=300"]
-    base = host["ssh_argv"]  # ["ssh", options..., "user@ip"]
-    ssh = base[:-1] + mux + base[-1:]
-    subprocess.run(ssh + ["--", "true"], check=True, timeout=30, stdin=subprocess.DEVNULL)  # opens the master
-    task = _sky(_nbytes)
-    out: dict[str, dict[str, list[float]]] = {"skyward": {}, "openssh": {}}
-    try:
-        with sky.ComputePool(provider=_ssh_provider([host], wheelhouse), nodes=1,
-                             image=sky.Image(env={"SKYWARD_BENCH_IMAGE": image_tag}), console=False) as pool:
-            for size in sizes:
-                arr = np.ones((size << 20) // 8, dtype=np.float64)
-                view = memoryview(arr).cast("B")
-                sky_t: list[float] = []
-                ssh_t: list[float] = []
-
-                def by_skyward() -> float:
-                    t = time.perf_counter()
-                    assert task(arr) >> pool == arr.nbytes
-                    return time.perf_counter() - t
-
-                def by_openssh() -> float:
-                    t = time.perf_counter()
-                    p = subprocess.Popen(ssh + ["--", "cat > /dev/null"], stdin=subprocess.PIPE)
-                    assert p.stdin is not None
-                    p.stdin.write(view)
-                    p.stdin.close()
-                    if p.wait(300) != 0:
-                        raise RuntimeError("ssh cat failed")
-                    return time.perf_counter() - t
-
-                by_skyward()
-                by_openssh()  # warm up both
-                for i in range(trips):
-                    for name in (("skyward", "openssh") if i % 2 == 0 else ("openssh", "skyward")):
-                        (sky_t if name == "skyward" else ssh_t).append(by_skyward() if name == "skyward"
-                                                                      else by_openssh())
-                out["skyward"][str(size)] = [arr.nbytes / t / 1e9 for t in sky_t]
-                out["openssh"][str(size)] = [arr.nbytes / t / 1e9 for t in ssh_t]
-                del arr, view
-    finally:
-        subprocess.run(base[:-1] + mux + ["-O", "exit", base[-1]], capture_output=True, timeout=30)
-    return {"gbps": out}
-
-
-# -- 5. distributed training tax ---------------------------------------------------------------------
+# -- 5. distributed training ------------------------------------------------------------------------
 
 
 @case
 def ddp_torchrun(steps: int, windows: int, warmup: int) -> dict:
-    from _common import parse_result
-
-    script = os.path.join(BENCH_DIR, "ddp_script.py")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-           f"--master_port={_free_port()}", script,
+           f"--master_port={_free_port()}", os.path.join(BENCH_DIR, "ddp_script.py"),
            "--steps", str(steps), "--windows", str(windows), "--warmup", str(warmup)]
-    env = dict(os.environ)
     t = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     wall = time.perf_counter() - t
     try:
         result = parse_result(done.stdout)
     except ValueError:
         raise RuntimeError(f"torchrun failed ({done.returncode}):\n{done.stderr[-3000:]}") from None
-    # Rank 0 reported its windows; a crash on the way out (torch has aborted in teardown here,
-    # "terminate called without an active exception") does not invalidate them, but is noted.
-    result["exit_code"] = done.returncode
-    result["wall"] = wall
-    return result
+    # Rank 0 reported its windows: a crash on the way out (torch has aborted in teardown here)
+    # does not invalidate them; run.py notes it.
+    return dict(result, exit_code=done.returncode, wall=wall)
 
 
 def _ddp_task(steps: int, windows: int, warmup: int) -> dict:
-    from ddp_script import train  # the very same function torchrun's ranks run
+    from ddp_script import train  # the very function torchrun's ranks run
 
     return train(steps, windows, warmup)
 
@@ -1047,20 +445,110 @@ def ddp_skyward(steps: int, windows: int, warmup: int) -> dict:
     task = _sky(_ddp_task)
     t = time.perf_counter()
     with sky.ComputePool(nodes=2, plugins=[sky.plugins.torch(backend="gloo")], console=False) as pool:
-        with _profiled(pool):
-            results = task(steps, windows, warmup) @ pool
+        results = task(steps, windows, warmup) @ pool
         wall = time.perf_counter() - t
-    result = next(r for r in results if r["rank"] == 0)
-    result["wall"] = wall
-    return result
+    return dict(next(r for r in results if r["rank"] == 0), wall=wall)
+
+
+# -- 6. over SSH (test hosts; run.py brings them up and down) ---------------------------------------
+
+
+def _ssh_pool(hosts: list[dict], wheelhouse: str, image_tag: str, **kw: Any) -> Any:
+    """A pool on the test hosts, installing from the wheelhouse (the hosts have no internet)."""
+    import skyward as sky
+
+    provider = sky.SSH([h["ip"] for h in hosts], user=hosts[0]["user"], key=hosts[0]["key_path"],
+                       known_hosts=hosts[0]["known_hosts_all"], find_links=[wheelhouse], no_index=True,
+                       connect_timeout=10, system_site_packages=["numpy"])
+    # A new tag is an image the hosts have not built yet.
+    return sky.ComputePool(provider=provider, nodes=len(hosts), image=sky.Image(env={"BENCH_IMAGE": image_tag}),
+                           console=False, **kw)
+
+
+@case
+def ssh_start(hosts: list[dict], wheelhouse: str, image_tag: str) -> dict:
+    """Creating a pool of the SSH test hosts to its first result."""
+    task = _sky(noop)
+    t = time.perf_counter()
+    with _ssh_pool(hosts, wheelhouse, image_tag) as pool:
+        task() >> pool
+        return {"first": time.perf_counter() - t}
+
+
+@contextlib.contextmanager
+def _ssh_master(host: dict) -> Iterator[list[str]]:
+    """An OpenSSH master connection to ``host``; yields the ``ssh`` argv (up to the address) that uses it."""
+    ctl = f"/tmp/skyward-bench-ssh-{os.getpid()}"
+    base = host["ssh_argv"]  # ["ssh", options..., "user@ip"]
+    ssh = base[:-1] + ["-o", "ControlMaster=auto", "-o", f"ControlPath={ctl}", "-o", "ControlPersist=300",
+                       base[-1]]
+    subprocess.run(ssh + ["--", "true"], check=True, timeout=30, stdin=subprocess.DEVNULL)
+    try:
+        yield ssh
+    finally:
+        subprocess.run(ssh[:-1] + ["-O", "exit", ssh[-1]], capture_output=True, timeout=30, check=False)
+
+
+@case
+def ssh_payload(host: dict, wheelhouse: str, image_tag: str, sizes: list[int], trips: int) -> dict:
+    """One-way bulk transfer to one test host: Skyward against OpenSSH, on the same link.
+
+    Skyward: ``nbytes(a) >> pool`` (the array out, an int back) on a warm one-host pool. OpenSSH:
+    ``ssh host 'cat > /dev/null'`` fed the same bytes over a master connection opened beforehand,
+    so neither pays for connecting. Trips alternate. GB/s = array bytes / time.
+    """
+    import numpy as np
+
+    task = _sky(nbytes)
+
+    def by_openssh(ssh: list[str], a: Any) -> None:
+        with subprocess.Popen(ssh + ["--", "cat > /dev/null"], stdin=subprocess.PIPE) as p:
+            p.communicate(memoryview(a).cast("B"), timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError("ssh cat failed")
+
+    out: dict[str, dict[str, list[float]]] = {"skyward": {}, "openssh": {}}
+    with _ssh_master(host) as ssh, _ssh_pool([host], wheelhouse, image_tag) as pool:
+        for size in sizes:
+            arr = np.ones((size << 20) // 8, dtype=np.float64)
+            # one trip per block: trips alternate, one warm-up trip each
+            times = _alternating({"skyward": lambda a=arr: task(a) >> pool,
+                                  "openssh": lambda a=arr: by_openssh(ssh, a)}, 1, trips, 1)["blocks"]
+            for name, blocks in times.items():
+                out[name][str(size)] = [arr.nbytes / t / 1e9 for (t,) in blocks]
+    return {"gbps": out}
+
+
+@case
+def ssh_rt(host: dict, wheelhouse: str, image_tag: str, calls: int, blocks: int, warmup: int) -> dict:
+    """Round trip over SSH: a no-op ``>>`` on a warm one-host pool against an ``ssh host cat`` echo.
+
+    The echo: one ``ssh host cat`` session kept open; each call writes a small framed pickle (the
+    floor's message) to it and reads the same bytes back. Both warm, in alternating blocks.
+    """
+    task = _sky(noop)
+    with _ssh_master(host) as ssh, _ssh_pool([host], wheelhouse, image_tag) as pool:
+        cat = subprocess.Popen(ssh + ["--", "cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        assert cat.stdin is not None and cat.stdout is not None
+        w, r = cat.stdin.fileno(), cat.stdout.fileno()
+        counter = iter(range(1 << 62))
+
+        def echo() -> None:
+            os.write(w, _frame(("task", next(counter), None)))
+            _read_frame(r)
+
+        try:
+            return _alternating({"cat": echo, "skyward": lambda: task() >> pool}, calls, blocks, warmup)
+        finally:
+            cat.stdin.close()
+            cat.wait(30)
 
 
 def main() -> None:
     import json
 
-    name = sys.argv[1]
     params = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
-    emit_result(CASES[name](**params))
+    emit_result(CASES[sys.argv[1]](**params))
 
 
 if __name__ == "__main__":

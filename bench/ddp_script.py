@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
-import subprocess
 import sys
 import time
 
@@ -28,37 +25,10 @@ import time
 IN, HIDDEN, OUT, BATCH = 256, 512, 10, 64
 
 
-def thread_cpu() -> dict[int, tuple[str, int]]:
-    """{thread id: (thread name, CPU nanoseconds so far)} for every thread of this process (Linux)."""
-    out = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                comm = f.read().strip()
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                out[int(tid)] = (comm, int(f.read().split()[0]))
-        except (OSError, ValueError):
-            continue
-    return out
-
-
-def start_perf(rank: int) -> subprocess.Popen | None:
-    """If BENCH_PERF_DIR is set, sample this rank-0 process (all threads, native) with perf."""
-    out = os.environ.get("BENCH_PERF_DIR")
-    if not out or rank != 0 or shutil.which("perf") is None:
-        return None
-    os.makedirs(out, exist_ok=True)
-    name = os.environ.get("BENCH_PERF_NAME", "rank0")
-    proc = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", os.path.join(out, f"{name}.perf.data"),
-                             "-p", str(os.getpid())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)  # let perf attach
-    return proc
-
-
 def train(steps: int = 200, windows: int = 5, warmup: int = 30, seed: int = 0) -> dict:
     import torch
     import torch.distributed as dist
-    import torch.nn as nn
+    from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -82,9 +52,6 @@ def train(steps: int = 200, windows: int = 5, warmup: int = 30, seed: int = 0) -
     for _ in range(warmup):
         step()
     dist.barrier()
-    cpu_before = thread_cpu()
-    perf = start_perf(rank)
-    t0 = time.perf_counter()
     rates = []
     for _ in range(windows):
         t = time.perf_counter()
@@ -92,19 +59,7 @@ def train(steps: int = 200, windows: int = 5, warmup: int = 30, seed: int = 0) -
             loss = step()
         dist.barrier()
         rates.append(steps / (time.perf_counter() - t))
-    wall = time.perf_counter() - t0
-    if perf is not None:
-        perf.send_signal(signal.SIGINT)
-        perf.wait(60)
-    cpu_after = thread_cpu()
-    # CPU milliseconds per training step, by thread name, over the timed windows (this rank)
-    per_step: dict[str, float] = {}
-    for tid, (comm, ns) in cpu_after.items():
-        spent = ns - cpu_before.get(tid, (comm, 0))[1]
-        per_step[comm] = per_step.get(comm, 0.0) + spent / 1e6 / (steps * windows)
     return {
-        "cpu_ms_per_step_by_thread": dict(sorted(per_step.items(), key=lambda kv: -kv[1])),
-        "cpu_utilization": sum(per_step.values()) * steps * windows / 1e3 / wall,
         "rank": rank,
         "world": world,
         "steps_per_s": rates,
