@@ -14,6 +14,7 @@ Guarantees a transport gives:
 
 from __future__ import annotations
 
+import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -111,3 +112,16 @@ class Transport(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release the connection (if any)."""
+
+
+def guarded(command: str) -> str:
+    """Shell text that runs ``command`` under a dead man's switch: when the shell's stdin ends
+    (the client closed the stream, or vanished: its end of the pipe or connection closed), the
+    whole process group is killed, so nothing it started outlives the client.
+
+    The shell must lead its own process group (sshd makes each session one; Local starts it in
+    a new session), and the caller keeps its stdin open until the command is over. ``command``
+    itself reads nothing (its stdin is /dev/null)."""
+    return ("exec 3<&0; "
+            "(cat <&3 >/dev/null 2>&1; kill -9 -$$ 2>/dev/null) >/dev/null 2>&1 & "
+            f"exec /bin/sh -c {shlex.quote(command)} </dev/null 3<&-")

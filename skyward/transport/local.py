@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from skyward._procs import group_members
-from skyward.transport.base import Channel, CommandResult, Transport, WorkerLaunch
+from skyward.transport.base import Channel, CommandResult, Transport, WorkerLaunch, guarded
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -113,15 +113,15 @@ class LocalTransport(Transport):
         return CommandResult(code, "".join(out), "".join(err))
 
     def stream(self, command: str, on_line: Callable[[str, str], None], *, timeout: float | None = None) -> int:
-        return self._spawn(command, on_line, timeout, None)
+        # Under the dead man's switch: if this process dies, the pipe's end closes with it.
+        return self._spawn(guarded(command), on_line, timeout, None)
 
     def _spawn(self, command: str, on_line: Callable[[str, str], None], timeout: float | None,
                stdin: bytes | None) -> int:
         """Run ``command`` in a session of its own; on timeout (or an interrupt) kill the whole
-        session, so nothing it started outlives it."""
-        process = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE if stdin is not None
-                                   else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   start_new_session=True)
+        session, so nothing it started outlives it. Its stdin is a pipe kept open until it ends."""
+        process = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, start_new_session=True)
         lock = threading.Lock()
 
         def pump(name: str, pipe: Any) -> None:
@@ -134,8 +134,8 @@ class LocalTransport(Transport):
         for t in threads:
             t.start()
         try:
+            assert process.stdin is not None
             if stdin is not None:
-                assert process.stdin is not None
                 with contextlib.suppress(BrokenPipeError):
                     process.stdin.write(stdin)
                 process.stdin.close()
@@ -147,6 +147,8 @@ class LocalTransport(Transport):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)  # whatever it left behind, too
             process.wait()
+            with contextlib.suppress(OSError):
+                process.stdin.close()  # type: ignore[union-attr]
             for t in threads:
                 t.join(5)
         return code

@@ -46,7 +46,7 @@ from typing import Any
 from skyward._retry import Backoff
 from skyward.errors import BootstrapError
 from skyward.providers.base import SSHAddress
-from skyward.transport.base import Channel, CommandResult, Transport, WorkerLaunch
+from skyward.transport.base import Channel, CommandResult, Transport, WorkerLaunch, guarded
 
 __all__ = ["SSHChannel", "SSHTransport"]
 
@@ -377,13 +377,13 @@ class SSHTransport(Transport):
         code = self._exec(command, out.append, err.append, timeout=timeout, lines=False, stdin=stdin)
         return CommandResult(code, b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace"))
 
-    def stream(self, command: str, on_line: Callable[[str, str], None], *, timeout: float | None = None,
-               stdin: bytes | None = None) -> int:
+    def stream(self, command: str, on_line: Callable[[str, str], None], *, timeout: float | None = None) -> int:
         """Run ``command``, calling ``on_line(stream, line)`` for each output line as it comes.
 
         ``stream`` is "stdout" or "stderr"; calls are serialised. Returns the exit code (-1 if
         the command ended without one). After ``timeout`` seconds the command's whole process
-        group is killed on the host and TimeoutError is raised.
+        group is killed on the host and TimeoutError is raised; if the client vanishes, the
+        command's process group dies with the connection (:func:`~skyward.transport.base.guarded`).
         """
         lock = threading.Lock()
         pid: list[int] = []
@@ -400,10 +400,11 @@ class SSHTransport(Transport):
                     on_line(stream, line)
             return call
 
-        # sshd makes each session its own process group: "$$" before exec names it.
-        wrapped = f"printf '%s%s\\n' {shlex.quote(_PID_MARKER)} \"$$\" && exec {command}"
+        # sshd makes each session its own process group: "$$" names it. Its stdin stays open
+        # while the command runs: the dead man's switch (the connection dropping ends it).
+        wrapped = f"printf '%s%s\\n' {shlex.quote(_PID_MARKER)} \"$$\" && {guarded(command)}"
         try:
-            return self._exec(wrapped, emit("stdout"), emit("stderr"), timeout=timeout, lines=True, stdin=stdin)
+            return self._exec(wrapped, emit("stdout"), emit("stderr"), timeout=timeout, lines=True, hold_stdin=True)
         except TimeoutError:
             if pid:
                 with contextlib.suppress(ConnectionError):
@@ -428,14 +429,15 @@ class SSHTransport(Transport):
         return False
 
     def _exec(self, command: str, on_out: Callable[[bytes], None], on_err: Callable[[bytes], None], *,
-              timeout: float | None, lines: bool, stdin: bytes | None = None) -> int:
+              timeout: float | None, lines: bool, stdin: bytes | None = None, hold_stdin: bool = False) -> int:
         chan = self._session()
         try:
             # Whatever the login shell (bash, zsh, fish...), the command is POSIX sh.
             chan.exec_command("exec /bin/sh -c " + shlex.quote(command))
             if stdin is not None:
                 _ChannelWriter(chan).write(stdin)  # paramiko's sendall can spin on a closed channel
-            chan.shutdown_write()
+            if not hold_stdin:
+                chan.shutdown_write()
             deadline = None if timeout is None else time.monotonic() + timeout
 
             def pump(recv: Callable[[int], bytes], sink: Callable[[bytes], None]) -> None:
