@@ -25,7 +25,7 @@ from skyward import events as ev
 from skyward._node import NodeConnection
 from skyward.compute import ComputeFunction, PendingCompute, TaskOptions, _iter_results
 from skyward.errors import BootstrapError, ConfigError, ConnectionLost, PluginError, SkywardError, WorkerLost
-from skyward.plugin import Cluster, Plugin
+from skyward.plugins._base import Cluster, Plugin
 from skyward.protocol import Kind, dumps_payload, spin_from_env
 from skyward.providers.base import Instance, PoolSpec, Provider
 from skyward.runtime import InstanceInfo, Peer

@@ -27,7 +27,7 @@ from typing import Any
 
 from skyward import runtime
 from skyward._procs import group_members
-from skyward.plugin import Plugin
+from skyward.plugins._base import Plugin
 from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload, spinner
 from skyward.worker.output import route_output
 from skyward.worker.slots import Slots, Task, make_slots

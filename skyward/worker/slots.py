@@ -30,7 +30,7 @@ import cloudpickle
 from skyward import errors, runtime
 from skyward._wire_errors import encode_exception
 from skyward.errors import SerializationError
-from skyward.plugin import Plugin, wrap_task
+from skyward.plugins._base import Plugin, wrap_task
 from skyward.worker.output import LineSink, route_output
 from skyward.protocol import Kind, Payload, dumps_payload, loads_payload
 
