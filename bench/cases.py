@@ -548,7 +548,10 @@ def rt_costs(n: int, repeats: int) -> dict:
     timed("worker: FrameReader.recv of the TASK frame (in memory)",
           lambda: protocol.FrameReader(io.BytesIO(task_bytes)).recv())
     try:
-        from skyward.worker import slots
+        try:
+            from skyward.worker.executors import base as slots
+        except ImportError:  # before the executors were split from the agent
+            from skyward.worker import slots  # type: ignore[no-redef]
 
         sent: list[Any] = []
         params = list(inspect.signature(slots.run_task).parameters)

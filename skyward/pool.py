@@ -25,6 +25,7 @@ from skyward import events as ev
 from skyward._node import NodeConnection
 from skyward.compute import ComputeFunction, PendingCompute, TaskOptions, _iter_results
 from skyward.errors import BootstrapError, ConfigError, ConnectionLost, PluginError, SkywardError, WorkerLost
+from skyward.messages import Setup
 from skyward.plugins._base import Cluster, Plugin
 from skyward.protocol import Kind, dumps_payload, spin_from_env
 from skyward.providers.base import Instance, PoolSpec, Provider
@@ -253,16 +254,11 @@ class ComputePool:
                 node=inst.node, total_nodes=self.nodes, head_addr=peers[0].addr, head_port=head_port,
                 accelerators=inst.accelerators, peers=peers, pool_id=self.id,
             )
-            settings = {
-                "info": info.to_json(),
-                "env": dict(self.image.env),
-                "concurrency": self.concurrency,
-                "executor": self.executor,
-                "idle_timeout": self.idle_timeout,
-                "heartbeat_interval": self.heartbeat_interval,
-                "spin": self._spin,
-            }
-            conn.send((Kind.SETUP, settings), plugins_payload)
+            setup = Setup(
+                info=info, env=dict(self.image.env), concurrency=self.concurrency, executor=self.executor,
+                idle_timeout=self.idle_timeout, heartbeat_interval=self.heartbeat_interval, spin=self._spin,
+            )
+            conn.send((Kind.SETUP, setup), plugins_payload)
 
         for conn in connections:
             try:

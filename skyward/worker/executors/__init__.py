@@ -1,0 +1,33 @@
+"""What runs a worker's tasks: :class:`ThreadExecutor` or :class:`ProcessExecutor`.
+
+The interface to the agent, and running one task, are in :mod:`.base`; the agent picks an
+executor with :func:`make_executor` from its SETUP message.
+"""
+
+from __future__ import annotations
+
+from skyward.plugins._base import Plugin
+from skyward.worker.executors.base import (
+    Executor,
+    Send,
+    SendOutput,
+    StopTask,
+    Task,
+    TaskSource,
+    run_task,
+)
+from skyward.worker.executors.processes import ProcessExecutor
+from skyward.worker.executors.threads import ThreadExecutor
+
+__all__ = [
+    "Executor", "ProcessExecutor", "Send", "SendOutput", "StopTask", "Task", "TaskSource", "ThreadExecutor",
+    "make_executor", "run_task",
+]
+
+
+def make_executor(kind: str, concurrency: int, plugins: tuple[Plugin, ...], send: Send,
+                  send_output: SendOutput) -> Executor:
+    """``kind`` is ``"process"`` (a child process per slot) or ``"thread"`` (the default)."""
+    if kind == "process":
+        return ProcessExecutor(concurrency, plugins, send, send_output)
+    return ThreadExecutor(concurrency, plugins, send, send_output)
