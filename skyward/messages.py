@@ -72,8 +72,9 @@ class RemoteFailure:
     def of(cls, exc: BaseException) -> RemoteFailure:
         kind = type(exc)
         text = "".join(tb_module.format_exception(exc))
+        pickled: bytes | None
         try:
-            pickled: bytes | None = cloudpickle.dumps(exc, protocol=5)
+            pickled = cloudpickle.dumps(exc, protocol=5)
             pickle.loads(pickled)  # a type whose pickle can't be loaded even here is no better
         except Exception:
             pickled = None

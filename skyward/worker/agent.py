@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 from skyward import runtime
 from skyward._procs import group_members
@@ -46,7 +46,7 @@ def _log(msg: str) -> None:
         pass
 
 
-def _kill_group_and_exit(code: int) -> None:
+def _kill_group_and_exit(code: int) -> NoReturn:
     """Stop everything this worker started, then exit without running more Python code."""
     try:
         os.killpg(os.getpgrp(), signal.SIGKILL)  # includes this process
@@ -55,6 +55,9 @@ def _kill_group_and_exit(code: int) -> None:
 
 
 class Agent:
+    """One worker's end of the protocol: the handshake, the control messages, heartbeats, and
+    the :class:`~skyward.worker.executors.TaskSource` its executor reads tasks from."""
+
     def __init__(self, reader: FrameReader, writer: FrameWriter, in_fd: int | None = None):
         self.reader = reader
         self.in_fd = in_fd
