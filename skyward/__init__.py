@@ -36,7 +36,7 @@ if TYPE_CHECKING:
         WorkerLost,
     )
     from skyward.image import Image
-    from skyward.plugin import Cluster, Plugin
+    from skyward.plugins._base import Cluster, Plugin
     from skyward.pool import ComputePool
     from skyward.providers.aws import AWS
     from skyward.providers.local import Local
@@ -64,8 +64,8 @@ _WHERE: dict[str, str] = {
         "skyward.errors",
     ),
     "Image": "skyward.image",
-    "Cluster": "skyward.plugin",
-    "Plugin": "skyward.plugin",
+    "Cluster": "skyward.plugins._base",
+    "Plugin": "skyward.plugins._base",
     "ComputePool": "skyward.pool",
     "AWS": "skyward.providers.aws",
     "Local": "skyward.providers.local",

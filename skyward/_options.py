@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, Instance
 from skyward._config import STRICT, Count, Flag, Seconds, reject, validate
 from skyward.accelerators import Accelerator, parse_accelerator
 from skyward.image import Image
-from skyward.plugin import Plugin
+from skyward.plugins._base import Plugin
 from skyward.providers.base import Provider
 
 __all__ = ["PoolOptions", "pool_options"]

@@ -12,6 +12,7 @@ import random
 import sys
 from typing import Any, overload
 
+from skyward._instance import instance_info
 from skyward.errors import ConfigError
 
 __all__ = ["shard"]
@@ -65,7 +66,7 @@ def shard(
     exactly once.
 
     * ``node`` / ``total_nodes`` default to this node's place in the pool
-      (:func:`skyward.runtime.instance_info`); outside a pool that is node 0 of 1, so
+      (:func:`skyward.instance_info`); outside a pool that is node 0 of 1, so
       ``shard`` returns everything. Passing either one explicitly overrides the pool's value.
     * Several arrays are split with the *same* positions, so ``x[i]`` and ``y[i]`` still
       belong together afterwards. They must all have the same length.
@@ -138,9 +139,6 @@ def _resolve_node(node: int | None, total_nodes: int | None) -> tuple[int, int]:
     node_from_pool = node is None
     total_from_pool = total_nodes is None
     if node_from_pool or total_from_pool:
-        # Imported here: skyward.runtime imports this module.
-        from skyward.runtime import instance_info
-
         info = instance_info()
         if node is None:
             node = info.node

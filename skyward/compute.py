@@ -23,7 +23,7 @@ import functools
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 import cloudpickle
 
@@ -33,12 +33,24 @@ from skyward.protocol import Payload, dumps_payload
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-    from skyward.pool import ComputePool
-
 __all__ = ["ComputeFunction", "PendingCompute", "PendingGather", "compute", "gather"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+class Pool(Protocol):
+    """What the operators ask of their right-hand side: :class:`skyward.ComputePool` is one.
+
+    A protocol rather than the class, so that this module does not import the pool module
+    (which imports this one); the operators still accept only a ``ComputePool`` (see
+    :func:`_pool`).
+    """
+
+    def run(self, pending: PendingCompute[T], /) -> T: ...
+    def broadcast(self, pending: PendingCompute[T], /) -> list[T]: ...
+    def submit(self, pending: PendingCompute[T], /) -> Future[T]: ...
+    def gather(self, *pending: PendingCompute[Any], stream: bool = False, ordered: bool = True) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +95,13 @@ class PendingCompute(Generic[T]):
         return (_rebuild_pending, (state,))
 
     # -- operators ---------------------------------------------------------------------------
-    def __rshift__(self, pool: ComputePool) -> T:
+    def __rshift__(self, pool: Pool) -> T:
         return _pool(pool, ">>").run(self)
 
-    def __matmul__(self, pool: ComputePool) -> list[T]:
+    def __matmul__(self, pool: Pool) -> list[T]:
         return _pool(pool, "@").broadcast(self)
 
-    def __gt__(self, pool: ComputePool) -> Future[T]:  # type: ignore[override]
+    def __gt__(self, pool: Pool) -> Future[T]:  # type: ignore[override]
         return _pool(pool, ">").submit(self)
 
     def __and__(self, other: PendingCompute[Any] | PendingGather) -> PendingGather:
@@ -121,7 +133,7 @@ class PendingGather:
             raise ConfigError("&", "a pending computation (a call of a @sky.compute function)", _describe(other))
         return PendingGather(self.items + more, as_tuple=True)
 
-    def __rshift__(self, pool: ComputePool) -> Any:
+    def __rshift__(self, pool: Pool) -> Any:
         results = _pool(pool, ">>").gather(*self.items, stream=self.stream, ordered=self.ordered)
         if self.stream:
             return results
@@ -225,7 +237,9 @@ def _rebuild_pending(state: bytes) -> PendingCompute[Any]:
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _pool(pool: Any, op: str) -> ComputePool:
+def _pool(pool: Any, op: str) -> Pool:
+    # Imported here, not at the top: skyward.pool imports this module. An operator runs only
+    # once this module is fully loaded, so the import cannot meet it half-initialised.
     from skyward.pool import ComputePool
 
     if not isinstance(pool, ComputePool):

@@ -196,7 +196,11 @@ class TaskTimeout(SkywardError, TimeoutError):
 
 class TaskCancelled(SkywardError):
     """A task was stopped on its worker before it finished: the pool was closing, another node
-    of the same broadcast failed, or it was cancelled."""
+    of the same broadcast failed, or it was cancelled.
+
+    The one type a stopped task raises on the client. On the worker the task's thread is
+    stopped with a BaseException private to the worker (``skyward.worker.executors.StopTask``),
+    so that the task's own ``except Exception`` cannot swallow the stop."""
 
     def __init__(self, task: str = "", reason: str = "stopped before it finished", *, node: int | None = None):
         self.task = task

@@ -42,18 +42,20 @@ _MAX_PARTS = 1 << 20
 class Kind:
     """Message kinds (part 0 is ``(kind, ...)``)."""
 
+    # Every frame's layout is listed here. Hot-path frames are small tuples; the structured
+    # ones carry a frozen dataclass of skyward.messages.
     # client -> worker
-    SETUP = "setup"          # (SETUP, settings dict) + payload: the plugins
+    SETUP = "setup"          # (SETUP, messages.Setup) + payload: the plugins
     TASK = "task"            # (TASK, task_id, name) + payload: (fn, args, kwargs)
     CANCEL = "cancel"        # (CANCEL, task_id)
     PING = "ping"            # (PING,)
     SHUTDOWN = "shutdown"    # (SHUTDOWN,)
     # worker -> client
     READY = "ready"          # (READY, pid)
-    FATAL = "fatal"          # (FATAL, error dict) - the worker could not start
+    FATAL = "fatal"          # (FATAL, messages.Fatal) - the worker could not start
     OUTPUT = "output"        # (OUTPUT, task_id, stream, text)
     RESULT = "result"        # (RESULT, task_id) + payload: the return value
-    ERROR = "error"          # (ERROR, task_id, error dict)
+    ERROR = "error"          # (ERROR, task_id, messages.RemoteFailure)
     HEARTBEAT = "heartbeat"  # (HEARTBEAT,)
     BYE = "bye"              # (BYE,) - clean shutdown finished
 

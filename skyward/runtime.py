@@ -1,21 +1,21 @@
 """Helpers that user code calls inside a task: where am I, which data is mine, who may print.
 
 Everything here also works outside a pool, where the caller is node 0 of 1. This module is
-imported on workers, so it imports nothing heavy.
+imported on workers, so it imports nothing heavy. Where am I (:func:`instance_info`) lives in
+:mod:`skyward._instance` and which data is mine (:func:`shard`) in :mod:`skyward._shard`,
+both re-exported here; output control is this module's own.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
-import json
-import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
+from skyward._instance import ENV_VAR, InstanceInfo, Peer, instance_info
 from skyward._shard import shard
 from skyward.errors import ConfigError
 
@@ -30,97 +30,8 @@ __all__ = [
     "stdout",
 ]
 
-#: The environment variable through which a pool tells each worker who it is (JSON).
-ENV_VAR = "COMPUTE_POOL"
-
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-@dataclass(frozen=True, slots=True)
-class Peer:
-    """One node of the pool as seen from the others."""
-
-    node: int
-    addr: str
-
-
-@dataclass(frozen=True, slots=True)
-class InstanceInfo:
-    """This node's place in the pool.
-
-    ``head_addr``/``head_port`` is where node 0 can be reached by the other nodes (the
-    rendezvous point frameworks such as torch.distributed use); ``peers`` lists every node
-    with the address the others reach it on; ``accelerators`` is the number of accelerators
-    (GPUs) on this node.
-    """
-
-    node: int = 0
-    total_nodes: int = 1
-    head_addr: str = "127.0.0.1"
-    head_port: int = 29500
-    accelerators: int = 0
-    peers: tuple[Peer, ...] = field(default_factory=lambda: (Peer(0, "127.0.0.1"),))
-    pool_id: str = ""
-
-    @property
-    def is_head(self) -> bool:
-        return self.node == 0
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "node": self.node,
-                "total_nodes": self.total_nodes,
-                "head_addr": self.head_addr,
-                "head_port": self.head_port,
-                "accelerators": self.accelerators,
-                "peers": [{"node": p.node, "addr": p.addr} for p in self.peers],
-                "pool_id": self.pool_id,
-            }
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> InstanceInfo:
-        data = json.loads(text)
-        return cls(
-            node=int(data["node"]),
-            total_nodes=int(data["total_nodes"]),
-            head_addr=str(data["head_addr"]),
-            head_port=int(data["head_port"]),
-            accelerators=int(data.get("accelerators", 0)),
-            peers=tuple(Peer(int(p["node"]), str(p["addr"])) for p in data.get("peers", ())),
-            pool_id=str(data.get("pool_id", "")),
-        )
-
-
-_cached: tuple[str | None, InstanceInfo] | None = None
-
-
-def instance_info() -> InstanceInfo:
-    """Return this node's :class:`InstanceInfo`.
-
-    Read from the ``COMPUTE_POOL`` environment variable that the pool sets on every worker;
-    outside a pool it describes a single node (node 0 of 1, the head).
-
-    >>> info = instance_info()
-    >>> info.node, info.total_nodes, info.is_head
-    (0, 1, True)
-    """
-    global _cached
-    raw = os.environ.get(ENV_VAR)
-    cached = _cached
-    if cached is not None and cached[0] == raw:
-        return cached[1]
-    if raw:
-        try:
-            info = InstanceInfo.from_json(raw)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(ENV_VAR, "the JSON a ComputePool sets for its workers", raw) from exc
-    else:
-        info = InstanceInfo()
-    _cached = (raw, info)
-    return info
 
 
 # ---------------------------------------------------------------------------------------------

@@ -425,7 +425,7 @@ def test_a_spot_pool_is_launched_in_one_zone_tagged_and_released_completely(aws)
         key_pairs = aws.client().describe_key_pairs(KeyNames=[f"skyward-{s.pool_id}"])["KeyPairs"]
         assert tags(key_pairs[0])["skyward:pool"] == s.pool_id
         group = aws.client().describe_security_groups(
-            Filters=[{"Name": f"tag:skyward:pool", "Values": [s.pool_id]}])["SecurityGroups"][0]
+            Filters=[{"Name": "tag:skyward:pool", "Values": [s.pool_id]}])["SecurityGroups"][0]
         ssh = [r for r in group["IpPermissions"] if r["IpProtocol"] == "tcp"]
         assert [(r["FromPort"], [x["CidrIp"] for x in r["IpRanges"]]) for r in ssh] == [(22, [CLIENT_CIDR])]
         everything = [r for r in group["IpPermissions"] if r["IpProtocol"] == "-1"]

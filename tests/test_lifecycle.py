@@ -12,6 +12,7 @@ import time
 import pytest
 
 import skyward as sky
+from skyward.messages import Setup
 from skyward.protocol import FrameReader, FrameWriter, Kind, dumps_payload
 from tests.conftest import pid_alive, wait_gone
 
@@ -99,10 +100,9 @@ def test_worker_exits_by_itself_when_the_client_goes_silent() -> None:
     try:
         writer = FrameWriter(worker.stdin)  # type: ignore[arg-type]
         reader = FrameReader(worker.stdout)  # type: ignore[arg-type]
-        info = sky.InstanceInfo().to_json()
-        settings = {"info": info, "env": {}, "concurrency": 1, "executor": "thread",
-                    "idle_timeout": 1.0, "heartbeat_interval": 0.2}
-        writer.send((Kind.SETUP, settings), dumps_payload([]))
+        setup = Setup(info=sky.InstanceInfo(), env={}, concurrency=1, executor="thread",
+                      idle_timeout=1.0, heartbeat_interval=0.2)
+        writer.send((Kind.SETUP, setup), dumps_payload([]))
         frame = reader.recv()
         assert frame is not None and frame[0][0] == Kind.READY
         started = time.monotonic()

@@ -12,7 +12,7 @@ import pytest
 
 import skyward as sky
 from skyward.accelerators import Accelerator
-from skyward.plugin import Cluster, Plugin
+from skyward.plugins._base import Cluster, Plugin
 from skyward.plugins._torch import distributed_env, requirement, setup_process_group
 from skyward.runtime import InstanceInfo, Peer
 
@@ -242,7 +242,7 @@ def test_single_node_sets_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_importing_and_using_the_plugin_on_the_client_does_not_import_torch() -> None:
     code = (
         "import sys, skyward as sky, skyward.plugins._torch, skyward.integrations\n"
-        "from skyward.plugin import Cluster\n"
+        "from skyward.plugins._base import Cluster\n"
         "p = sky.plugins.torch(vision='latest')\n"
         "p.transform(sky.Image(), Cluster(nodes=4))\n"
         "@skyward.integrations.torch\n"

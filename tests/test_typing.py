@@ -29,3 +29,4 @@ def test_wrong_argument_types_are_caught() -> None:
     done = mypy("operators_wrong.py")
     assert done.returncode == 1
     assert 'Argument 1 to "__call__" of "ComputeFunction" has incompatible type "str"' in done.stdout
+    assert 'Unsupported operand types for >> ("PendingCompute[float]" and "int")' in done.stdout

@@ -1,4 +1,5 @@
-"""Plugins that ship with Skyward. Each is a function returning a :class:`~skyward.Plugin`.
+"""Plugins: the types (:class:`Plugin`, :class:`Cluster`, in ``_base``) and the plugins that ship
+with Skyward, each a function returning a :class:`~skyward.Plugin`.
 
 >>> import skyward as sky
 >>> plugins = [sky.plugins.torch(), sky.plugins.huggingface(token="...")]  # doctest: +SKIP
@@ -12,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from skyward.plugin import Cluster, Plugin
+from skyward.plugins._base import Cluster, Plugin
 
 __all__ = ["Cluster", "Plugin", "huggingface", "jax", "joblib", "keras", "sklearn", "torch"]
 

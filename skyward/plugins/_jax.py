@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from skyward.errors import ConfigError
-from skyward.plugin import Cluster, Plugin
+from skyward.plugins._base import Cluster, Plugin
 
 if TYPE_CHECKING:
     from skyward.image import Image

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from skyward.compute import PendingCompute, TaskOptions
 from skyward.errors import ConfigError
-from skyward.plugin import Cluster, Plugin
+from skyward.plugins._base import Cluster, Plugin
 
 if TYPE_CHECKING:
     from skyward.image import Image

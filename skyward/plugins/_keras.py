@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
 from skyward.errors import ConfigError
-from skyward.plugin import Cluster, Plugin
+from skyward.plugins._base import Cluster, Plugin
 from skyward.plugins._jax import exported_env
 
 if TYPE_CHECKING:

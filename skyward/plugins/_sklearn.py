@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from skyward.plugin import Cluster, Plugin
+from skyward.plugins._base import Cluster, Plugin
 from skyward.plugins._joblib import use_pool
 
 if TYPE_CHECKING:

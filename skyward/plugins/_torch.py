@@ -31,7 +31,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from skyward.errors import ConfigError
-from skyward.plugin import Cluster, Plugin
+from skyward.plugins._base import Cluster, Plugin
 
 if TYPE_CHECKING:
     from skyward.image import Image

@@ -37,8 +37,8 @@ from typing import Any
 
 from skyward import _signals
 from skyward import events as ev
-from skyward._wire_errors import decode_exception
-from skyward.errors import ConnectionLost, PluginError, WorkerLost
+from skyward.errors import ConnectionLost, WorkerLost
+from skyward.messages import Fatal, RemoteFailure
 from skyward.protocol import FrameReader, FrameWriter, Kind, Payload, loads_payload, spinner
 from skyward.transport.base import Channel
 
@@ -371,7 +371,8 @@ class NodeConnection:
         elif kind == Kind.ERROR:
             task = self._finish(control[1], False)
             if task is not None:
-                _fail(task.future, decode_exception(control[2], self.node))
+                failure: RemoteFailure = control[2]
+                _fail(task.future, failure.rebuild(self.node))
         elif kind == Kind.OUTPUT:
             _, task_id, stream, line = control
             self.tail.append(line)
@@ -383,9 +384,9 @@ class NodeConnection:
             if not self.ready.done():
                 self.ready.set_result(control[1])
         elif kind == Kind.FATAL:
-            d = control[1]
+            fatal: Fatal = control[1]
             if not self.ready.done():
-                self.ready.set_exception(PluginError(d["plugin"], d["node"], d["hook"], d["message"], d["traceback"]))
+                self.ready.set_exception(fatal.error())
         elif kind == Kind.BYE:
             self.said_bye = True
 

@@ -27,7 +27,8 @@ from skyward import _signals
 from skyward import events as ev
 from skyward.compute import ComputeFunction, PendingCompute, TaskOptions
 from skyward.errors import ConfigError, PluginError, SkywardError
-from skyward.plugin import Cluster, Plugin
+from skyward.messages import Setup
+from skyward.plugins._base import Cluster, Plugin
 from skyward.pool.connection import NodeConnection
 from skyward.pool.dispatch import Dispatcher, check_pending
 from skyward.pool.lifecycle import Nodes
@@ -173,17 +174,10 @@ class ComputePool:
         self._state = "open"
         self._emit(ev.PoolReady(self.id, self.nodes, time.monotonic() - started))
 
-    def _settings(self, info: InstanceInfo) -> dict[str, Any]:
+    def _settings(self, info: InstanceInfo) -> Setup:
         """The SETUP message for one node."""
-        return {
-            "info": info.to_json(),
-            "env": dict(self.image.env),
-            "concurrency": self.concurrency,
-            "executor": self.executor,
-            "idle_timeout": self.idle_timeout,
-            "heartbeat_interval": self.heartbeat_interval,
-            "spin": self._spin,
-        }
+        return Setup(info=info, env=dict(self.image.env), concurrency=self.concurrency, executor=self.executor,
+                     idle_timeout=self.idle_timeout, heartbeat_interval=self.heartbeat_interval, spin=self._spin)
 
     def restart_workers(self) -> None:
         """Replace every worker with a fresh one (machines and environments are kept).

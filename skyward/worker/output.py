@@ -72,6 +72,6 @@ class _WorkerStream:
 
 def route_output(send_output: SendOutput) -> None:
     """Route this process's sys.stdout/sys.stderr: a task's writes go to its own sink (set per
-    task by :func:`skyward.worker.slots.run_task`), anything else is sent as worker output."""
+    task by :func:`skyward.worker.executors.base.run_task`), anything else is sent as worker output."""
     sys.stdout = runtime._Router("stdout", _WorkerStream("stdout", LineSink(send_output, None)))
     sys.stderr = runtime._Router("stderr", _WorkerStream("stderr", LineSink(send_output, None)))

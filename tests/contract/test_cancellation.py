@@ -13,7 +13,7 @@ import pytest
 
 import skyward as sky
 from skyward import events as ev
-from tests.contract.conftest import Output, xfail_on
+from tests.contract.conftest import Output
 from tests.contract.tasks import announce_then_hold, echo, wait_for_file
 
 

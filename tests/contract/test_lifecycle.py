@@ -15,7 +15,6 @@ import pytest
 import skyward as sky
 from skyward import events as ev
 from tests.conftest import pid_alive, wait_gone
-from tests.contract.conftest import xfail_on
 from tests.contract.tasks import announce_then_hold, echo
 
 

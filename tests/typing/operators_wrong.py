@@ -1,4 +1,5 @@
-"""Must NOT type-check: wrong argument types are caught through ParamSpec."""
+"""Must NOT type-check: wrong argument types are caught through ParamSpec, and an operator's
+right-hand side must be a pool."""
 
 import skyward as sky
 
@@ -9,3 +10,4 @@ def loss(lr: float) -> float:
 
 
 loss("not a float")
+loss(0.1) >> 3

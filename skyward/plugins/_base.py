@@ -1,4 +1,6 @@
-"""Plugins: values with optional hooks, applied by the pool (client) and the worker.
+"""The plugin types: :class:`Plugin` (a value with optional hooks, applied by the pool on the
+client and by the worker) and :class:`Cluster` (what ``transform`` is told about the pool).
+Re-exported by :mod:`skyward.plugins` and as ``sky.Plugin`` / ``sky.Cluster``.
 
 Hooks, all optional (an absent hook is a no-op):
 

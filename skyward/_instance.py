@@ -1,0 +1,104 @@
+"""Where am I: :class:`InstanceInfo` and :func:`instance_info` (re-exported by :mod:`skyward.runtime`).
+
+A module of its own so that :mod:`skyward._shard` can ask which node it runs on without
+importing :mod:`skyward.runtime`, which imports it. Imported on workers: nothing heavy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from skyward.errors import ConfigError
+
+__all__ = ["ENV_VAR", "InstanceInfo", "Peer", "instance_info"]
+
+#: The environment variable through which a pool tells each worker who it is (JSON).
+ENV_VAR = "COMPUTE_POOL"
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """One node of the pool as seen from the others."""
+
+    node: int
+    addr: str
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    """This node's place in the pool.
+
+    ``head_addr``/``head_port`` is where node 0 can be reached by the other nodes (the
+    rendezvous point frameworks such as torch.distributed use); ``peers`` lists every node
+    with the address the others reach it on; ``accelerators`` is the number of accelerators
+    (GPUs) on this node.
+    """
+
+    node: int = 0
+    total_nodes: int = 1
+    head_addr: str = "127.0.0.1"
+    head_port: int = 29500
+    accelerators: int = 0
+    peers: tuple[Peer, ...] = field(default_factory=lambda: (Peer(0, "127.0.0.1"),))
+    pool_id: str = ""
+
+    @property
+    def is_head(self) -> bool:
+        return self.node == 0
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "node": self.node,
+                "total_nodes": self.total_nodes,
+                "head_addr": self.head_addr,
+                "head_port": self.head_port,
+                "accelerators": self.accelerators,
+                "peers": [{"node": p.node, "addr": p.addr} for p in self.peers],
+                "pool_id": self.pool_id,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> InstanceInfo:
+        data = json.loads(text)
+        return cls(
+            node=int(data["node"]),
+            total_nodes=int(data["total_nodes"]),
+            head_addr=str(data["head_addr"]),
+            head_port=int(data["head_port"]),
+            accelerators=int(data.get("accelerators", 0)),
+            peers=tuple(Peer(int(p["node"]), str(p["addr"])) for p in data.get("peers", ())),
+            pool_id=str(data.get("pool_id", "")),
+        )
+
+
+_cached: tuple[str | None, InstanceInfo] | None = None
+
+
+def instance_info() -> InstanceInfo:
+    """Return this node's :class:`InstanceInfo`.
+
+    Read from the ``COMPUTE_POOL`` environment variable that the pool sets on every worker;
+    outside a pool it describes a single node (node 0 of 1, the head).
+
+    >>> info = instance_info()
+    >>> info.node, info.total_nodes, info.is_head
+    (0, 1, True)
+    """
+    global _cached
+    raw = os.environ.get(ENV_VAR)
+    cached = _cached
+    if cached is not None and cached[0] == raw:
+        return cached[1]
+    if raw:
+        try:
+            info = InstanceInfo.from_json(raw)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(ENV_VAR, "the JSON a ComputePool sets for its workers", raw) from exc
+    else:
+        info = InstanceInfo()
+    _cached = (raw, info)
+    return info
