@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import select
 import signal
 import sys
 import threading
@@ -119,17 +120,19 @@ class Agent:
         ).start()
 
         with contextlib.ExitStack() as app:
-            for plugin in plugins:
-                if plugin.around_app is None:
-                    continue
-                try:
-                    app.enter_context(plugin.around_app(info))
-                except BaseException as exc:  # report which plugin failed, then stop
-                    message = f"{type(exc).__name__}: {exc}"
-                    self.send((Kind.FATAL, Fatal(plugin.name, "around_app", info.node, message, traceback.format_exc())))
-                    self.stopping.set()
-                    app.close()
-                    return 5
+            with self._listening():  # the client's pings count while the hooks run
+                for plugin in plugins:
+                    if plugin.around_app is None:
+                        continue
+                    try:
+                        app.enter_context(plugin.around_app(info))
+                    except BaseException as exc:  # report which plugin failed, then stop
+                        message = f"{type(exc).__name__}: {exc}"
+                        self.send((Kind.FATAL, Fatal(plugin.name, "around_app", info.node, message,
+                                                     traceback.format_exc())))
+                        self.stopping.set()
+                        app.close()
+                        return 5
             self.executor = make_executor(setup.executor, setup.concurrency, plugins, self.send, self.send_output)
             self.send((Kind.READY, os.getpid()))
             clean = self.serve(setup.spin)
@@ -144,6 +147,46 @@ class Agent:
             watchdog.start()
         self.send((Kind.BYE,))
         return 0
+
+    @contextlib.contextmanager
+    def _listening(self) -> Any:
+        """Read the stream on a thread of its own while the block runs (the plugins' start-up
+        hooks, which may take minutes): pings keep the dead man's switch from firing, and a
+        client that is gone (end of input, SHUTDOWN) stops the worker at once. Nothing else
+        comes before READY. The thread reads only whole frames that have begun to arrive and
+        is done before the block's exit returns, so the executor reads alone afterwards."""
+        if self.in_fd is None:
+            yield
+            return
+        wake_r, wake_w = os.pipe()
+        poller = select.poll()
+        poller.register(self.in_fd, select.POLLIN)
+        poller.register(wake_r, select.POLLIN)
+
+        def listen() -> None:
+            while True:
+                if not self.reader.buffered():
+                    ready = [fd for fd, _ in poller.poll()]
+                    if wake_r in ready:
+                        return
+                try:
+                    frame = self.reader.recv()
+                except (EOFError, OSError):
+                    frame = None
+                if frame is None or frame[0][0] == Kind.SHUTDOWN:
+                    _log("the client went away while the worker was starting")
+                    _kill_group_and_exit(0)
+                self.last_heard = time.monotonic()
+
+        thread = threading.Thread(target=listen, name="skyward-start-listener", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            os.write(wake_w, b"!")
+            thread.join()
+            os.close(wake_r)
+            os.close(wake_w)
 
     # -- serving ---------------------------------------------------------------------------
     def serve(self, spin_seconds: float) -> bool:
