@@ -5,20 +5,9 @@ resolve the task's :class:`~concurrent.futures.Future`, OUTPUT becomes events, a
 stream ends unexpectedly every in-flight task fails with :class:`~skyward.errors.WorkerLost`
 carrying the exit code and the last lines of output.
 
-The same reply path serves every transport: each channel gives a file descriptor that polls
-readable exactly when the stream has bytes (``Channel.poll_fd``). Two kinds of thread take
-turns reading the stream, one at a time:
-
-* the connection's reader thread, which serves futures (``>``, ``@``, ``&``, ``gather``) and
-  keeps listening (heartbeats, output, the end of the stream) whenever nobody else does;
-* a caller blocked in ``>>`` (:meth:`NodeConnection.call`), which, when nothing else is in
-  flight, reads its own reply. Handing a reply from the reader
-  thread to a blocked caller costs a thread wake-up, which on a small VM is several times the
-  whole pipe round trip (docs/benchmarks.md); the caller reading itself makes the trip the
-  floor's shape: one write and one read on each side.
-
-The reader thread stands down when a caller asks and nothing is in flight, and takes the stream
-back after ``LINGER`` seconds without a caller, or at once when a future needs serving.
+Replies reach callers the same way for every transport: one thread at a time reads the
+stream, the connection's reader thread or a caller waiting in ``>>`` for its own reply
+(:mod:`skyward.pool.turns`).
 """
 
 from __future__ import annotations
@@ -26,8 +15,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
-import os
-import select
 import threading
 import time
 from collections.abc import Callable
@@ -35,49 +22,15 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyward import _signals
 from skyward import events as ev
 from skyward.errors import ConnectionLost, WorkerLost
 from skyward.messages import Fatal, RemoteFailure
-from skyward.protocol import FrameReader, FrameWriter, Kind, Payload, loads_payload, spinner
+from skyward.pool.turns import Reply, Turns
+from skyward.protocol import FrameReader, FrameWriter, Kind, Payload, loads_payload
 from skyward.transport.base import Channel
 
 _task_ids = itertools.count(1)
 LOG_TAIL = 30
-#: The reader thread takes the stream back after this long without a caller reading it.
-LINGER = 0.05
-#: A caller reading its own reply re-checks its future this often (timers, loss, cancel).
-_RECHECK_MS = 250
-_THREAD = "reader-thread"
-
-
-class _Reply:
-    """What a caller that reads its own reply waits on: the part of a Future that the
-    connection uses (set_result, set_exception, done), without a Future's locks and condition
-    (nobody blocks on it: the caller reads until it is done)."""
-
-    __slots__ = ("_done", "_value", "_error")
-
-    def __init__(self) -> None:
-        self._done = False
-        self._value: Any = None
-        self._error: BaseException | None = None
-
-    def set_result(self, value: Any) -> None:
-        self._value = value
-        self._done = True
-
-    def set_exception(self, error: BaseException) -> None:
-        self._error = error
-        self._done = True
-
-    def done(self) -> bool:
-        return self._done
-
-    def result(self) -> Any:
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 @dataclass(eq=False)
@@ -112,17 +65,7 @@ class NodeConnection:
         self._lock = threading.Lock()
         self._writer = FrameWriter(self.channel.stdin)
         self._reader = FrameReader(self.channel.stdout)
-        # Who reads the stream now (guarded by ``lock``): _THREAD, a caller's thread id, or None
-        # (nobody: the reader thread is parked and no task is in flight).
-        self._reading: object = _THREAD
-        self._stand_down = False  # a caller asked the reader thread to hand over the stream
-        self._resume = threading.Event()  # the parked reader thread must read again
-        self._last_caller = 0.0
-        # Readable exactly when the stream has bytes; None once the stream has ended.
-        self._fd: int | None = self.channel.poll_fd()
-        self._wake_r, self._wake_w = os.pipe()
-        self._caller_poll: Any = None  # a caller's poll object for the stream, made once
-        self._spin = spinner(self._fd, self.spin)
+        self._turns = Turns(self.channel.poll_fd(), self._reader, self._lock, self._pump, self.spin)
         self._threads = [
             threading.Thread(target=self._read_loop, name=f"skyward-node{self.node}-reader", daemon=True),
             threading.Thread(target=self._stderr_loop, name=f"skyward-node{self.node}-stderr", daemon=True),
@@ -142,7 +85,7 @@ class NodeConnection:
             self._lose(f"could not write to the worker: {exc}")
             raise self.lost or WorkerLost(self.node, "connection closed") from exc
 
-    def submit(self, payload: Payload, name: str, timeout: float | None, reply: _Reply | None = None) -> Future[Any]:
+    def submit(self, payload: Payload, name: str, timeout: float | None, reply: Reply | None = None) -> Future[Any]:
         """Send a task; its result resolves the returned Future (or ``reply``, for :meth:`call`)."""
         future: Any = reply
         if future is None:
@@ -155,9 +98,7 @@ class NodeConnection:
             alive = self.alive
             if alive:
                 self._tasks[task_id] = task
-                if self._reading is None:  # nobody reads: this future needs the reader thread
-                    self._reading = _THREAD
-                    self._resume.set()
+                self._turns.need_thread()  # (a reply a caller waits for is read by that caller)
         if not alive:
             _fail(future, self.lost or WorkerLost(self.node, "worker is not running"))
             return future
@@ -175,29 +116,16 @@ class NodeConnection:
 
     def call(self, payload: Payload, name: str, timeout: float | None) -> Any:
         """Run a task and return its result, reading the reply on this thread when possible."""
-        me = threading.get_ident()
-        main = me == threading.main_thread().ident
-        may = not main or _signals.safe_to_hold()  # (a handler that could tear a frame: no)
-        mine = False
+        main = threading.current_thread() is threading.main_thread()
         try:
-            with self._lock:
-                fd = self._fd
-                if not may or fd is None:
-                    pass  # the reader thread serves this call
-                elif self._reading is None:
-                    mine = True  # (set first: an exception between the two still releases)
-                    self._reading = me
-                elif self._reading is _THREAD and not self._stand_down:
-                    self._stand_down = True  # so that the next call finds the stream free
-                    os.write(self._wake_w, b"!")
-            if not mine:
+            fd = self._turns.claim(main)
+            if fd is None:
                 return self.submit(payload, name, timeout).result()
-            reply = _Reply()
+            reply = Reply()
             self.submit(payload, name, timeout, reply)
-            self._read_until(reply, fd, main)  # type: ignore[arg-type]
-        finally:
-            if mine:
-                self._release()
+            self._turns.read_until(reply, fd, main, self._lose)
+        finally:  # (whatever interrupted us, and wherever: a stream this thread holds is given back)
+            self._turns.release(lambda: bool(self._tasks) or not self.alive)
         while not reply.done():  # the stream ended: the reader thread is failing the task
             if not self._threads[0].is_alive() and not reply.done():
                 reply.set_exception(self.lost or WorkerLost(self.node, "the connection to the worker ended"))
@@ -205,46 +133,10 @@ class NodeConnection:
             time.sleep(0.01)
         return reply.result()
 
-    def _read_until(self, future: _Reply, fd: int, main: bool) -> None:
-        """Read and handle frames until ``future`` is resolved (by its reply or otherwise).
-
-        On the main thread, only while no signal handler could tear a frame (_signals)."""
-        poller = self._caller_poll
-        if poller is None:
-            poller = self._caller_poll = select.poll()
-            poller.register(fd, select.POLLIN)
-        while not future.done():
-            if not self._reader.buffered() and not (self._spin and self._spin()) and not poller.poll(_RECHECK_MS):
-                continue
-            try:
-                if main:
-                    _signals.hold()  # a Ctrl-C now is raised once this frame is handled
-                try:
-                    if not self._pump():
-                        return  # the end of the stream: the reader thread takes it from here
-                except Exception as exc:  # a corrupt stream is as bad as a dead one
-                    self._lose(f"stream broke: {type(exc).__name__}: {exc}")
-                    return
-            finally:
-                if main:
-                    _signals.release()
-
     def listen(self) -> None:
         """Have the reader thread read now if nobody does (the pool is closing: BYE is coming)."""
         with self._lock:
-            if self._reading is None:
-                self._reading = _THREAD
-                self._resume.set()
-
-    def _release(self) -> None:
-        """A caller is done reading: park the stream, or give it back if anything is in flight."""
-        with self._lock:
-            self._last_caller = time.monotonic()
-            if self._tasks or not self.alive:
-                self._reading = _THREAD
-                self._resume.set()
-            else:
-                self._reading = None
+            self._turns.need_thread()
 
     def _cancelled_by_user(self, future: Future[Any]) -> None:
         if future.cancelled():
@@ -293,36 +185,13 @@ class NodeConnection:
     def _read_loop(self) -> None:
         reason = "worker exited"
         try:
-            while self._read_as_thread():
-                self._park()
+            self._turns.run_thread(lambda: bool(self._tasks))
         except Exception as exc:  # a corrupt stream is as bad as a dead one
             reason = f"stream broke: {type(exc).__name__}: {exc}"
-        with self._lock:  # no caller reads the stream from here on
-            if self._fd is not None:
-                self._fd = None
-                os.close(self._wake_r)
-                os.close(self._wake_w)
         if self.said_bye:
             self.alive = False
             return
         self._lose(reason)
-
-    def _read_as_thread(self) -> bool:
-        """Read as the reader thread until the stream ends (False) or a caller takes it (True)."""
-        assert self._fd is not None  # (cleared only by this thread, after this loop)
-        poller = select.poll()
-        poller.register(self._fd, select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
-        while True:
-            if self._stand_down and self._hand_over():
-                return True
-            if not self._reader.buffered():
-                ready = poller.poll()
-                if any(fd == self._wake_r for fd, _ in ready):
-                    os.read(self._wake_r, 64)
-                    continue
-            if not self._pump():
-                return False
 
     def _pump(self) -> bool:
         """Read one frame and handle it; False at the end of the stream. (The frame dies with
@@ -333,28 +202,6 @@ class NodeConnection:
         self.last_heard = time.monotonic()
         self._handle(*frame)
         return True
-
-    def _hand_over(self) -> bool:
-        """Stand down if nothing is in flight (a caller asked); True if the stream is free now."""
-        with self._lock:
-            if self._tasks or self._reader.buffered():
-                return False
-            self._stand_down = False
-            self._reading = None
-            self._last_caller = time.monotonic()
-            return True
-
-    def _park(self) -> None:
-        """Wait, without reading, until the stream needs the reader thread again."""
-        while True:
-            self._resume.wait(LINGER)
-            with self._lock:
-                if self._reading is None and time.monotonic() - self._last_caller >= LINGER:
-                    self._reading = _THREAD
-                if self._reading is _THREAD:
-                    self._resume.clear()
-                    return
-                self._resume.clear()  # a caller holds the stream; it will set us when done
 
     def _handle(self, control: tuple, parts: list[Any]) -> None:
         kind = control[0]
