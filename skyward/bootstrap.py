@@ -293,9 +293,22 @@ _APT = r"""  step apt
 
 _VENV = r"""  step venv
   rm -rf "$ENV_DIR"
-  UV_PYTHON_DOWNLOADS="$PYTHON_DOWNLOADS" "$UV" venv ${VENV_ARGS[@]+"${VENV_ARGS[@]}"} --python "$PYTHON_VERSION" "$ENV_DIR" \
+  # The host's own packages are those of the python3 a login shell finds. uv would pass over
+  # it if it is itself a venv (and take, say, /usr/bin/python3 instead): name it, when it is
+  # the version asked for, and let the new env see that venv's packages too.
+  VENV_PY="$PYTHON_VERSION"
+  HOST_SITE=""
+  if [ ${#VENV_ARGS[@]} -gt 0 ] && HOST_PY=$(command -v python3) \
+      && "$HOST_PY" -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(sys.argv[1] not in (v, v + "." + str(sys.version_info[2])))' "$PYTHON_VERSION"; then
+    VENV_PY="$HOST_PY"
+    HOST_SITE=$("$HOST_PY" -c 'import site, sys; sys.prefix != sys.base_prefix and print("\n".join(site.getsitepackages()))')
+  fi
+  UV_PYTHON_DOWNLOADS="$PYTHON_DOWNLOADS" "$UV" venv ${VENV_ARGS[@]+"${VENV_ARGS[@]}"} --python "$VENV_PY" "$ENV_DIR" \
     || fail "no Python $PYTHON_VERSION for uv venv on this host:" \
             "install it, or set UV_PYTHON_DOWNLOADS=automatic in the image env"
+  if [ -n "$HOST_SITE" ]; then
+    for d in "$ENV_DIR"/lib/python*/site-packages; do printf '%s\n' "$HOST_SITE" > "$d/_skyward_host_python.pth"; done
+  fi
   # Packages taken from the host's Python: an override with a marker that is never true
   # drops them from every resolution (works with any uv, old ones included).
   for pkg in ${HOST_PKGS[@]+"${HOST_PKGS[@]}"}; do
