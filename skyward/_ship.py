@@ -20,16 +20,16 @@ Guarantees:
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import io
 import os
 import re
-import tempfile
 import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from skyward._files import write_atomically
 
 __all__ = ["ShippedWheel", "cache_dir", "skyward_wheel"]
 
@@ -202,14 +202,6 @@ def _build(package_dir: Path, files: list[tuple[str, Path]], cache: Path) -> Shi
     target = target_dir / f"{_PACKAGE}-{safe_version}-py3-none-any.whl"
     if not (target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == sha):
         target_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target_dir, suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomically(target, data)
     return ShippedWheel(target, sha)
 

@@ -12,8 +12,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from skyward._files import write_atomically
 from skyward._procs import group_members
-from skyward.transport.base import Channel, CommandResult, Transport, WorkerLaunch, guarded
+from skyward.transport.base import (
+    Channel,
+    CommandResult,
+    Transport,
+    WorkerLaunch,
+    guarded,
+)
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -161,19 +168,7 @@ class LocalTransport(Transport):
         self._write(data, remote_path, mode)
 
     def _write(self, data: bytes, remote_path: str, mode: int | None) -> None:
-        path = self.expand(remote_path)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if mode is None else mode)
-        try:
-            if mode is not None:
-                os.fchmod(fd, mode)  # whatever the umask: the mode asked for, before the content
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomically(self.expand(remote_path), data, 0o600 if mode is None else mode)
 
     def exists(self, remote_path: str, size: int | None = None) -> bool:
         try:
