@@ -30,6 +30,9 @@ class Peer:
 class InstanceInfo:
     """This node's place in the pool.
 
+    A *node* is a machine; each node runs ``processes_per_node`` worker processes, and this
+    one is number ``local_rank`` on its node. ``rank`` (``node * processes_per_node +
+    local_rank``) numbers the processes of the whole pool, ``world_size`` counts them.
     ``head_addr``/``head_port`` is where node 0 can be reached by the other nodes (the
     rendezvous point frameworks such as torch.distributed use); ``peers`` lists every node
     with the address the others reach it on; ``accelerators`` is the number of accelerators
@@ -43,10 +46,23 @@ class InstanceInfo:
     accelerators: int = 0
     peers: tuple[Peer, ...] = field(default_factory=lambda: (Peer(0, "127.0.0.1"),))
     pool_id: str = ""
+    local_rank: int = 0
+    processes_per_node: int = 1
 
     @property
     def is_head(self) -> bool:
+        """True on node 0 (whichever of its processes)."""
         return self.node == 0
+
+    @property
+    def rank(self) -> int:
+        """This process's number in the pool, ``0 … world_size - 1``, node by node."""
+        return self.node * self.processes_per_node + self.local_rank
+
+    @property
+    def world_size(self) -> int:
+        """How many worker processes the pool has (``total_nodes * processes_per_node``)."""
+        return self.total_nodes * self.processes_per_node
 
     def to_json(self) -> str:
         return json.dumps(
@@ -58,6 +74,8 @@ class InstanceInfo:
                 "accelerators": self.accelerators,
                 "peers": [{"node": p.node, "addr": p.addr} for p in self.peers],
                 "pool_id": self.pool_id,
+                "local_rank": self.local_rank,
+                "processes_per_node": self.processes_per_node,
             }
         )
 
@@ -72,6 +90,8 @@ class InstanceInfo:
             accelerators=int(data.get("accelerators", 0)),
             peers=tuple(Peer(int(p["node"]), str(p["addr"])) for p in data.get("peers", ())),
             pool_id=str(data.get("pool_id", "")),
+            local_rank=int(data.get("local_rank", 0)),
+            processes_per_node=int(data.get("processes_per_node", 1)),
         )
 
 

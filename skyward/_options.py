@@ -68,6 +68,20 @@ class PoolOptions(BaseModel):
                      Field(description="a sky.Image(...)")]
     accelerator: Annotated[InstanceOf[Accelerator] | None, BeforeValidator(parse_accelerator),
                            Field(description='an accelerator such as "A100" or "H100:8", or None')] = None
+    processes_per_node: Annotated[Count | None,
+                                  Field(description="an integer >= 1, or None (one per GPU with the torch "
+                                                    "plugin on GPU nodes, else 1)")] = None
+
+    @property
+    def processes(self) -> int:
+        """Worker processes per node: as given, else one per GPU for the torch plugin on CUDA
+        nodes (as ``torchrun --nproc_per_node`` is used), else one."""
+        if self.processes_per_node is not None:
+            return self.processes_per_node
+        acc = self.accelerator
+        if acc is not None and acc.cuda and acc.count > 1 and any(p.name == "torch" for p in self.plugins):
+            return acc.count
+        return 1
 
 
 def pool_options(**values: Any) -> PoolOptions:

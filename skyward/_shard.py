@@ -65,8 +65,9 @@ def shard(
     striding), so shares differ in size by at most one item and together cover the data
     exactly once.
 
-    * ``node`` / ``total_nodes`` default to this node's place in the pool
-      (:func:`skyward.instance_info`); outside a pool that is node 0 of 1, so
+    * ``node`` / ``total_nodes`` default to this worker process's place in the pool: its
+      ``rank`` among ``world_size`` processes (:func:`skyward.instance_info`; with one process
+      per node, the node and the node count); outside a pool that is 0 of 1, so
       ``shard`` returns everything. Passing either one explicitly overrides the pool's value.
     * Several arrays are split with the *same* positions, so ``x[i]`` and ``y[i]`` still
       belong together afterwards. They must all have the same length.
@@ -139,11 +140,11 @@ def _resolve_node(node: int | None, total_nodes: int | None) -> tuple[int, int]:
     node_from_pool = node is None
     total_from_pool = total_nodes is None
     if node_from_pool or total_from_pool:
-        info = instance_info()
+        info = instance_info()  # one share per worker process: by global rank
         if node is None:
-            node = info.node
+            node = info.rank
         if total_nodes is None:
-            total_nodes = info.total_nodes
+            total_nodes = info.world_size
 
     n = _as_int("total_nodes", total_nodes, "an integer >= 1")
     if n < 1:

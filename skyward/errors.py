@@ -147,12 +147,14 @@ class PluginError(SkywardError):
 class ConnectionLost(SkywardError):
     """The byte stream to a worker broke."""
 
-    def __init__(self, node: int, reason: str, *, exit_code: int | None = None, log_tail: Sequence[str] = ()):
+    def __init__(self, node: int, reason: str, *, exit_code: int | None = None, log_tail: Sequence[str] = (),
+                 local_rank: int | None = None):
         self.node = node
+        self.local_rank = local_rank  # which of the node's worker processes, when it has several
         self.reason = reason
         self.exit_code = exit_code
         self.log_tail = list(log_tail)
-        msg = f"node {node}: {reason}"
+        msg = f"node {node}" + (f" (local rank {local_rank})" if local_rank is not None else "") + f": {reason}"
         if exit_code is not None:
             msg += f" ({_exit_text(exit_code)})"
         if self.log_tail:

@@ -134,8 +134,8 @@ def test_each_node_gets_its_rank_and_the_torchrun_variables(torch_pool: sky.Comp
         assert (r["node"], r["initialized"], r["rank"], r["world"], r["backend"]) == (node, True, node, n, "gloo")
         assert r["env"] == {
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": str(n), "RANK": str(node),
-            # Local: every rank shares this host.
-            "LOCAL_RANK": str(node), "LOCAL_WORLD_SIZE": str(n), "NODE_RANK": "0",
+            # One process per node: local ranks are per node, as torchrun sets them.
+            "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": str(node),
         }
 
 

@@ -13,7 +13,7 @@ import pytest
 import skyward as sky
 from skyward.accelerators import Accelerator
 from skyward.plugins._base import Cluster, Plugin
-from skyward.plugins._torch import distributed_env, requirement, setup_process_group
+from skyward.plugins._torch import distributed_env, host_share, node_devices, requirement, setup_process_group
 from skyward.runtime import InstanceInfo, Peer
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -199,28 +199,44 @@ def test_decorator_above_compute_is_rejected() -> None:
 # -- the torchrun variables ----------------------------------------------------------------------
 
 
-def test_one_rank_per_host() -> None:
+def test_one_process_per_node_gives_node_ranks() -> None:
     peers = (Peer(0, "10.0.0.1"), Peer(1, "10.0.0.2"), Peer(2, "10.0.0.3"))
-    info = InstanceInfo(node=2, total_nodes=3, head_addr="10.0.0.1", head_port=29501, peers=peers)
+    info = InstanceInfo(node=2, total_nodes=3, head_addr="10.0.0.1", head_port=29501, peers=peers, pool_id="p1")
     assert distributed_env(info) == {
         "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29501", "WORLD_SIZE": "3", "RANK": "2",
-        "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "2",
+        "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "2", "NODE_RANK": "2",
+        "TORCHELASTIC_RUN_ID": "p1",
     }
 
 
-def test_every_rank_on_one_host() -> None:
-    peers = tuple(Peer(i, "127.0.0.1") for i in range(3))
-    env = distributed_env(InstanceInfo(node=1, total_nodes=3, head_port=4000, peers=peers))
-    assert (env["RANK"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"], env["NODE_RANK"]) == ("1", "1", "3", "0")
-    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"]) == ("127.0.0.1", "4000", "3")
-
-
-def test_two_ranks_on_each_of_two_hosts() -> None:
-    peers = (Peer(0, "a"), Peer(1, "a"), Peer(2, "b"), Peer(3, "b"))
-    envs = [distributed_env(InstanceInfo(node=n, total_nodes=4, head_addr="a", peers=peers)) for n in range(4)]
-    assert [(e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"], e["NODE_RANK"]) for e in envs] == [
-        ("0", "2", "0"), ("1", "2", "0"), ("0", "2", "1"), ("1", "2", "1"),
+def test_several_processes_per_node_get_torchrun_ranks() -> None:
+    peers = (Peer(0, "a"), Peer(1, "b"))
+    envs = [distributed_env(InstanceInfo(node=n, total_nodes=2, head_addr="a", peers=peers, local_rank=r,
+                                         processes_per_node=2)) for n in range(2) for r in range(2)]
+    assert [(e["RANK"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"], e["GROUP_RANK"], e["WORLD_SIZE"]) for e in envs] == [
+        ("0", "0", "2", "0", "4"), ("1", "1", "2", "0", "4"), ("2", "0", "2", "1", "4"), ("3", "1", "2", "1", "4"),
     ]
+
+
+def test_local_ranks_are_per_node_even_when_nodes_share_a_host() -> None:
+    # The Local provider: every node on this host. LOCAL_RANK is per node, as torchrun sets
+    # it; the host's CPUs and GPUs are shared out over every process on it (host_share).
+    peers = tuple(Peer(i, "127.0.0.1") for i in range(3))
+    infos = [InstanceInfo(node=n, total_nodes=3, head_port=4000, peers=peers, local_rank=r, processes_per_node=2)
+             for n in range(3) for r in range(2)]
+    envs = [distributed_env(i) for i in infos]
+    assert [e["LOCAL_RANK"] for e in envs] == ["0", "1"] * 3 and {e["LOCAL_WORLD_SIZE"] for e in envs} == {"2"}
+    assert [host_share(i) for i in infos] == [(slot, 6) for slot in range(6)]
+
+
+def test_nodes_sharing_a_host_with_gpus_each_see_their_own() -> None:
+    peers = (Peer(0, "127.0.0.1"), Peer(1, "127.0.0.1"))
+    infos = [InstanceInfo(node=n, total_nodes=2, peers=peers, local_rank=r, processes_per_node=2)
+             for n in range(2) for r in range(2)]
+    assert [node_devices(i, host_gpus=4) for i in infos] == ["0,1", "0,1", "2,3", "2,3"]
+    assert node_devices(infos[0], host_gpus=3) is None  # too few to give every process one
+    alone = InstanceInfo(node=1, total_nodes=2, peers=(Peer(0, "a"), Peer(1, "b")), processes_per_node=2)
+    assert node_devices(alone, host_gpus=8) is None  # a host of its own: all its GPUs
 
 
 def test_single_node_sets_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

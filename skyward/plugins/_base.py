@@ -43,6 +43,7 @@ class Cluster:
     accelerator: Any = None  # skyward.accelerators.Accelerator | None
     provider: str = "local"
     concurrency: int = 1
+    processes_per_node: int = 1
 
     @property
     def cuda(self) -> bool:

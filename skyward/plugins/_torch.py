@@ -111,33 +111,64 @@ def _transform(image: Image, cluster: Cluster, *, packages: tuple[str, ...], cud
 
 
 def distributed_env(info: InstanceInfo) -> dict[str, str]:
-    """The torchrun-style variables for this node of the pool.
+    """The torchrun-style variables for this worker process of the pool.
 
-    ``RANK`` is the node number and ``WORLD_SIZE`` the number of nodes (one process per node).
-    Ranks are grouped into hosts by their peer address: ``LOCAL_RANK`` is this rank's position
-    among the ranks on its host, ``LOCAL_WORLD_SIZE`` how many ranks that host runs, and
-    ``NODE_RANK`` the host's position among the distinct hosts. With one rank per machine
-    that is ``LOCAL_RANK=0``, ``LOCAL_WORLD_SIZE=1``, ``NODE_RANK=RANK``; with every rank on
-    one host (the Local provider) it is ``LOCAL_RANK=RANK``, ``LOCAL_WORLD_SIZE=WORLD_SIZE``,
-    ``NODE_RANK=0``.
+    As ``torchrun --nnodes N --nproc_per_node K`` sets them: ``RANK`` is the process's global
+    rank (``node * K + local_rank``), ``WORLD_SIZE`` is ``N * K``, ``LOCAL_RANK`` and
+    ``LOCAL_WORLD_SIZE`` are per node (``local_rank`` and ``K``), ``GROUP_RANK`` and
+    ``NODE_RANK`` the node, ``TORCHELASTIC_RUN_ID`` the pool. Per node also on the Local
+    provider, where several nodes share one host.
     """
-    peers = sorted(info.peers, key=lambda p: p.node)
-    mine = next((p.addr for p in peers if p.node == info.node), None)
-    if mine is None:  # no peer list: assume a host of our own
-        local_rank, local_size, node_rank = 0, 1, info.node
-    else:
-        on_host = [p.node for p in peers if p.addr == mine]
-        hosts = list(dict.fromkeys(p.addr for p in peers))
-        local_rank, local_size, node_rank = on_host.index(info.node), len(on_host), hosts.index(mine)
     return {
         "MASTER_ADDR": info.head_addr,
         "MASTER_PORT": str(info.head_port),
-        "WORLD_SIZE": str(info.total_nodes),
-        "RANK": str(info.node),
-        "LOCAL_RANK": str(local_rank),
-        "LOCAL_WORLD_SIZE": str(local_size),
-        "NODE_RANK": str(node_rank),
+        "WORLD_SIZE": str(info.world_size),
+        "RANK": str(info.rank),
+        "LOCAL_RANK": str(info.local_rank),
+        "LOCAL_WORLD_SIZE": str(info.processes_per_node),
+        "GROUP_RANK": str(info.node),
+        "NODE_RANK": str(info.node),
+        "TORCHELASTIC_RUN_ID": info.pool_id or "skyward",
     }
+
+
+def host_share(info: InstanceInfo) -> tuple[int, int]:
+    """(this process's index among the worker processes on its *host*, how many there are).
+
+    Nodes of the Local provider (or several SSH nodes given one address) share a host: its
+    CPUs and GPUs are divided among all their processes, node by node."""
+    mine = next((p.addr for p in info.peers if p.node == info.node), None)
+    nodes_here = sorted(p.node for p in info.peers if p.addr == mine) if mine is not None else [info.node]
+    k = info.processes_per_node
+    return nodes_here.index(info.node) * k + info.local_rank, len(nodes_here) * k
+
+
+def node_devices(info: InstanceInfo, host_gpus: int) -> str | None:
+    """``CUDA_VISIBLE_DEVICES`` for this process when several nodes share its host (the Local
+    provider): each node sees its own ``processes_per_node`` GPUs, so that ``cuda:LOCAL_RANK``
+    is this process's device as under torchrun. None when the node has the host to itself or
+    the host has too few GPUs to give every process one."""
+    slot, on_host = host_share(info)
+    k = info.processes_per_node
+    if on_host == k or host_gpus < on_host:
+        return None
+    first = slot - info.local_rank
+    return ",".join(str(d) for d in range(first, first + k))
+
+
+def _host_gpu_count() -> int:
+    """GPUs on this host, asked of nvidia-smi (it does not touch CUDA, which must not start
+    before CUDA_VISIBLE_DEVICES is set); 0 without it."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
 # Two tasks running side by side on one worker (concurrency > 1) may both reach
@@ -151,7 +182,7 @@ def setup_process_group(info: InstanceInfo, backend: Backend | None = None,
 
     Guarantees:
 
-    1. A pool of one node: nothing is set or initialised; returns False.
+    1. A pool of one worker process: nothing is set or initialised; returns False.
     2. A process group already exists (the plugin, the decorator, or the user made it):
        nothing is changed; returns False. So calling this more than once is harmless.
     3. Otherwise the variables are exported, this rank is pinned to its own CUDA device when
@@ -163,7 +194,7 @@ def setup_process_group(info: InstanceInfo, backend: Backend | None = None,
     of its ranks, else "gloo". Asking for "nccl" when ranks would have to share a device
     raises RuntimeError (NCCL refuses two ranks on one GPU).
     """
-    if info.total_nodes < 2:
+    if info.world_size < 2:
         return False
     import torch
     import torch.distributed as dist
@@ -172,20 +203,25 @@ def setup_process_group(info: InstanceInfo, backend: Backend | None = None,
         if dist.is_initialized():
             return False
         env = distributed_env(info)
-        local_rank, local_size = int(env["LOCAL_RANK"]), int(env["LOCAL_WORLD_SIZE"])
+        slot, on_host = host_share(info)  # this process among all the processes on its host
+        gpu, gpu_users = slot, on_host  # which of the visible GPUs is ours, among how many users
+        visible = None if "CUDA_VISIBLE_DEVICES" in os.environ else node_devices(info, _host_gpu_count())
+        if visible is not None:  # (set before CUDA starts; the user's own setting wins)
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+            gpu, gpu_users = info.local_rank, info.processes_per_node
         devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        enough = devices >= local_size
+        enough = devices >= gpu_users
         if backend is None:
             backend = "nccl" if devices and enough else "gloo"
         if backend == "nccl" and not enough:
             raise RuntimeError(
-                f"backend 'nccl' needs one CUDA device per rank, but this host runs {local_size} "
-                f"ranks and has {devices} CUDA device(s); use backend='gloo' or fewer nodes per host"
+                f"backend 'nccl' needs one CUDA device per rank, but {gpu_users} ranks share this host's "
+                f"{devices} CUDA device(s); use backend='gloo' or fewer processes per host"
             )
         os.environ.update(env)
-        _share_cpus(torch, local_size)
+        _share_cpus(torch, on_host)
         if devices and enough:
-            torch.cuda.set_device(local_rank)
+            torch.cuda.set_device(gpu)  # cuda:LOCAL_RANK, as under torchrun
         dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=timeout))
         return True
 

@@ -51,6 +51,9 @@ class NodeConnection:
     listening: list[Any]
     #: Seconds a caller reading its own reply polls before it blocks (protocol.spinner).
     spin: float = 0.0
+    #: This worker's number among the ``processes`` worker processes of its node.
+    local_rank: int = 0
+    processes: int = 1
     _tasks: dict[int, _Task] = field(default_factory=dict)
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_TAIL))
     #: Resolved by READY (the worker's pid), or failed by FATAL (PluginError) or a loss.
@@ -268,7 +271,8 @@ class NodeConnection:
         # Let the stderr reader drain what the dying process wrote, for the error message.
         self._threads[1].join(0.5)
         what = f"{reason} while running {len(tasks)} task(s)" if tasks else reason
-        self.lost = WorkerLost(self.node, what, exit_code=exit_code, log_tail=list(self.tail))
+        self.lost = WorkerLost(self.node, what, exit_code=exit_code, log_tail=list(self.tail),
+                               local_rank=self.local_rank if self.processes > 1 else None)
         if not self.ready.done():
             self.ready.set_exception(self.lost)
         for task in tasks.values():
@@ -323,6 +327,11 @@ class NodeConnection:
                 task.timer.cancel()
             _fail(task.future, ConnectionLost(self.node, "the worker was stopped before the task finished"))
         return problem
+
+    @property
+    def where(self) -> str:
+        """How messages name this worker: "node 1", or "node 1, local rank 0" with several."""
+        return f"node {self.node}" + (f", local rank {self.local_rank}" if self.processes > 1 else "")
 
     @property
     def pid(self) -> int | None:

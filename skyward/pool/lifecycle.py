@@ -32,16 +32,18 @@ from skyward.transport import Transport, WorkerLaunch, reach
 class Nodes:
     """One pool's machines and the worker on each (see the module docstring)."""
 
-    def __init__(self, provider: Provider, spec: PoolSpec, settings: Callable[[InstanceInfo], Any],
+    def __init__(self, provider: Provider, spec: PoolSpec, processes: int, settings: Callable[[InstanceInfo], Any],
                  plugins: Payload, emit: Callable[[ev.Event], None], listening: list[Any], spin: float):
         self.provider = provider
         self.spec = spec
+        self.processes = processes  # worker processes per node
         self._settings = settings  # the SETUP message for one node
         self._plugins = plugins
         self._emit = emit
         self._listening = listening
         self._spin = spin
         self.instances: list[Instance] = []
+        #: One per worker process, in global rank order (node by node).
         self.connections: list[NodeConnection] = []
         self._transports: list[Transport] = []
         self._launches: list[WorkerLaunch] = []
@@ -79,19 +81,25 @@ class Nodes:
         return [f.result() for f in futures]
 
     def spawn(self, start_timeout: float) -> None:
-        """Start a worker on every prepared node and wait until each has said READY."""
+        """Start the workers on every prepared node (``processes`` each) and wait until each has
+        said READY."""
         deadline = time.monotonic() + start_timeout
         self.connections = connections = []  # stop() stops whatever started, even on failure
         for inst, transport, launch in zip(self.instances, self._transports, self._launches, strict=True):
             self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
-            connections.append(NodeConnection(inst.node, transport.host, transport.start(launch), self._emit,
-                                              self._listening, spin=self._spin))
+            for local_rank in range(self.processes):
+                connections.append(NodeConnection(inst.node, transport.host, transport.start(launch), self._emit,
+                                                  self._listening, spin=self._spin, local_rank=local_rank,
+                                                  processes=self.processes))
         head_port = self.provider.rendezvous_port(self.spec)
         peers = tuple(Peer(i.node, i.private_addr) for i in self.instances)
-        for inst, conn in zip(self.instances, connections, strict=True):
+        by_node = {inst.node: inst for inst in self.instances}
+        for conn in connections:
+            inst = by_node[conn.node]
             info = InstanceInfo(node=inst.node, total_nodes=self.spec.nodes, head_addr=peers[0].addr,
                                 head_port=head_port, accelerators=inst.accelerators, peers=peers,
-                                pool_id=self.spec.pool_id)
+                                pool_id=self.spec.pool_id, local_rank=conn.local_rank,
+                                processes_per_node=self.processes)
             conn.setup(self._settings(info), self._plugins)
         # Wait for all at once: a node whose around_app failed must be reported at once, not
         # after the nodes blocked waiting for it in a rendezvous have timed out.
@@ -108,7 +116,9 @@ class Nodes:
                 first = min(failed, key=lambda c: (not isinstance(c.ready.exception(), PluginError), c.node))
                 raise first.ready.exception()  # type: ignore[misc]
             for f in done:
-                self._emit(ev.NodeStage(pending.pop(f).node, "ready"))
+                conn = pending.pop(f)
+                if not any(c.node == conn.node for c in pending.values()):  # its node's last one
+                    self._emit(ev.NodeStage(conn.node, "ready"))
 
     def restart(self, start_timeout: float) -> None:
         """Replace every worker with a fresh one (machines and environments are kept)."""
@@ -138,13 +148,15 @@ class Nodes:
 
     def _stop_workers(self, *, graceful: bool) -> list[str]:
         for conn in self.connections:
-            self._emit(ev.NodeStage(conn.node, "stopping"))
+            if conn.local_rank == 0:
+                self._emit(ev.NodeStage(conn.node, "stopping"))
             conn.begin_stop(graceful=graceful)
         grace_end = time.monotonic() + (5.0 if graceful else 0.0)
         problems = []
         for conn in self.connections:
             problem = conn.finish_stop(grace_end)
             if problem:
-                problems.append(f"node {conn.node}: {problem}")
-            self._emit(ev.NodeStage(conn.node, "stopped"))
+                problems.append(f"{conn.where}: {problem}")
+            if conn.local_rank == self.processes - 1:
+                self._emit(ev.NodeStage(conn.node, "stopped"))
         return problems

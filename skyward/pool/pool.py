@@ -61,7 +61,10 @@ class ComputePool:
         nodes: number of nodes (>= 1).
         image: the environment each node needs (:class:`~skyward.Image`).
         plugins: :class:`~skyward.Plugin` values, applied in list order (first outermost).
-        concurrency: task slots per node (>= 1).
+        concurrency: task slots per worker process (>= 1).
+        processes_per_node: worker processes on each node (>= 1), as ``torchrun
+            --nproc_per_node`` starts them; a broadcast runs on every process, ordered by global
+            rank. Default: one per GPU with the torch plugin on CUDA nodes, else one.
         executor: ``"thread"`` (tasks share the worker process) or ``"process"`` (each slot
             is a child process of the worker, started once).
         accelerator: e.g. ``"A100:8"``; providers that rent machines choose by it.
@@ -83,6 +86,7 @@ class ComputePool:
         image: Any = None,
         plugins: Sequence[Plugin] = (),
         concurrency: int = 1,
+        processes_per_node: int | None = None,
         executor: Executor = "thread",
         accelerator: Any = None,
         idle_timeout: float = 30.0,
@@ -95,12 +99,14 @@ class ComputePool:
 
         options = pool_options(
             provider=provider, nodes=nodes, image=image, plugins=plugins, concurrency=concurrency,
+            processes_per_node=processes_per_node,
             executor=executor, accelerator=accelerator, idle_timeout=idle_timeout,
             heartbeat_interval=heartbeat_interval, start_timeout=start_timeout, console=console, on_event=on_event,
         )
         self.provider = options.provider
         self.nodes = options.nodes
         self.concurrency = options.concurrency
+        self.processes_per_node = options.processes
         self.executor = options.executor
         self.idle_timeout = options.idle_timeout
         self.heartbeat_interval = options.heartbeat_interval
@@ -121,7 +127,7 @@ class ComputePool:
         if options.on_event is not None:
             self._subscribers.append(options.on_event)
         self._state: Literal["new", "starting", "open", "closed"] = "new"
-        self._nodes = Nodes(self.provider, self.spec, self._settings, dumps_payload(list(self.plugins)), self._emit,
+        self._nodes = Nodes(self.provider, self.spec, self.processes_per_node, self._settings, dumps_payload(list(self.plugins)), self._emit,
                             self._subscribers, self._spin)
         self._dispatch = Dispatcher(self._require_open, self.restart_workers, lambda: self._stop(clean=False))
         self._client_stack = contextlib.ExitStack()
@@ -159,7 +165,7 @@ class ComputePool:
         started = time.monotonic()
         self._state = "starting"
         self._emit(ev.PoolStarting(self.id, self.nodes, self.provider.name))
-        cluster = Cluster(self.nodes, self.accelerator, self.provider.name, self.concurrency)
+        cluster = Cluster(self.nodes, self.accelerator, self.provider.name, self.concurrency, self.processes_per_node)
         image = self.image
         for plugin in self.plugins:
             if plugin.transform is not None:
@@ -291,7 +297,7 @@ class ComputePool:
         return list(self._nodes.instances)
 
     def worker_pids(self) -> list[int | None]:
-        """The process id of each node's worker as the provider sees it (None if unknown)."""
+        """The process id of each worker (by global rank) on its machine (None if unknown)."""
         return [c.pid for c in self._nodes.connections]
 
     def __repr__(self) -> str:
