@@ -5,9 +5,13 @@ Every node runs the same function. ``sky.plugins.torch()`` has already called
 DistributedDataParallel loop: a ``DistributedSampler`` gives each rank its half of the data,
 DDP averages the gradients during ``backward()``, and every rank ends with the same weights.
 
-Runs on this machine's CPU (two Local worker processes, gloo backend)::
+Runs on this machine's CPU (two Local nodes, gloo backend)::
 
     python guides/ddp_basic.py
+
+Each node runs one worker process (one rank) here; ``processes_per_node=K`` gives each node K
+ranks, as ``torchrun --nproc_per_node=K`` does (one per GPU is the default with this plugin
+on GPU nodes): ``train() @ pool`` then returns one result per rank, in rank order.
 
 For GPUs in the cloud, change only the pool: ``provider=sky.AWS(), accelerator="A100"``
 (the plugin then installs CUDA wheels and picks NCCL) and move model and batches to "cuda".
@@ -17,7 +21,7 @@ import skyward as sky
 
 
 @sky.compute
-@sky.stdout(only="head")  # one copy of the epoch log, from node 0
+@sky.stdout(only="head")  # one copy of the epoch log, from rank 0
 def train(epochs: int = 8) -> dict:
     import torch
     import torch.distributed as dist
@@ -57,8 +61,9 @@ def train(epochs: int = 8) -> dict:
 
 
 if __name__ == "__main__":
-    with sky.ComputePool(nodes=2, plugins=[sky.plugins.torch(backend="gloo")]) as pool:
-        results = train() @ pool  # one result per node, ordered by node
+    # 2 nodes x 1 process: 2 ranks (processes_per_node=2 would make it 4, two per node).
+    with sky.ComputePool(nodes=2, processes_per_node=1, plugins=[sky.plugins.torch(backend="gloo")]) as pool:
+        results = train() @ pool  # one result per rank, in rank order
 
     for r in results:
         print(f"rank {r['rank']}: final loss on its last batch {r['final_loss']:.4f}")

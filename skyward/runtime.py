@@ -110,7 +110,7 @@ def _should_print(only: Only) -> bool:
     if only is None:
         return False
     if only == "head":
-        return instance_info().is_head
+        return instance_info().rank == 0  # one copy: node 0's first process
     if callable(only):
         return bool(only(instance_info()))
     raise ConfigError("only", '"head", a predicate taking an InstanceInfo, or None', only)
@@ -160,7 +160,7 @@ def _output_control(streams: tuple[Stream, ...], only: Only) -> Callable[[Callab
 def stdout(only: Only = "head") -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Let only some nodes print to stdout while this task runs.
 
-    ``only="head"`` keeps node 0's output; a predicate ``only=lambda info: info.node < 2``
+    ``only="head"`` keeps the output of rank 0 (node 0's first worker process); a predicate ``only=lambda info: info.node < 2``
     decides per node. Place it under ``@sky.compute``. Silencing covers this task only.
     """
     return _output_control(("stdout",), only)
