@@ -416,20 +416,24 @@ def st(system: str, nodes: int) -> dict:
 
 
 @case
-def ddp_torchrun(steps: int, windows: int, warmup: int) -> dict:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-           f"--master_port={_free_port()}", os.path.join(BENCH_DIR, "ddp_script.py"),
-           "--steps", str(steps), "--windows", str(windows), "--warmup", str(warmup)]
+def ddp_torchrun(steps: int, windows: int, warmup: int, nodes: int = 1, procs: int = 2) -> dict:
+    """``nodes`` torchrun launchers on this machine (``--node_rank`` each), ``procs`` ranks each."""
+    port = _free_port()
+    cmds = [[sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--nproc_per_node={procs}",
+             f"--node_rank={i}", "--master_addr=127.0.0.1", f"--master_port={port}",
+             os.path.join(BENCH_DIR, "ddp_script.py"),
+             "--steps", str(steps), "--windows", str(windows), "--warmup", str(warmup)] for i in range(nodes)]
     t = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    launched = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for cmd in cmds]
+    outputs = [p.communicate(timeout=300) for p in launched]
     wall = time.perf_counter() - t
     try:
-        result = parse_result(done.stdout)
+        result = parse_result(outputs[0][0])  # node 0 holds rank 0
     except ValueError:
-        raise RuntimeError(f"torchrun failed ({done.returncode}):\n{done.stderr[-3000:]}") from None
+        raise RuntimeError(f"torchrun failed ({launched[0].returncode}):\n{outputs[0][1][-3000:]}") from None
     # Rank 0 reported its windows: a crash on the way out (torch has aborted in teardown here)
     # does not invalidate them; run.py notes it.
-    return dict(result, exit_code=done.returncode, wall=wall)
+    return dict(result, exit_code=max(p.returncode for p in launched), wall=wall)
 
 
 def _ddp_task(steps: int, windows: int, warmup: int) -> dict:
@@ -439,12 +443,13 @@ def _ddp_task(steps: int, windows: int, warmup: int) -> dict:
 
 
 @case
-def ddp_skyward(steps: int, windows: int, warmup: int) -> dict:
+def ddp_skyward(steps: int, windows: int, warmup: int, nodes: int = 2, procs: int = 1) -> dict:
     import skyward as sky
 
     task = _sky(_ddp_task)
     t = time.perf_counter()
-    with sky.ComputePool(nodes=2, plugins=[sky.plugins.torch(backend="gloo")], console=False) as pool:
+    with sky.ComputePool(nodes=nodes, processes_per_node=procs, plugins=[sky.plugins.torch(backend="gloo")],
+                         console=False) as pool:
         results = task(steps, windows, warmup) @ pool
         wall = time.perf_counter() - t
     return dict(next(r for r in results if r["rank"] == 0), wall=wall)

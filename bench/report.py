@@ -212,6 +212,11 @@ def write_report(path: str, meta: dict[str, Any], data: dict[str, Any], figs: di
             f"{p['reps']}, alternating. Nothing in the script sets thread counts: each launcher's environment "
             "applies. " + load_note(d))
         add(fig_table(figs, ["ddp.torchrun", "ddp.skyward"], "steps/s", "torchrun"))
+        if "ddp.skyward_2x2" in figs:
+            add("Several processes per node: the same function on 2 nodes × 2 processes (4 ranks on this "
+                "machine), launched by two `torchrun --nnodes=2 --nproc_per_node=2 --node_rank=I` and by "
+                "`ComputePool(nodes=2, processes_per_node=2, ...)`:\n\n"
+                + fig_table(figs, ["ddp.torchrun_2x2", "ddp.skyward_2x2"], "steps/s", "torchrun, 2 nodes × 2 processes"))
         add("Wall time of a whole launch (start, rendezvous, warm-up, timed windows, shutdown), s:\n\n"
             + fig_table(figs, ["ddpwall.torchrun", "ddpwall.skyward"], "s", "torchrun"))
         runs = by_system(d)

@@ -156,8 +156,10 @@ def section_start(plan: Plan) -> dict[str, Any]:
 
 def section_ddp(plan: Plan) -> dict[str, Any]:
     run = plan.pick({"steps": 60, "windows": 4, "warmup": 10}, {"steps": 5, "windows": 2, "warmup": 2})
-    d = _interleaved(plan, "DDP", dict(run, reps=plan.pick(3, 1)),
-                     {s: (f"ddp_{s}", run) for s in ("torchrun", "skyward")}, timeout=400)
+    jobs = {s: (f"ddp_{s}", run) for s in ("torchrun", "skyward")}
+    # 2 nodes x 2 processes: two torchrun launchers (--node_rank 0 and 1) against processes_per_node=2
+    jobs.update({f"{s}_2x2": (f"ddp_{s}", dict(run, nodes=2, procs=2)) for s in ("torchrun", "skyward")})
+    d = _interleaved(plan, "DDP", dict(run, reps=plan.pick(3, 1)), jobs, timeout=400)
     for s, runs in by_system(d).items():
         if any(r.get("exit_code") for r in runs):
             plan.notes.append(f"DDP under {s}: a launch exited with an error after rank 0 had reported its "
@@ -323,6 +325,9 @@ def figures(data: dict[str, Any]) -> dict[str, Figure]:
         for s in ("torchrun", "skyward"):
             add(f"ddp.{s}", s, "steps/s", [percentile(r["steps_per_s"], 50) for r in runs.get(s, [])], "ddp.torchrun")
             add(f"ddpwall.{s}", s, "s", [r["wall"] for r in runs.get(s, [])], "ddpwall.torchrun")
+            k = f"{s}_2x2"
+            add(f"ddp.{k}", f"{s}, 2 nodes × 2 processes", "steps/s",
+                [percentile(r["steps_per_s"], 50) for r in runs.get(k, [])], "ddp.torchrun_2x2")
     d = data.get("ssh", {})
     for kind, label in (("cold", "cold: fresh hosts, new image"), ("new_image", "new image, used hosts"),
                         ("warm", "warm: same image again")):
@@ -396,6 +401,9 @@ def targets(figs: dict[str, Figure], data: dict[str, Any]) -> list[Target]:
     out.append(Target("Local 4-node pool to first result ≤ 1 s", v, fmt(v, "{:.3f} s"), 1.0))
     r = ratio("ddp.skyward")
     out.append(Target("DDP steps/s ≥ 0.98× torchrun's", r, fmt(r, "{:.3f}×"), 0.98, at_most=False))
+    r = ratio("ddp.skyward_2x2")
+    out.append(Target("DDP, 2 nodes × 2 processes: steps/s ≥ 0.98× torchrun --nnodes 2 --nproc_per_node 2", r,
+                      fmt(r, "{:.3f}×"), 0.98, at_most=False))
     sizes = (data.get("ssh", {}).get("params") or {}).get("sizes") or [512]
     r = ratio(f"ssh.skyward.{sizes[-1]}")
     out.append(Target(f"over SSH, bulk transfer ({sizes[-1]} MiB) ≥ 50 % of OpenSSH's on the same link", r,
