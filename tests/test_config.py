@@ -132,3 +132,20 @@ def test_output_control_rejects_bad_only() -> None:
     with pytest.raises(sky.ConfigError) as info:
         sky.stdout(only="tail")  # type: ignore[arg-type]
     assert info.value.parameter == "only"
+
+
+def test_processes_per_node_defaults_to_one_per_gpu_with_the_torch_plugin_only() -> None:
+    from skyward._options import pool_options
+
+    torch_plugin = sky.plugins.torch()
+    assert pool_options(accelerator="A100:4", plugins=[torch_plugin]).processes == 4
+    assert pool_options(accelerator="A100:4").processes == 1  # no torch plugin: one per node
+    assert pool_options(plugins=[torch_plugin]).processes == 1  # no GPUs
+    assert pool_options(accelerator="A100:4", plugins=[torch_plugin], processes_per_node=2).processes == 2
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "2", True])
+def test_processes_per_node_must_be_a_positive_integer(value) -> None:
+    with pytest.raises(sky.ConfigError) as info:
+        sky.ComputePool(processes_per_node=value, console=False)
+    assert info.value.parameter == "processes_per_node"
