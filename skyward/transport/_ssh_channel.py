@@ -18,15 +18,20 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from skyward.errors import BootstrapError
-from skyward.transport.base import Channel
+from skyward.transport.base import Channel, CommandResult
 
-if TYPE_CHECKING:
-    from skyward.transport.ssh import SSHTransport
-
-__all__ = ["START_MARKER", "ChannelReader", "ChannelWriter", "SSHChannel", "hear_exit_signals", "read_start_marker"]
+__all__ = [
+    "START_MARKER",
+    "ChannelReader",
+    "ChannelWriter",
+    "Host",
+    "SSHChannel",
+    "hear_exit_signals",
+    "read_start_marker",
+]
 
 #: Printed (with the worker's pid) on stdout right before the worker is exec'd.
 START_MARKER = b"::skyward-worker:: "
@@ -170,10 +175,18 @@ def read_start_marker(chan: Any, host: str, timeout: float) -> tuple[int | None,
         chan.settimeout(None)
 
 
+class Host(Protocol):
+    """What a channel asks of its transport (an :class:`~skyward.transport.ssh.SSHTransport`)."""
+
+    def run(self, command: str, *, timeout: float | None = None) -> CommandResult: ...
+
+    def kill_group(self, pgid: int, timeout: float = 5.0) -> bool: ...
+
+
 class SSHChannel(Channel):
     """A worker started over SSH. ``pgid`` is its process group on the host (None if unknown)."""
 
-    def __init__(self, transport: SSHTransport, chan: Any, pgid: int | None, stdout_prefix: bytes,
+    def __init__(self, transport: Host, chan: Any, pgid: int | None, stdout_prefix: bytes,
                  stderr_prefix: bytes):
         self._transport = transport
         self._chan = chan

@@ -11,12 +11,20 @@ import base64
 import errno
 import hashlib
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from skyward.transport.ssh import SSHTransport
+__all__ = ["Target", "UnknownHostKey", "explain", "fingerprint", "reject_policy"]
 
-__all__ = ["UnknownHostKey", "explain", "fingerprint", "reject_policy"]
+
+class Target(Protocol):
+    """What a connect was aimed at (an :class:`~skyward.transport.ssh.SSHTransport`'s settings)."""
+
+    address: str
+    port: int
+    user: str
+    key_filename: str | None
+    known_hosts: tuple[str, ...]
+    connect_timeout: float
 
 
 def fingerprint(key: Any) -> str:
@@ -43,7 +51,7 @@ def reject_policy() -> Any:
     return RejectUnknown()
 
 
-def explain(t: SSHTransport, exc: BaseException) -> str:
+def explain(t: Target, exc: BaseException) -> str:
     """A precise, actionable sentence for ``t``'s failed connect."""
     import paramiko
 
