@@ -1,7 +1,7 @@
 """Why an SSH connection failed, as one precise, actionable sentence (see :func:`explain`).
 
 :func:`reject_policy` refuses a host whose key is in no known_hosts file with
-:class:`UnknownHostKey`, so that the message can show the key's fingerprint. paramiko is
+:class:`_UnknownHostKey`, so that the message can show the key's fingerprint. paramiko is
 imported inside functions only.
 """
 
@@ -13,7 +13,7 @@ import hashlib
 import socket
 from typing import Any, Protocol
 
-__all__ = ["Target", "UnknownHostKey", "explain", "fingerprint", "reject_policy"]
+__all__ = ["Target", "explain", "fingerprint", "reject_policy"]
 
 
 class Target(Protocol):
@@ -33,7 +33,10 @@ def fingerprint(key: Any) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-class UnknownHostKey(Exception):
+class _UnknownHostKey(Exception):
+    """A host key in no known_hosts file. The name is kept from before the split: it shows in
+    a failed connect's last output ("_UnknownHostKey: unknown host key for ...")."""
+
     def __init__(self, name: str, key: Any):
         super().__init__(f"unknown host key for {name}")
         self.name = name
@@ -41,12 +44,12 @@ class UnknownHostKey(Exception):
 
 
 def reject_policy() -> Any:
-    """A paramiko host key policy that refuses an unknown host with :class:`UnknownHostKey`."""
+    """A paramiko host key policy that refuses an unknown host with :class:`_UnknownHostKey`."""
     import paramiko
 
     class RejectUnknown(paramiko.MissingHostKeyPolicy):
         def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
-            raise UnknownHostKey(hostname, key)
+            raise _UnknownHostKey(hostname, key)
 
     return RejectUnknown()
 
@@ -57,7 +60,7 @@ def explain(t: Target, exc: BaseException) -> str:
 
     where = f"{t.address}:{t.port}"
     files = ", ".join(t.known_hosts) or "no known_hosts file"
-    if isinstance(exc, UnknownHostKey):
+    if isinstance(exc, _UnknownHostKey):
         return (f"the host key of {exc.name} ({exc.key.get_name()} {fingerprint(exc.key)}) is not in "
                 f"{files}; add it (e.g. `ssh-keyscan -p {t.port} {t.address} >> ~/.ssh/known_hosts` "
                 f"after checking the fingerprint) or, for throw-away machines only, pass verify_host_keys=False")

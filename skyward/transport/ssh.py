@@ -52,7 +52,7 @@ from skyward.transport._ssh_channel import (
     hear_exit_signals,
     read_start_marker,
 )
-from skyward.transport._ssh_errors import UnknownHostKey, explain, reject_policy
+from skyward.transport._ssh_errors import _UnknownHostKey, explain, reject_policy
 from skyward.transport.base import CommandResult, Transport, WorkerLaunch, guarded
 
 __all__ = ["SSHChannel", "SSHTransport"]
@@ -140,7 +140,7 @@ class SSHTransport(Transport):
                 error = BootstrapError(self.host, "connect", explain(self, exc), node=node,
                                        log_tail=[*log_tail, f"{type(exc).__name__}: {exc}"])
                 # A key that is unknown or does not match stays so: retrying cannot help.
-                error.permanent = isinstance(exc, (UnknownHostKey, paramiko.BadHostKeyException))
+                error.permanent = isinstance(exc, (_UnknownHostKey, paramiko.BadHostKeyException))
                 raise error from exc
             transport = client.get_transport()
             if transport is not None:
