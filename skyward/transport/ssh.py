@@ -22,21 +22,19 @@ Guarantees, in addition to those of :mod:`skyward.transport.base`:
    ``kill -9``s that group over a separate exec; :meth:`SSHChannel.confirm_gone` asks the host
    (``kill -0``) until the group is gone.
 
-paramiko is imported here, when an SSH pool starts — never by ``import skyward``.
+The worker's channel (:class:`SSHChannel`, the marker, the file-like channel ends) lives in
+:mod:`skyward.transport._ssh_channel`; what a failed connect says, in
+:mod:`skyward.transport._ssh_errors`. paramiko is imported here, when an SSH pool starts —
+never by ``import skyward``.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import errno
-import hashlib
 import io
 import logging
 import os
 import shlex
-import signal
-import socket
 import threading
 import time
 import uuid
@@ -46,19 +44,23 @@ from typing import Any
 from skyward._retry import Backoff
 from skyward.errors import BootstrapError
 from skyward.providers.base import SSHAddress
-from skyward.transport.base import Channel, CommandResult, Transport, WorkerLaunch, guarded
+from skyward.transport._ssh_channel import (
+    START_MARKER,
+    ChannelReader,
+    ChannelWriter,
+    SSHChannel,
+    hear_exit_signals,
+    read_start_marker,
+)
+from skyward.transport._ssh_errors import _UnknownHostKey, explain, reject_policy
+from skyward.transport.base import CommandResult, Transport, WorkerLaunch, guarded
 
 __all__ = ["SSHChannel", "SSHTransport"]
 
-#: Printed (with the worker's pid) on stdout right before the worker is exec'd.
-START_MARKER = b"::skyward-worker:: "
 _PID_MARKER = "::skyward-pid:: "
 # paramiko's default window is 2 MiB; a larger one keeps big task payloads flowing on links
 # with some latency (the window is credit, not memory allocated up front).
 _WINDOW = 16 * 1024 * 1024
-_MAX_READ = 1024 * 1024
-_RECV_ALL = 1 << 30  # "everything buffered": paramiko never holds more than the window
-_BUFFER = 256 * 1024
 _KEEPALIVE_S = 30
 
 
@@ -68,170 +70,6 @@ def _quiet_paramiko() -> None:
     logger = logging.getLogger("paramiko")
     if not logger.handlers:
         logger.addHandler(logging.NullHandler())
-
-
-def _fingerprint(key: Any) -> str:
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-class _UnknownHostKey(Exception):
-    def __init__(self, name: str, key: Any):
-        super().__init__(f"unknown host key for {name}")
-        self.name = name
-        self.key = key
-
-
-def _reject_policy() -> Any:
-    import paramiko
-
-    class RejectUnknown(paramiko.MissingHostKeyPolicy):
-        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
-            raise _UnknownHostKey(hostname, key)
-
-    return RejectUnknown()
-
-
-def _hear_exit_signals(transport: Any) -> None:
-    """Make ``transport``'s channels record a remote process killed by a signal.
-
-    sshd reports such a death with an ``exit-signal`` request (RFC 4254, 6.10: the signal's
-    name without "SIG"), which paramiko ignores, leaving ``exit_status`` at -1. For this
-    transport only, that request sets ``exit_status`` to minus the signal's number, as
-    ``subprocess`` reports it. Every other request goes to paramiko's own handler.
-    """
-    import paramiko
-
-    table = getattr(type(transport), "_channel_handler_table", None)
-    request = getattr(paramiko.common, "MSG_CHANNEL_REQUEST", None)
-    if not isinstance(table, dict) or request not in table:
-        return  # another paramiko: exit codes of killed workers read -1, as before
-    handle = table[request]
-
-    def handle_request(chan: Any, m: Any) -> None:
-        start = m.packet.tell()
-        if m.get_text() == "exit-signal":
-            m.get_boolean()  # want reply: never, for exit-signal
-            name = m.get_text()
-            try:
-                chan.exit_status = -int(signal.Signals["SIG" + name])
-            except KeyError:
-                chan.exit_status = -1
-            chan.status_event.set()
-            return
-        m.packet.seek(start)
-        handle(chan, m)
-
-    transport._channel_handler_table = {**table, request: handle_request}
-
-
-# -- file-like ends of a paramiko channel ----------------------------------------------------------
-
-
-class _ChannelReader(io.RawIOBase):
-    """A raw reader over ``recv``-like callables (stdout or stderr of a paramiko channel).
-
-    paramiko has no ``recv_into``, and its ``recv(n)`` with less than everything buffered
-    copies the rest of its buffer down each time. So every ``recv`` takes all that is
-    buffered, and what does not fit the caller's buffer waits here for the next read.
-    """
-
-    def __init__(self, recv: Callable[[int], bytes], prefix: bytes = b""):
-        self._recv = recv
-        self._pending = memoryview(prefix)
-
-    def readable(self) -> bool:
-        return True
-
-    def pending(self) -> int:
-        """Bytes received from the channel and not yet read (the channel's fd can't show them)."""
-        return len(self._pending)
-
-    def readinto(self, b: Any) -> int:
-        view = memoryview(b).cast("B")
-        if not self._pending:
-            try:
-                self._pending = memoryview(self._recv(_RECV_ALL))
-            except (OSError, EOFError):
-                return 0
-        n = min(len(view), len(self._pending))
-        view[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
-        return n
-
-
-class _ChannelWriter(io.RawIOBase):
-    """A raw writer onto a paramiko channel; ``close`` sends EOF (the worker sees end of input)."""
-
-    def __init__(self, chan: Any):
-        self._chan = chan
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b: Any) -> int:
-        view = memoryview(b).cast("B")
-        total = len(view)
-        while view:
-            sent = self._chan.send(view)  # raises OSError once the channel is closed
-            if sent == 0:
-                raise BrokenPipeError("the SSH channel to the worker is closed")
-            view = view[sent:]
-        return total
-
-    def close(self) -> None:
-        if not self.closed:
-            with contextlib.suppress(Exception):
-                self._chan.shutdown_write()
-        super().close()
-
-
-# -- the worker's channel --------------------------------------------------------------------------
-
-
-class SSHChannel(Channel):
-    """A worker started over SSH. ``pgid`` is its process group on the host (None if unknown)."""
-
-    def __init__(self, transport: SSHTransport, chan: Any, pgid: int | None, stdout_prefix: bytes,
-                 stderr_prefix: bytes):
-        self._transport = transport
-        self._chan = chan
-        self.pgid = pgid
-        self.stdin = io.BufferedWriter(_ChannelWriter(chan), _BUFFER)  # type: ignore[assignment]
-        self.stdout = _ChannelReader(chan.recv, stdout_prefix)  # type: ignore[assignment]  # the frame reader buffers
-        self.stderr = io.BufferedReader(_ChannelReader(chan.recv_stderr, stderr_prefix), _BUFFER)  # type: ignore[assignment]
-
-    def poll_fd(self) -> int:
-        # paramiko keeps a pipe that is readable exactly while the channel holds unread stdout
-        # (or has ended), so a waiting caller polls it like a local pipe (the frame reader
-        # counts what _ChannelReader already took).
-        return int(self._chan.fileno())
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        if not self._chan.status_event.wait(timeout):
-            return None
-        # -1: the channel closed without an exit status (killed by a signal, or closed by us).
-        return int(self._chan.exit_status)
-
-    def kill(self) -> None:
-        if self.pgid is not None:
-            with contextlib.suppress(Exception):
-                self._transport.run(f"kill -9 -{self.pgid} 2>/dev/null; true", timeout=10)
-            self._chan.status_event.wait(2.0)
-        with contextlib.suppress(Exception):
-            self._chan.close()
-
-    def confirm_gone(self, timeout: float = 5.0) -> bool:
-        deadline = time.monotonic() + timeout
-        self.wait(max(0.0, min(1.0, deadline - time.monotonic())))
-        if self.pgid is None:
-            # It never reported a pid, so it never reached the worker: gone once the channel is.
-            return self.wait(max(0.0, deadline - time.monotonic())) is not None
-        gone = self._transport.kill_group(self.pgid, max(0.0, deadline - time.monotonic()))
-        if gone:
-            with contextlib.suppress(Exception):
-                self._chan.close()
-        return gone
 
 
 # -- the transport ---------------------------------------------------------------------------------
@@ -286,7 +124,7 @@ class SSHTransport(Transport):
                     if os.path.isfile(path):
                         # "system" keys are only read, never written back.
                         client.load_system_host_keys(path)
-                client.set_missing_host_key_policy(_reject_policy())
+                client.set_missing_host_key_policy(reject_policy())
             else:
                 client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # in memory only
             explicit = self.key_filename is not None
@@ -299,7 +137,7 @@ class SSHTransport(Transport):
                 )
             except Exception as exc:
                 client.close()
-                error = BootstrapError(self.host, "connect", self._explain(exc), node=node,
+                error = BootstrapError(self.host, "connect", explain(self, exc), node=node,
                                        log_tail=[*log_tail, f"{type(exc).__name__}: {exc}"])
                 # A key that is unknown or does not match stays so: retrying cannot help.
                 error.permanent = isinstance(exc, (_UnknownHostKey, paramiko.BadHostKeyException))
@@ -307,52 +145,8 @@ class SSHTransport(Transport):
             transport = client.get_transport()
             if transport is not None:
                 transport.set_keepalive(_KEEPALIVE_S)
-                _hear_exit_signals(transport)
+                hear_exit_signals(transport)
             self._client = client
-
-    def _explain(self, exc: BaseException) -> str:
-        """A precise, actionable sentence for a failed connect."""
-        import paramiko
-
-        where = f"{self.address}:{self.port}"
-        files = ", ".join(self.known_hosts) or "no known_hosts file"
-        if isinstance(exc, _UnknownHostKey):
-            return (f"the host key of {exc.name} ({exc.key.get_name()} {_fingerprint(exc.key)}) is not in "
-                    f"{files}; add it (e.g. `ssh-keyscan -p {self.port} {self.address} >> ~/.ssh/known_hosts` "
-                    f"after checking the fingerprint) or, for throw-away machines only, pass verify_host_keys=False")
-        if isinstance(exc, paramiko.BadHostKeyException):
-            return (f"the host key of {where} ({_fingerprint(exc.key)}) does not match the one in {files} "
-                    f"({_fingerprint(exc.expected_key)}): the host was reinstalled, or someone is in between; "
-                    f"if you trust the new key, remove the old one (`ssh-keygen -R {self.address}`)")
-        if isinstance(exc, paramiko.PasswordRequiredException):
-            return (f"the private key {self.key_filename or '(from ~/.ssh)'} is protected by a passphrase; "
-                    f"load it into ssh-agent (`ssh-add`) and leave key unset")
-        if isinstance(exc, paramiko.AuthenticationException):
-            tried = f"the key {self.key_filename}" if self.key_filename else "the SSH agent's keys and ~/.ssh/id_*"
-            return (f"authentication as {self.user!r} was refused (tried {tried}); check that the matching "
-                    f"public key is in ~{self.user}/.ssh/authorized_keys on the host")
-        if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-            errors = list(exc.errors.values())
-            first = errors[0] if errors else exc
-            if isinstance(first, ConnectionRefusedError) or getattr(first, "errno", None) == errno.ECONNREFUSED:
-                return f"connection refused by {where} (no SSH server listening on port {self.port}?)"
-            return f"cannot reach {where}: {getattr(first, 'strerror', None) or first}"
-        if isinstance(exc, socket.gaierror):
-            return f"cannot resolve the host name {self.address!r}: {exc.strerror}"
-        if isinstance(exc, (socket.timeout, TimeoutError)):
-            return (f"no answer from {where} within {self.connect_timeout:g}s "
-                    f"(host down or unreachable, or the port is filtered)")
-        if isinstance(exc, ConnectionRefusedError):
-            return f"connection refused by {where} (no SSH server listening on port {self.port}?)"
-        if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN):
-            return f"cannot reach {where}: {exc.strerror}"
-        if isinstance(exc, paramiko.SSHException):
-            return f"the SSH handshake with {where} failed: {exc}"
-        if isinstance(exc, EOFError):
-            return f"{where} closed the connection during the SSH handshake"
-        if isinstance(exc, OSError):
-            return f"cannot connect to {where}: {exc.strerror or exc}"
-        return f"cannot connect to {where}: {type(exc).__name__}: {exc}"
 
     def _transport(self) -> Any:
         self.connect()
@@ -435,13 +229,13 @@ class SSHTransport(Transport):
             # Whatever the login shell (bash, zsh, fish...), the command is POSIX sh.
             chan.exec_command("exec /bin/sh -c " + shlex.quote(command))
             if stdin is not None:
-                _ChannelWriter(chan).write(stdin)  # paramiko's sendall can spin on a closed channel
+                ChannelWriter(chan).write(stdin)  # paramiko's sendall can spin on a closed channel
             if not hold_stdin:
                 chan.shutdown_write()
             deadline = None if timeout is None else time.monotonic() + timeout
 
             def pump(recv: Callable[[int], bytes], sink: Callable[[bytes], None]) -> None:
-                reader = io.BufferedReader(_ChannelReader(recv), 64 * 1024)
+                reader = io.BufferedReader(ChannelReader(recv), 64 * 1024)
                 if lines:
                     for raw in iter(reader.readline, b""):
                         sink(raw)
@@ -559,7 +353,7 @@ class SSHTransport(Transport):
             raise BootstrapError(self.host, "starting worker", str(exc)) from exc
         try:
             chan.exec_command(command)
-            pgid, stdout_rest, noise = self._read_marker(chan)
+            pgid, stdout_rest, noise = read_start_marker(chan, self.host, max(30.0, 3 * self.connect_timeout))
         except BaseException as exc:
             chan.close()
             if isinstance(exc, BootstrapError) or not isinstance(exc, Exception):
@@ -567,39 +361,6 @@ class SSHTransport(Transport):
             raise BootstrapError(self.host, "starting worker", f"{type(exc).__name__}: {exc}") from exc
         # Anything a login script printed before the marker goes to diagnostics, not the protocol.
         return SSHChannel(self, chan, pgid, stdout_rest, noise)
-
-    def _read_marker(self, chan: Any) -> tuple[int | None, bytes, bytes]:
-        """Read stdout up to the start marker: (pid, bytes after it, bytes before it)."""
-        deadline = time.monotonic() + max(30.0, 3 * self.connect_timeout)
-        buf = b""
-        chan.settimeout(0.5)
-        try:
-            while True:
-                idx = buf.find(START_MARKER)
-                if idx >= 0:
-                    end = buf.find(b"\n", idx)
-                    if end >= 0:
-                        pid = buf[idx + len(START_MARKER):end].strip()
-                        noise = buf[:idx].strip()
-                        return (int(pid) if pid.isdigit() else None), buf[end + 1:], noise + b"\n" if noise else b""
-                if time.monotonic() > deadline:
-                    raise BootstrapError(self.host, "starting worker", "the launch command never started",
-                                         log_tail=buf.decode("utf-8", "replace").splitlines()[-20:])
-                try:
-                    data = chan.recv(_MAX_READ)
-                except (socket.timeout, TimeoutError):
-                    continue
-                if not data:  # it exited before starting the worker: keep its words
-                    status = chan.exit_status if chan.status_event.wait(2.0) else None
-                    err = b""
-                    while chan.recv_stderr_ready():
-                        err += chan.recv_stderr(_MAX_READ)
-                    tail = (buf + err).decode("utf-8", "replace").splitlines()[-20:]
-                    raise BootstrapError(self.host, "starting worker", "the launch command exited early",
-                                         exit_code=status, log_tail=tail)
-                buf += data
-        finally:
-            chan.settimeout(None)
 
     def close(self) -> None:
         with self._lock:

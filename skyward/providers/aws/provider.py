@@ -2,22 +2,23 @@
 
 What :class:`AWS` does for a pool, in order (every step before the launch only reads):
 
-1. **Plan** (:meth:`AWS.plan`, also run by ``validate`` when the pool is made): the instance
-   types that fit the request, cheapest first (``describe_instance_types``, with the bundled
-   catalog as fallback), the AMI (SSM public parameters unless ``ami`` is given), and the
-   subnets — one per availability zone — that a launch may use.
-2. **Per-pool resources**: an ed25519 key pair made here (only the public half is sent to
-   AWS; the private half is written 0600 in a 0700 temporary directory and deleted with the
-   pool), a pool host key (so the client verifies the machines it connects to), and a
-   security group allowing SSH from ``ssh_cidr`` only and all traffic between its members.
-   Everything is tagged ``skyward:pool=<pool id>``.
-3. **Launch**: one ``RunInstances`` for all nodes (one subnet, so one AZ; all or none), with
-   the watchdog user data of :mod:`skyward.providers.aws.watchdog` and
-   ``InstanceInitiatedShutdownBehavior=terminate``. ``allocation="spot-if-available"`` tries
-   spot in each AZ, then on-demand; a refusal for capacity or quota moves on to the next
-   AZ, then the next-cheapest type (up to :data:`FALLBACK_TYPES`). Strict allocations try
-   only their market and raise :class:`~skyward.errors.CapacityError` naming the type, AZ
-   and AWS's message.
+1. **Plan** (:meth:`AWS.plan`, also run by ``validate`` when the pool is made;
+   :mod:`skyward.providers.aws.plan`): the instance types that fit the request, cheapest first
+   (``describe_instance_types``, with the bundled catalog as fallback), the AMI (SSM public
+   parameters unless ``ami`` is given), and the subnets — one per availability zone — that a
+   launch may use.
+2. **Per-pool resources** (:func:`~skyward.providers.aws.launch.create_access`): an ed25519
+   key pair made here (only the public half is sent to AWS; the private half is written 0600
+   in a 0700 temporary directory and deleted with the pool), a pool host key (so the client
+   verifies the machines it connects to), and a security group allowing SSH from ``ssh_cidr``
+   only and all traffic between its members. Everything is tagged ``skyward:pool=<pool id>``.
+3. **Launch** (:func:`~skyward.providers.aws.launch.launch`): one ``RunInstances`` for all
+   nodes (one subnet, so one AZ; all or none), with the watchdog user data of
+   :mod:`skyward.providers.aws.watchdog` and ``InstanceInitiatedShutdownBehavior=terminate``.
+   ``allocation="spot-if-available"`` tries spot in each AZ, then on-demand; a refusal for
+   capacity or quota moves on to the next AZ, then the next-cheapest type (up to
+   :data:`FALLBACK_TYPES`). Strict allocations try only their market and raise
+   :class:`~skyward.errors.CapacityError` naming the type, AZ and AWS's message.
 4. **Describe**: each instance carries its SSH address (the pool's key and host key) and its
    environment settings; the pool reaches and prepares it exactly as an SSH host, retrying
    the first connection while the machine boots (``boot_timeout``).
@@ -29,23 +30,28 @@ What :class:`AWS` does for a pool, in order (every step before the launch only r
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import shutil
 import sys
-import tempfile
 import threading
-import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Literal
 
-from skyward._retry import Backoff
-from skyward.errors import CapacityError, ConfigError, ProvisionError
+from skyward.errors import ConfigError, ProvisionError
 from skyward.providers.aws import catalog, watchdog
 from skyward.providers.aws import ec2 as api
-from skyward.providers.aws.keys import new_key_pair, public_key_of, write_private
-from skyward.providers.aws.plan import LaunchPlan, MachineImage, Placement
+from skyward.providers.aws.keys import public_key_of, write_private
+from skyward.providers.aws.launch import PoolState, create_access, launch, resolve_ssh_cidr
+from skyward.providers.aws.plan import (
+    DLAMI_PARAMETER,
+    FALLBACK_TYPES,
+    UBUNTU_PARAMETER,
+    LaunchPlan,
+    Placement,
+    choose,
+    plan_launch,
+)
 from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider, SSHAddress
 
 __all__ = [
@@ -59,55 +65,11 @@ __all__ = [
     "Placement",
 ]
 
-#: AWS Deep Learning Base OSS NVIDIA Driver GPU AMI (Ubuntu 22.04): NVIDIA driver and CUDA
-#: preinstalled. Parameter from the DLAMI developer guide ("Query AMI-ID with AWSCLI",
-#: https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html); ``{arch}`` is
-#: ``x86_64`` or ``arm64``.
-DLAMI_PARAMETER = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
-#: Canonical's Ubuntu 24.04 LTS server image; parameter layout documented by Canonical
-#: ("Finding Ubuntu images with the AWS SSM Parameter Store",
-#: https://documentation.ubuntu.com/aws/en/latest/aws-how-to/instances/find-ubuntu-images/);
-#: ``{arch}`` is ``amd64`` or ``arm64``.
-UBUNTU_PARAMETER = "/aws/service/canonical/ubuntu/server/24.04/stable/current/{arch}/hvm/ebs-gp3/ami-id"
-_UBUNTU_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 #: Where the client's public IPv4 address is looked up when ``ssh_cidr`` is not given
 #: (an AWS endpoint that answers with the caller's address as plain text).
 IP_LOOKUP_URL = "https://checkip.amazonaws.com"
 ALLOCATIONS = ("spot-if-available", "spot", "on-demand")
-#: How many of the cheapest fitting instance types a launch may fall back to.
-FALLBACK_TYPES = 3
 Allocation = Literal["spot-if-available", "spot", "on-demand"]
-
-# (region, endpoint, arch) -> (instance types, where they came from); see AWS._instance_types.
-_TYPES: dict[tuple[str, str, str | None], tuple[tuple[catalog.InstanceType, ...], str]] = {}
-_TYPES_LOCK = threading.Lock()
-
-
-# -- one pool's state -----------------------------------------------------------------------------
-
-
-@dataclass
-class _Pool:
-    pool_id: str
-    plan: LaunchPlan
-    directory: str = ""  # private temp dir: the pool's private key and known_hosts
-    key_path: str = ""
-    instances: list[Instance] = field(default_factory=list)
-    summary: str = ""  # "spot g5.xlarge in us-east-1a"
-    launch_in_flight: bool = False  # a RunInstances whose outcome is unknown
-
-
-# -- helpers ----------------------------------------------------------------------------------------
-
-
-def _lookup_public_ip(url: str, timeout: float = 5.0) -> str:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - a fixed https URL
-        return str(ipaddress.ip_address(response.read(64).decode().strip()))
-
-
-# -- the provider -----------------------------------------------------------------------------------
 
 
 class AWS(Provider):
@@ -240,111 +202,16 @@ class AWS(Provider):
         self._lock = threading.Lock()
         self._client: api.EC2 | None = None
         self._plans: dict[str, LaunchPlan] = {}
-        self._pools: dict[str, _Pool] = {}
+        self._pools: dict[str, PoolState] = {}
         self._owner: dict[str, str] = {}  # instance id -> pool id
 
-    # -- AWS access ------------------------------------------------------------------------------
     def _ec2(self) -> api.EC2:
         with self._lock:
             if self._client is None:
                 self._client = api.EC2.connect(self.region, session=self.session, profile=self.profile)
             return self._client
 
-    def _instance_types(self, ec2: api.EC2) -> tuple[tuple[catalog.InstanceType, ...], str]:
-        """Every type the region offers (EC2 API), or the bundled catalog when the API says no.
-
-        The answer is kept for the life of the process: instance specs do not change.
-        """
-        filters = [] if self.arch is None else [{"Name": "processor-info.supported-architecture",
-                                                 "Values": [self.arch]}]
-        key = (ec2.region, getattr(getattr(ec2.client, "meta", None), "endpoint_url", ""), self.arch)
-        with _TYPES_LOCK:
-            found = _TYPES.get(key)
-            if found is not None:
-                return found
-            try:
-                types = tuple(catalog.from_ec2_description(item)
-                              for page in ec2.pages("describe_instance_types", {"Filters": filters})
-                              for item in page.get("InstanceTypes", []))
-                found = (types, "ec2-api") if types else (catalog.load_catalog(), "catalog")
-                _TYPES[key] = found
-            except ProvisionError as exc:  # e.g. an IAM policy without ec2:DescribeInstanceTypes
-                found = (catalog.load_catalog(), f"catalog (describe_instance_types: {exc})")
-            return found
-
-    def _choose(self, types: Sequence[catalog.InstanceType], spec: PoolSpec) -> list[catalog.InstanceType]:
-        if self.instance_type is not None:
-            found = next((t for t in types if t.name == self.instance_type), None) or catalog.by_name(self.instance_type)
-            if found is None:
-                raise ConfigError("instance_type", "an instance type offered in this region", self.instance_type)
-            if spec.accelerator is not None:
-                catalog.select([found], accelerator=spec.accelerator)  # raises naming "accelerator"
-            return [found]
-        return catalog.select(types, accelerator=spec.accelerator, vcpus=self.vcpus, memory_gb=self.memory_gb,
-                              arch=self.arch)
-
-    def _placements(self, ec2: api.EC2) -> tuple[Placement, ...]:
-        if self.subnet_id is not None:
-            try:
-                subnets = ec2.call("describe_subnets", {"SubnetIds": [self.subnet_id]}).get("Subnets", [])
-            except ProvisionError as exc:
-                if not api.aws_code(exc).startswith("InvalidSubnetID"):
-                    raise
-                subnets = []
-            if not subnets:
-                raise ConfigError("subnet_id", "a subnet in this region", self.subnet_id)
-            s = subnets[0]
-            return (Placement(s["SubnetId"], s["AvailabilityZone"], s["VpcId"]),)
-        vpcs = ec2.call("describe_vpcs", {"Filters": [{"Name": "is-default", "Values": ["true"]}]}).get("Vpcs", [])
-        if not vpcs:
-            raise ConfigError("subnet_id", "a subnet id (this region has no default VPC)", None)
-        vpc = vpcs[0]["VpcId"]
-        subnets = ec2.call("describe_subnets", {"Filters": [{"Name": "vpc-id", "Values": [vpc]},
-                                                            {"Name": "default-for-az", "Values": ["true"]}]})
-        places = sorted((Placement(s["SubnetId"], s["AvailabilityZone"], vpc) for s in subnets.get("Subnets", [])),
-                        key=lambda p: p.zone)
-        if not places:
-            raise ConfigError("subnet_id", "a subnet id (the default VPC has no default subnets)", None)
-        return tuple(places)
-
-    def _zones(self, ec2: api.EC2, names: Sequence[str]) -> dict[str, tuple[str, ...]]:
-        if self.subnet_id is not None:
-            return {}  # one subnet: RunInstances itself says if the type is not offered there
-        try:
-            offers = [o for page in ec2.pages("describe_instance_type_offerings", {
-                "LocationType": "availability-zone", "Filters": [{"Name": "instance-type", "Values": list(names)}]})
-                for o in page.get("InstanceTypeOfferings", [])]
-        except ProvisionError:
-            return {}
-        zones: dict[str, list[str]] = {}
-        for offer in offers:
-            zones.setdefault(offer["InstanceType"], []).append(offer["Location"])
-        return {name: tuple(sorted(z)) for name, z in zones.items()}
-
-    def _image(self, ec2: api.EC2, arch: str, cuda: bool) -> MachineImage:
-        if self.ami is None:
-            parameter = (DLAMI_PARAMETER.format(arch=arch) if cuda
-                         else UBUNTU_PARAMETER.format(arch=_UBUNTU_ARCH.get(arch, arch)))
-            image_id, source = ec2.ssm_parameter(parameter), f"ssm:{parameter}"
-        elif self.ami.startswith("resolve:ssm:"):
-            parameter = self.ami[len("resolve:ssm:"):]
-            image_id, source = ec2.ssm_parameter(parameter), f"ssm:{parameter}"
-        else:
-            image_id, source = self.ami, "ami"
-        try:
-            images = ec2.call("describe_images", {"ImageIds": [image_id]}).get("Images", [])
-        except ProvisionError as exc:
-            if not api.aws_code(exc).startswith("InvalidAMIID"):
-                raise
-            images = []
-        if not images:
-            raise ConfigError("ami", f"an AMI that exists in {ec2.region}", image_id, detail=f"from {source}")
-        image = images[0]
-        root = image.get("RootDeviceName")
-        size = max((m.get("Ebs", {}).get("VolumeSize", 0) for m in image.get("BlockDeviceMappings", [])
-                    if m.get("DeviceName") == root), default=0)
-        return MachineImage(image_id, source, root, int(size or 0))
-
+    # -- 1. plan ----------------------------------------------------------------------------------
     def plan(self, spec: PoolSpec) -> LaunchPlan:
         """What a launch for ``spec`` would do, resolved with read-only calls; nothing is created.
 
@@ -352,22 +219,10 @@ class AWS(Provider):
         """
         if not isinstance(spec.nodes, int) or spec.nodes < 1:
             raise ConfigError("nodes", "an integer >= 1", spec.nodes)
-        ec2 = self._ec2()
-        types, source = self._instance_types(ec2)
-        candidates = self._choose(types, spec)[:FALLBACK_TYPES]
-        placements = self._placements(ec2)
-        zones = self._zones(ec2, [t.name for t in candidates])
-        images = {}
-        for t in candidates:
-            if (t.arch, t.cuda) not in images:
-                images[(t.arch, t.cuda)] = self._image(ec2, t.arch, t.cuda)
-        by_allocation: dict[str, tuple[api.Market, ...]] = {
-            "spot-if-available": ("spot", "on-demand"), "spot": ("spot",), "on-demand": ("on-demand",)}
-        markets = by_allocation[self.allocation]
-        return LaunchPlan(spec.pool_id, spec.nodes, ec2.region, tuple(candidates), placements, markets,
-                          images, zones, source)
+        return plan_launch(self._ec2(), spec, instance_type=self.instance_type, vcpus=self.vcpus,
+                           memory_gb=self.memory_gb, arch=self.arch, allocation=self.allocation, ami=self.ami,
+                           subnet_id=self.subnet_id)
 
-    # -- the provider contract -----------------------------------------------------------------
     def validate(self, spec: PoolSpec) -> None:
         """Resolve the launch plan now, so a request AWS cannot serve fails before any launch."""
         try:
@@ -377,18 +232,20 @@ class AWS(Provider):
         except ProvisionError:
             # AWS unreachable right now: check what can be checked offline; provision will
             # try again (and say what is wrong).
-            self._choose(catalog.load_catalog(), spec)
+            choose(catalog.load_catalog(), spec, instance_type=self.instance_type, vcpus=self.vcpus,
+                   memory_gb=self.memory_gb, arch=self.arch)
             return
         with self._lock:
             self._plans[spec.pool_id] = plan
 
+    # -- 2, 3. launch -----------------------------------------------------------------------------
     def provision(self, spec: PoolSpec) -> list[Instance]:
         """Launch ``spec.nodes`` instances and return them, or clean up everything and raise."""
         with self._lock:
             plan = self._plans.pop(spec.pool_id, None)
         if plan is None or plan.nodes != spec.nodes:
             plan = self.plan(spec)
-        pool = _Pool(spec.pool_id, plan)
+        pool = PoolState(spec.pool_id, plan)
         with self._lock:
             self._pools[spec.pool_id] = pool
         try:
@@ -397,30 +254,31 @@ class AWS(Provider):
             self._clean_up_failed(pool, exc)
             raise
 
-    def _provision(self, pool: _Pool) -> list[Instance]:
+    def _provision(self, pool: PoolState) -> list[Instance]:
         ec2 = self._ec2()
-        plan = pool.plan
-        ssh_cidr = self._resolve_ssh_cidr()
-        pool.directory = tempfile.mkdtemp(prefix=f"skyward-aws-{pool.pool_id}-")  # mode 0700
-        if self.ssh_key is not None:
-            pool.key_path, public = self.ssh_key, self._public_key or ""
-        else:
-            private, public = new_key_pair()
-            pool.key_path = write_private(pool.directory, "id_ed25519", private)
-        host_key = None
-        if self.known_hosts is None:
-            host_private, host_public = new_key_pair()
-            host_key = watchdog.HostKey("ed25519", host_public, host_private)
-
-        key_name = api.resource_name(pool.pool_id)
-        ec2.call("import_key_pair", api.key_pair_request(pool.pool_id, public))
-        group_id = ec2.call("create_security_group", api.security_group_request(pool.pool_id, plan.vpc_id))["GroupId"]
-        ec2.call("authorize_security_group_ingress", api.ingress_request(group_id, ssh_cidr))
+        ssh_cidr = resolve_ssh_cidr(self.ssh_cidr, self.ip_lookup_url)
+        group_id, host_key = create_access(ec2, pool, ssh_cidr=ssh_cidr, ssh_key=self.ssh_key,
+                                           public_key=self._public_key, make_host_key=self.known_hosts is None)
         user_data = watchdog.user_data(idle_timeout=self.idle_timeout, max_lifetime=self.max_lifetime,
                                        host_key=host_key)
+        described = launch(ec2, pool, group_id=group_id, user_data=user_data, disk_gb=self.disk_gb,
+                           public_ip=self.public_ip, allocation=self.allocation, boot_timeout=self.boot_timeout,
+                           teardown_timeout=self.teardown_timeout)
+        instances = self._describe(pool, described, host_key)
+        for inst in instances:
+            ec2.call("create_tags", {"Resources": [inst.id], "Tags": [{"Key": api.TAG_NODE, "Value": str(inst.node)}]})
+        pool.instances = instances
+        with self._lock:
+            for inst in instances:
+                self._owner[inst.id] = pool.pool_id
+        return instances
 
-        described = self._launch(ec2, pool, group_id, key_name, user_data)
-        itype = next(t for t in plan.candidates if t.name == described[0]["InstanceType"])
+    # -- 4. describe ------------------------------------------------------------------------------
+    def _describe(self, pool: PoolState, described: Sequence[Mapping[str, Any]],
+                  host_key: watchdog.HostKey | None) -> list[Instance]:
+        """The running instances as the pool reaches them: SSH address (with the pool's
+        known_hosts file when it has a host key) and environment settings, by node."""
+        itype = next(t for t in pool.plan.candidates if t.name == described[0]["InstanceType"])
         known: tuple[str, ...] = self.known_hosts or ()
         if host_key is not None:
             addrs = [self._connect_address(i["InstanceId"], i.get("PrivateIpAddress") or "",
@@ -444,12 +302,6 @@ class AWS(Provider):
                 ssh=SSHAddress(address, self.user, key=pool.key_path, known_hosts=known,
                                connect_timeout=self.connect_timeout),
                 environment=replace(environment, note=f"{pool.summary}: {item['InstanceId']} at {private_ip}")))
-        for inst in instances:
-            ec2.call("create_tags", {"Resources": [inst.id], "Tags": [{"Key": api.TAG_NODE, "Value": str(inst.node)}]})
-        pool.instances = instances
-        with self._lock:
-            for inst in instances:
-                self._owner[inst.id] = pool.pool_id
         return instances
 
     def _connect_address(self, instance_id: str, private_ip: str, public_ip: str | None) -> str:
@@ -462,89 +314,7 @@ class AWS(Provider):
                                  "or ssh_via='private' when this client is inside the VPC", provider="aws")
         return public_ip
 
-    def _resolve_ssh_cidr(self) -> str:
-        if self.ssh_cidr is not None:
-            return self.ssh_cidr
-        try:
-            address = _lookup_public_ip(self.ip_lookup_url)
-        except (OSError, ValueError) as exc:
-            raise ConfigError("ssh_cidr", "this client's public address as a range, e.g. '203.0.113.7/32'", None,
-                              detail=f"could not look it up at {self.ip_lookup_url}: {exc}") from None
-        return f"{address}/{32 if ':' not in address else 128}"
-
-    def _launch(self, ec2: api.EC2, pool: _Pool, group_id: str, key_name: str,
-                user_data: str) -> list[Mapping[str, Any]]:
-        """Try the plan's attempts in order; return the running instances' descriptions by node."""
-        plan = pool.plan
-        refusals: list[str] = []
-        last: tuple[str, str] = ("", "")
-        for n, (itype, place, market) in enumerate(plan.attempts()):
-            image = plan.image_for(itype)
-            disk = max(self.disk_gb, image.min_disk_gb)
-            request = api.run_instances_request(
-                pool_id=pool.pool_id, count=plan.nodes, instance_type=itype.name, image_id=image.image_id,
-                subnet_id=place.subnet_id, group_id=group_id, key_name=key_name, market=market,
-                user_data=user_data, client_token=f"skyward-{pool.pool_id}-{n}-{uuid.uuid4().hex[:8]}",
-                root_device=image.root_device, disk_gb=disk, public_ip=self.public_ip)
-            last = (itype.name, place.zone)
-            pool.launch_in_flight = True
-            try:
-                answer = ec2.call("run_instances", request, instance_type=itype.name, zone=place.zone)
-            except CapacityError as exc:
-                pool.launch_in_flight = False
-                refusals.append(f"{market} {itype.name} in {place.zone}: {exc}")
-                continue
-            except ProvisionError as exc:
-                if api.aws_code(exc):  # AWS answered with an error: nothing was launched
-                    pool.launch_in_flight = False
-                raise
-            pool.launch_in_flight = False
-            ids = [i["InstanceId"] for i in answer.get("Instances", [])]
-            if len(ids) != plan.nodes:
-                refusals.append(f"{market} {itype.name} in {place.zone}: EC2 started {len(ids)} of {plan.nodes}")
-                self._give_up_attempt(ec2, pool, ids)
-                continue
-            running, problem = self._wait_running(ec2, ids)
-            if problem:
-                refusals.append(f"{market} {itype.name} in {place.zone}: {problem}")
-                self._give_up_attempt(ec2, pool, ids)
-                continue
-            pool.summary = f"{market} {itype.name} in {place.zone}"
-            if refusals:
-                pool.summary += f" (after: {refusals[-1]})"
-            by_index = sorted(running, key=lambda item: (item.get("AmiLaunchIndex", 0), item["InstanceId"]))
-            return by_index
-        shown = refusals[-8:]
-        more = f"\n  ... and {len(refusals) - len(shown)} earlier" if len(refusals) > len(shown) else ""
-        raise CapacityError(f"no {self.allocation} capacity for {plan.nodes} node(s); AWS answered:{more}\n  "
-                            + "\n  ".join(shown), provider="aws", instance_type=last[0], zone=last[1])
-
-    def _give_up_attempt(self, ec2: api.EC2, pool: _Pool, ids: Sequence[str]) -> None:
-        """Terminate a failed attempt's instances: those EC2 named, and any other of the pool's
-        (an answer may have been incomplete); nothing of the pool runs before the next attempt."""
-        tagged = [i.id for i in api.list_resources(ec2, pool.pool_id).live_instances]
-        left = api.terminate(ec2, list(dict.fromkeys([*ids, *tagged])), timeout=self.teardown_timeout)
-        if left:
-            raise ProvisionError(f"could not confirm the termination of {', '.join(left)}", provider="aws")
-
-    def _wait_running(self, ec2: api.EC2, ids: Sequence[str]) -> tuple[list[Mapping[str, Any]], str]:
-        """Wait until every instance runs with a private address: (descriptions, "") or ([], why not)."""
-        ready: list[Mapping[str, Any]] = []
-        for _ in Backoff(timeout=self.boot_timeout, delay=0.2, max_delay=3.0):
-            states = api.instance_states(ec2, ids)
-            for item in states.values():
-                state = item.get("State", {}).get("Name")
-                if state in api.GONE_STATES or state == "stopped":
-                    reason = item.get("StateReason", {}).get("Message") or state
-                    return [], f"{item['InstanceId']} went {state} while starting ({reason})"
-            ready = [states[i] for i in ids if i in states and states[i].get("State", {}).get("Name") == "running"
-                     and states[i].get("PrivateIpAddress")]
-            if len(ready) == len(ids):
-                return ready, ""
-        raise ProvisionError(f"instances not running after {self.boot_timeout:g}s: "
-                             + ", ".join(i for i in ids if i not in {r['InstanceId'] for r in ready}),
-                             provider="aws")
-
+    # -- 5. release -------------------------------------------------------------------------------
     def terminate(self, instances: list[Instance]) -> None:
         """Release every pool these instances belong to, by tag, and confirm it."""
         with self._lock:
@@ -559,7 +329,7 @@ class AWS(Provider):
         if problems:
             raise ProvisionError("; ".join(problems), provider="aws")
 
-    def _release(self, pool: _Pool, *, settle: float) -> api.PoolResources | None:
+    def _release(self, pool: PoolState, *, settle: float) -> api.PoolResources | None:
         """Destroy the pool's tagged resources, forget it, drop its private files."""
         left = api.destroy(self._ec2(), pool.pool_id, timeout=self.teardown_timeout, settle=settle)
         if left.empty:
@@ -571,7 +341,7 @@ class AWS(Provider):
                 shutil.rmtree(pool.directory, ignore_errors=True)
         return left
 
-    def _clean_up_failed(self, pool: _Pool, error: BaseException) -> None:
+    def _clean_up_failed(self, pool: PoolState, error: BaseException) -> None:
         """After a failed or interrupted launch: remove everything, even on a second Ctrl-C."""
         outcome: list[Any] = []
 
