@@ -101,6 +101,7 @@ class SSHTransport(Transport):
         shown = f"[{address}]" if ":" in address else address
         self.host = f"{user}@{shown}" + (f":{port}" if port != 22 else "")
         self._client: Any = None
+        self._closed = False
         self._sftp: Any = None
         self._home: str | None = None
         self._lock = threading.Lock()
@@ -113,6 +114,8 @@ class SSHTransport(Transport):
         Raises BootstrapError(step="connect") saying why (``node`` and ``log_tail`` go into it).
         """
         with self._lock:
+            if self._closed:  # closed for good: a late call must not open a new connection
+                raise ConnectionResetError(f"the SSH connection to {self.host} was closed")
             if self._client is not None:
                 return
             import paramiko
@@ -199,11 +202,12 @@ class SSHTransport(Transport):
         wrapped = f"printf '%s%s\\n' {shlex.quote(_PID_MARKER)} \"$$\" && {guarded(command)}"
         try:
             return self._exec(wrapped, emit("stdout"), emit("stderr"), timeout=timeout, lines=True, hold_stdin=True)
-        except TimeoutError:
+        finally:
+            # Timed out, interrupted or done: nothing of the command's group is left when this
+            # returns (done, only the switch itself was: it ends with the channel, now confirmed).
             if pid:
                 with contextlib.suppress(ConnectionError):
                     self.kill_group(pid[0], 10.0)
-            raise
 
     def kill_group(self, pgid: int, timeout: float = 5.0) -> bool:
         """``kill -9`` process group ``pgid`` on the host until it is gone; False if it is still
@@ -364,6 +368,7 @@ class SSHTransport(Transport):
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             client, self._client = self._client, None
             sftp, self._sftp = self._sftp, None
         with contextlib.suppress(Exception):
