@@ -114,9 +114,11 @@ class BootstrapError(SkywardError):
     """Preparing a machine (environment build, worker start) failed on ``host`` at ``step``."""
 
     def __init__(self, host: str, step: str, message: str, *, exit_code: int | None = None,
-                 log_tail: Sequence[str] = (), node: int | None = None):
+                 log_tail: Sequence[str] = (), node: int | None = None, permanent: bool = False):
         self.host = host
         self.step = step
+        #: Trying again cannot help (a host key that does not match): not retried.
+        self.permanent = permanent
         self.exit_code = exit_code
         self.log_tail = list(log_tail)
         self.node = node

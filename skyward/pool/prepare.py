@@ -142,7 +142,7 @@ class _Preparation:
 
         retry(lambda: self.transport.connect(node=self.instance.node),
               Backoff(timeout=self.env.reach_timeout, delay=1.0, factor=1.5, max_delay=5.0),
-              on=BootstrapError, giveup=lambda exc: getattr(exc, "permanent", False), on_retry=waiting)
+              on=BootstrapError, giveup=lambda exc: isinstance(exc, BootstrapError) and exc.permanent, on_retry=waiting)
 
     def _sh(self, command: str, stdin: bytes | None = None) -> None:
         result = self.transport.run(command, timeout=60.0, stdin=stdin)

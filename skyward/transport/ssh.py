@@ -140,11 +140,11 @@ class SSHTransport(Transport):
                 )
             except Exception as exc:
                 client.close()
-                error = BootstrapError(self.host, "connect", explain(self, exc), node=node,
-                                       log_tail=[*log_tail, f"{type(exc).__name__}: {exc}"])
                 # A key that is unknown or does not match stays so: retrying cannot help.
-                error.permanent = isinstance(exc, (_UnknownHostKey, paramiko.BadHostKeyException))
-                raise error from exc
+                raise BootstrapError(self.host, "connect", explain(self, exc), node=node,
+                                     log_tail=[*log_tail, f"{type(exc).__name__}: {exc}"],
+                                     permanent=isinstance(exc, (_UnknownHostKey, paramiko.BadHostKeyException))
+                                     ) from exc
             transport = client.get_transport()
             if transport is not None:
                 transport.set_keepalive(_KEEPALIVE_S)
