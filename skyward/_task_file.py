@@ -35,7 +35,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 from skyward._config import STRICT, Count, Flag, reject, validate
 from skyward.accelerators import parse_accelerator
-from skyward.errors import ConfigError
+from skyward.errors import ConfigError, SkywardError
 
 __all__ = ["Resources", "TaskFile", "load_task", "parse_minimum"]
 
@@ -159,7 +159,11 @@ class TaskFile(BaseModel):
 def load_task(path: str | os.PathLike[str]) -> TaskFile:
     """Read and validate a task file; relative ``workdir`` and ``file_mounts`` sources are taken
     from the current directory (as SkyPilot does) and must exist."""
-    import yaml
+    try:
+        import yaml
+    except ImportError as exc:  # an optional dependency: the worker and the library never need it
+        raise SkywardError("skyward launch reads task files with PyYAML, which is not installed: "
+                           "pip install 'skyward[launch]'") from exc
 
     where = os.fspath(path)
     try:

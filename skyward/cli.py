@@ -207,7 +207,7 @@ def _down(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 
 def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    from skyward.errors import ConfigError
+    from skyward.errors import ConfigError, SkywardError
     from skyward.launch import execute, plan
 
     try:
@@ -218,6 +218,9 @@ def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     except ConfigError as exc:
         err.write(f"skyward: error: {exc}\n")
         return 2
+    except SkywardError as exc:
+        err.write(f"skyward: error: {exc}\n")
+        return 1
     if args.dryrun:
         out.write("dry run: nothing was started\n")
         return 0

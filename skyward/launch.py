@@ -247,10 +247,12 @@ def make_provider(p: LaunchPlan) -> Any:
                    allocation="spot-if-available" if p.use_spot else "on-demand")
 
 
-def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, err: IO[str] | None = None) -> int:
+def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_event: Any = None,
+            err: IO[str] | None = None) -> int:
     """Run the plan on a fresh pool; returns the exit status (see the module docstring).
 
-    ``provider`` replaces the one the plan names (tests pass an SSH provider for test hosts).
+    ``provider`` replaces the one the plan names (e.g. an ``sky.SSH`` with options the command
+    line has no flags for); ``console`` and ``on_event`` are the pool's.
     """
     import skyward as sky
     from skyward.errors import CommandFailed, SkywardError
@@ -258,7 +260,7 @@ def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, err: I
     err = err or sys.stderr
     try:
         with sky.ComputePool(provider=provider or make_provider(p), nodes=p.nodes,
-                             accelerator=p.accelerator, console=console) as pool:
+                             accelerator=p.accelerator, console=console, on_event=on_event) as pool:
             cwd = _sync_files(pool, p)
             if p.setup:
                 sky.shell(p.setup, env=p.env, cwd=cwd) @ pool
