@@ -134,11 +134,18 @@ def main(argv: list[str]) -> int:
         status.flush()
         return 0
     control = sys.stdin.fileno()
+    # SIGCHLD wakes the select below the moment the command ends (no polling delay).
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     stopped = False
-    returncode: int | None = None
+    returncode = proc.poll()
     while returncode is None:
-        ready, _, _ = select.select([control], [], [], 0.05)
-        if ready and not os.read(control, 64):  # the worker closed it, or is gone
+        ready, _, _ = select.select([control, wake_r], [], [], 1.0)
+        if wake_r in ready:
+            os.read(wake_r, 512)
+        if control in ready and not os.read(control, 64):  # the worker closed it, or is gone
             stopped = True
             break
         returncode = proc.poll()

@@ -52,9 +52,7 @@ def run_command(spec: ShellCommand) -> CommandResult:
         cwd = os.path.expandvars(os.path.expanduser(spec.cwd))
         if not os.path.isdir(cwd):
             raise ConfigError("cwd", f"a directory that exists on node {info.node}", spec.cwd)
-    env = dict(os.environ)
-    env.pop(runtime.ENV_VAR, None)  # the worker's own business, not the command's
-    env.update(spec.env)
+    env = {**os.environ, **dict(spec.env)}
     shell = shutil.which("bash") or "/bin/sh"
     status_r, status_w = os.pipe()
     try:
