@@ -156,6 +156,21 @@ class TaskFile(BaseModel):
     run: _text("shell code (a string) run on every node; required")  # type: ignore[valid-type]
 
 
+def _in_resources(exc: ConfigError) -> ConfigError:
+    """Name a problem inside ``resources:`` as ``resources.KEY``, listing that block's keys."""
+    match = re.fullmatch(r"resources\['(\w+)'\]", exc.parameter)
+    if match is None:
+        return exc
+    accepted = exc.accepted
+    key = match.group(1)
+    if accepted.startswith("one of "):  # an unknown key: the accepted keys are the block's own
+        accepted = "one of " + ", ".join(sorted(Resources.model_fields))
+    elif accepted == TaskFile.model_fields["resources"].description and key in Resources.model_fields:
+        accepted = Resources.model_fields[key].description or accepted  # the key's own, not the block's
+    return ConfigError(f"resources.{match.group(1)}", accepted, exc.got if exc.got != exc.parameter
+                       else f"resources.{match.group(1)}", detail=exc.detail)
+
+
 def load_task(path: str | os.PathLike[str]) -> TaskFile:
     """Read and validate a task file; relative ``workdir`` and ``file_mounts`` sources are taken
     from the current directory (as SkyPilot does) and must exist."""
@@ -180,7 +195,10 @@ def load_task(path: str | os.PathLike[str]) -> TaskFile:
     if "run" not in data:  # (pydantic would show the whole file, secrets included, as the value)
         raise ConfigError("run", "shell code run on every node: every task file needs a `run` key",
                           "no `run` key", detail=f"in {where}")
-    task = validate(TaskFile, data)
+    try:
+        task = validate(TaskFile, data)
+    except ConfigError as exc:
+        raise _in_resources(exc) from None
     if task.workdir is not None and not Path(task.workdir).expanduser().is_dir():
         raise ConfigError("workdir", "a local directory that exists", task.workdir)
     for dest, source in task.file_mounts.items():

@@ -279,7 +279,8 @@ def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_eve
 
 
 def _sync_files(pool: Any, p: LaunchPlan) -> str | None:
-    """Copy the file mounts and the workdir to the nodes; returns the run's directory there."""
+    """Copy the file mounts and the workdir to the nodes; returns the run's directory there
+    (without a workdir: this directory on the Local provider, the home directory elsewhere)."""
     local = pool.provider.name == "local"
     for dest, source in p.file_mounts.items():
         blob = _pack(source, f"file_mounts[{dest!r}]")
@@ -289,7 +290,7 @@ def _sync_files(pool: Any, p: LaunchPlan) -> str | None:
         else:
             task @ pool
     if p.workdir is None:
-        return None
+        return None if local else "~"  # (elsewhere the worker's directory is skyward's own)
     if local:
         return p.workdir
     dest = f"~/.skyward/workdirs/{pool.task_id}"
