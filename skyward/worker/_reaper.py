@@ -126,8 +126,9 @@ def main(argv: list[str]) -> int:
     become_subreaper()
     status = os.fdopen(status_fd, "w")
     try:
-        proc = subprocess.Popen([shell, "-c", command], stdin=subprocess.DEVNULL, process_group=0,
-                                pass_fds=(), close_fds=True)
+        # (SIGINT is ignored here and by the worker; the command gets the default back.)
+        proc = subprocess.Popen([shell, "-c", command], stdin=subprocess.DEVNULL, process_group=0, close_fds=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509 (one thread)
     except OSError as exc:
         print(f"skyward: cannot start {shell}: {exc}", file=sys.stderr, flush=True)
         status.write("127 0 0\n")
@@ -145,6 +146,7 @@ def main(argv: list[str]) -> int:
         ready, _, _ = select.select([control, wake_r], [], [], 1.0)
         if wake_r in ready:
             os.read(wake_r, 512)
+            reap(me, proc.pid)  # orphans that ended (the command itself is polled below)
         if control in ready and not os.read(control, 64):  # the worker closed it, or is gone
             stopped = True
             break
