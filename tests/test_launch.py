@@ -248,3 +248,40 @@ def test_the_mingpt_example_trains_across_two_ssh_hosts(example: str, test_hosts
     text = "\n".join(lines)
     assert code == 0, text[-3000:] + err.getvalue()
     check_training(text)
+
+
+def test_ctrl_c_tears_everything_down_with_exit_status_130(tmp_path: Path) -> None:
+    from tests.conftest import wait_gone
+
+    task = write(tmp_path, f"""
+        num_nodes: 2
+        run: |
+          sleep 300 & echo $! > {tmp_path}/n$SKYPILOT_NODE_RANK.pid
+          (setsid sleep 300 & echo $! > {tmp_path}/d$SKYPILOT_NODE_RANK.pid)
+          echo started
+          wait
+    """)
+    proc = subprocess.Popen([sys.executable, "-m", "skyward.cli", "launch", str(task)], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    names = [f"{k}{n}.pid" for k in "nd" for n in (0, 1)]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / n).exists() and (tmp_path / n).read_text().strip() for n in names):
+        assert time.monotonic() < deadline and proc.poll() is None, "the task did not start"
+        time.sleep(0.05)
+    pids = [int((tmp_path / n).read_text()) for n in names]
+    workers = [w for w in skyward_workers() if parent_of(w) == proc.pid]  # this launch's Local workers
+    assert len(workers) == 2
+    proc.send_signal(2)  # SIGINT, as Ctrl-C sends it
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert wait_gone(pids + workers, 5) == []
+
+
+def parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except OSError:
+        return -1
