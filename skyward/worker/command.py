@@ -76,6 +76,9 @@ def run_command(spec: ShellCommand) -> CommandResult:
         raise
     finally:
         os.close(status_r)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
     returncode, _stopped, left = status
     if left:
         lines.add("stderr", f"skyward: {left} process(es) of the command could not be killed")
