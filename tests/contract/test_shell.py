@@ -259,8 +259,9 @@ def test_a_dead_worker_takes_its_commands_tree_with_it(new_pool, tmp_path: Path,
 
 WORKER_SCRIPT = """
 import os, sys, time
-open(os.path.join(sys.argv[1], "worker-%s-%s.pid" % (os.environ["SKYWARD_NODE_RANK"], os.environ["LOCAL_RANK"])),
-     "w").write(str(os.getpid()))
+name = os.path.join(sys.argv[1], "worker-%s-%s.pid" % (os.environ["SKYWARD_NODE_RANK"], os.environ["LOCAL_RANK"]))
+open(name + ".tmp", "w").write(str(os.getpid()))
+os.replace(name + ".tmp", name)  # (whole, or not there yet)
 time.sleep(300)
 """
 
