@@ -116,14 +116,18 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
 
 
 def test_dryrun_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
-    before = set(skyward_workers())
-    started = time.monotonic()
     done = cli(str(ROOT / "examples/mingpt/train.yaml"), "--dryrun", "--num-nodes", "3", "--env", "MINGPT_STEPS=2")
     assert done.returncode == 0, done.stderr
     assert "task 'mingpt-torchrun': 3 node(s) on local" in done.stdout
     assert "env MINGPT_STEPS=2" in done.stdout and "--node_rank=${SKYPILOT_NODE_RANK}" in done.stdout
     assert "dry run: nothing was started" in done.stdout
-    assert set(skyward_workers()) <= before and time.monotonic() - started < 30
+    assert "starting" not in done.stderr and "ready" not in done.stderr  # no pool's stages
+    # Hosts nobody can reach (TEST-NET-1): a plan that connected would fail or hang.
+    started = time.monotonic()
+    done = cli(str(ROOT / "examples/mingpt/train.yaml"), "--dryrun", "--provider", "ssh",
+               "--hosts", "me@192.0.2.55,me@192.0.2.56", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "me@192.0.2.55, me@192.0.2.56" in done.stdout and time.monotonic() - started < 20
 
 
 def test_dryrun_on_aws_shows_the_instance_type_and_its_price_without_calling_aws(tmp_path: Path) -> None:
@@ -227,7 +231,8 @@ def test_the_mingpt_example_trains_across_two_nodes_of_a_local_pool(example: str
     done = cli(f"examples/mingpt/{example}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     check_training(done.stdout)
-    assert "[node 0] mingpt: done" in done.stdout
+    if example == "train.yaml":  # --node_rank: rank 0 is node 0 (c10d may give it to either node)
+        assert "[node 0] mingpt: done" in done.stdout
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
