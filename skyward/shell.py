@@ -18,53 +18,13 @@ guardian process that owns its whole process tree (see :mod:`skyward.worker.comm
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Mapping
 
 from skyward.compute import PendingCompute, TaskOptions
 from skyward.errors import ConfigError
+from skyward.worker.command import CommandResult, Only, ShellCommand, run_command
 
 __all__ = ["CommandResult", "ShellCommand", "shell"]
-
-#: Lines of output a result (or a CommandFailed) keeps.
-TAIL_LINES = 50
-
-#: Which nodes stream the command's output to the console: every node ("all", the default),
-#: the head only ("head"), those a predicate of InstanceInfo accepts, or none (None).
-Only = Literal["all", "head"] | Callable[[Any], bool] | None
-
-
-@dataclass(frozen=True, slots=True)
-class ShellCommand:
-    """What a node needs to run one command (built and checked by :func:`shell`)."""
-
-    command: str
-    env: tuple[tuple[str, str], ...] = ()
-    cwd: str | None = None
-    check: bool = True
-    only: Only = "all"
-
-
-@dataclass(frozen=True, slots=True)
-class CommandResult:
-    """How a command ended on one node.
-
-    ``returncode`` is the exit code, or minus the signal number if a signal ended it;
-    ``output`` holds the last lines of its stdout and stderr (in arrival order).
-    """
-
-    node: int
-    returncode: int
-    output: str
-    command: str
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-    def __repr__(self) -> str:
-        return f"CommandResult(node={self.node}, returncode={self.returncode}, output=<{len(self.output)} chars>)"
 
 
 def shell(
@@ -120,8 +80,6 @@ def shell(
         raise ConfigError("timeout", "a positive number of seconds or None", timeout)
     if not (only is None or only in ("all", "head") or callable(only)):
         raise ConfigError("only", '"all", "head", a predicate taking an InstanceInfo, or None', only)
-    from skyward.worker.command import run_command
-
     spec = ShellCommand(command, tuple(pairs), where, check, only)
     name = "shell: " + _short(command)
     return PendingCompute(run_command, (spec,), {}, TaskOptions(name, float(timeout) if timeout else None))

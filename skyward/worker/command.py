@@ -28,13 +28,54 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from skyward import runtime
 from skyward.errors import CommandFailed, ConfigError
-from skyward.shell import TAIL_LINES, CommandResult, ShellCommand
 
-__all__ = ["KILL_GRACE", "run_command"]
+__all__ = ["KILL_GRACE", "CommandResult", "ShellCommand", "run_command"]
+
+#: Lines of output a result (or a CommandFailed) keeps.
+TAIL_LINES = 50
+
+#: Which nodes stream the command's output to the console: every node ("all", the default),
+#: the head only ("head"), those a predicate of InstanceInfo accepts, or none (None).
+Only = Literal["all", "head"] | Callable[[Any], bool] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ShellCommand:
+    """What a node needs to run one command (built and checked by :func:`skyward.shell`)."""
+
+    command: str
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str | None = None
+    check: bool = True
+    only: Only = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """How a command ended on one node.
+
+    ``returncode`` is the exit code, or minus the signal number if a signal ended it;
+    ``output`` holds the last lines of its stdout and stderr (in arrival order).
+    """
+
+    node: int
+    returncode: int
+    output: str
+    command: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def __repr__(self) -> str:
+        return f"CommandResult(node={self.node}, returncode={self.returncode}, output=<{len(self.output)} chars>)"
+
 
 #: Seconds a stopped command's processes get after SIGTERM before SIGKILL (kept well below the
 #: 2 s a failed broadcast gives the other nodes, and the worker's shutdown grace).
@@ -110,7 +151,7 @@ def _stop(proc: subprocess.Popen[bytes], status_r: int, lines: _Lines) -> None:
             lines.add("stderr", "skyward: the command's guardian did not confirm the stop; killing it")
             proc.kill()
             return
-        except BaseException:  # interrupted again while stopping: keep stopping
+        except BaseException:  # noqa: BLE001, S112 (interrupted again while stopping: keep stopping)
             continue
 
 
