@@ -107,3 +107,40 @@ def test_ctrl_c_during_local_kills_the_whole_tree_including_a_daemon_in_its_own_
     assert "KeyboardInterrupt" in err
     assert wait_gone(pids, 5) == []
     assert time.monotonic() - started < 10
+
+
+def test_node_environment_counts_gpus_or_worker_processes_and_aliases_every_name() -> None:
+    from skyward._instance import InstanceInfo, Peer, node_environment
+
+    peers = (Peer(0, "10.0.0.1"), Peer(1, "10.0.0.2"), Peer(2, "10.0.0.3"))
+    gpu = node_environment(InstanceInfo(node=2, total_nodes=3, head_addr="10.0.0.1", accelerators=4,
+                                        peers=peers), "run-1")
+    assert gpu["SKYWARD_NODE_IPS"] == "10.0.0.1\n10.0.0.2\n10.0.0.3"
+    assert (gpu["SKYWARD_NODE_RANK"], gpu["SKYWARD_NUM_NODES"], gpu["SKYWARD_NUM_GPUS_PER_NODE"]) == ("2", "3", "4")
+    assert (gpu["SKYWARD_HEAD_IP"], gpu["SKYWARD_TASK_ID"]) == ("10.0.0.1", "run-1")
+    for name in ("NODE_IPS", "NODE_RANK", "NUM_NODES", "NUM_GPUS_PER_NODE", "TASK_ID"):
+        assert gpu[f"SKYPILOT_{name}"] == gpu[f"SKYWARD_{name}"]
+    cpu = node_environment(InstanceInfo(node=0, total_nodes=3, peers=peers), "run-1", processes_per_node=2)
+    assert cpu["SKYWARD_NUM_GPUS_PER_NODE"] == "2"
+
+
+def test_a_cancelled_command_on_the_process_executor_loses_its_whole_tree(tmp_path: Path) -> None:
+    command = f"""
+        sleep 300 & echo $! > {tmp_path}/child.pid
+        (setsid sleep 300 & echo $! > {tmp_path}/daemon.pid)
+        echo $$ > {tmp_path}/shell.pid
+        wait
+    """
+    with sky.ComputePool(nodes=1, executor="process", console=False) as pool:
+        future = sky.shell(command) > pool
+        deadline = time.monotonic() + 60
+        names = ("child", "daemon", "shell")
+        while not all((tmp_path / f"{n}.pid").exists() and (tmp_path / f"{n}.pid").read_text().strip()
+                      for n in names):
+            assert time.monotonic() < deadline and not future.done()
+            time.sleep(0.02)
+        pids = [int((tmp_path / f"{n}.pid").read_text()) for n in names]
+        assert all(pid_alive(p) for p in pids)
+        assert future.cancel()
+        assert wait_gone(pids, 5) == []
+        assert (sky.shell("echo still usable") >> pool).output == "still usable"
