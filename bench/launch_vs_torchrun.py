@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from _common import machine  # noqa: E402
+from _common import machine
 
 EXAMPLE = ROOT / "examples" / "mingpt"
 STEPS_RE = re.compile(r"mingpt: steps/s=([0-9.]+)")
