@@ -244,7 +244,7 @@ def make_provider(p: LaunchPlan) -> Any:
     memory = parse_minimum(p.memory, "--memory")
     return sky.AWS(region=p.region, instance_type=p.instance_type, vcpus=cpus[0] if cpus else None,
                    memory_gb=memory[0] if memory else None,
-                   allocation="spot-if-available" if p.use_spot else "on-demand")
+                   allocation="spot" if p.use_spot else "on-demand")
 
 
 def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_event: Any = None,

@@ -290,3 +290,22 @@ def parent_of(pid: int) -> int:
             return int(f.read().rsplit(b")", 1)[1].split()[1])
     except OSError:
         return -1
+
+
+def test_the_plan_configures_the_provider_it_names(tmp_path: Path) -> None:
+    from skyward.launch import make_provider
+
+    task = write(tmp_path, """
+        num_nodes: 2
+        resources: {cpus: 8+, memory: 32+, use_spot: true, region: eu-west-1}
+        run: echo
+    """)
+    aws = make_provider(plan(task, provider="aws"))
+    assert isinstance(aws, sky.AWS)
+    assert (aws.region, aws.vcpus, aws.memory_gb, aws.allocation) == ("eu-west-1", 8, 32, "spot")
+    typed = make_provider(plan(write(tmp_path, "run: echo\nresources: {instance_type: g6.xlarge}\n", "t.yaml"),
+                               provider="aws"))
+    assert (typed.instance_type, typed.allocation) == ("g6.xlarge", "on-demand")
+    ssh = make_provider(plan(task, provider="ssh", hosts=["me@10.1.2.3", "me@10.1.2.4", "me@10.1.2.5"]))
+    assert isinstance(ssh, sky.SSH) and len(ssh.hosts) == 2  # as many hosts as nodes
+    assert isinstance(make_provider(plan(task)), sky.Local)
