@@ -265,6 +265,13 @@ def write_report(path: str, meta: dict[str, Any], data: dict[str, Any], figs: di
             "starting `cat` (Skyward's worker is already running): read the largest size.\n\n"
             + table(["size", "OpenSSH GB/s (p10–p90)", "Skyward GB/s (p10–p90)", "Skyward ÷ OpenSSH"], rows))
 
+    add("## 7. `skyward launch` against plain `torchrun`")
+    add("Measured by its own script, not by this run: `python bench/launch_vs_torchrun.py` trains "
+        "`examples/mingpt` (2 nodes × 1 process, gloo on CPU) started by `skyward launch "
+        "examples/mingpt/train.yaml` (Local provider) and by two `torchrun --node_rank 0|1` started by hand "
+        "with the same arguments, alternating, and prints rank 0's steps/s ratio (goal ≥ 0.98×) and the time "
+        "from start to the first optimizer step for both; it writes `bench/results/launch_vs_torchrun.json`.")
+
     add("## Method notes")
     add(METHOD_NOTES + "- Section seconds in this run: "
         + ", ".join(f"{k} {v:.0f}" for k, v in meta["section_seconds"].items()) + ".")

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from skyward.errors import (
         BootstrapError,
         CapacityError,
+        CommandFailed,
         ConfigError,
         ConnectionLost,
         PluginError,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from skyward.providers.local import Local
     from skyward.providers.ssh import SSH
     from skyward.runtime import InstanceInfo, Peer, instance_info, shard, silent, stderr, stdout
+    from skyward.shell import CommandResult, shell
 
 # Bound eagerly: ``skyward.compute`` is also the name of a submodule, and importing that
 # submodule would otherwise leave the module (not the decorator) as ``sky.compute``.
@@ -57,13 +59,14 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(["ComputeFunction", "PendingCompute", "PendingGather", "compute", "gather"], "skyward.compute"),
     **dict.fromkeys(
         [
-            "BootstrapError", "CapacityError", "ConfigError", "ConnectionLost", "PluginError",
+            "BootstrapError", "CapacityError", "CommandFailed", "ConfigError", "ConnectionLost", "PluginError",
             "ProvisionError", "RemoteError", "SerializationError", "SkywardError", "TaskCancelled",
             "TaskTimeout", "WorkerLost",
         ],
         "skyward.errors",
     ),
     "Image": "skyward.image",
+    **dict.fromkeys(["CommandResult", "shell"], "skyward.shell"),
     "Cluster": "skyward.plugins._base",
     "Plugin": "skyward.plugins._base",
     "ComputePool": "skyward.pool",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from skyward.errors import ConfigError
 
-__all__ = ["ENV_VAR", "InstanceInfo", "Peer", "instance_info"]
+__all__ = ["ENV_VAR", "InstanceInfo", "Peer", "instance_info", "node_environment"]
 
 #: The environment variable through which a pool tells each worker who it is (JSON).
 ENV_VAR = "COMPUTE_POOL"
@@ -122,3 +122,28 @@ def instance_info() -> InstanceInfo:
         info = InstanceInfo()
     _cached = (raw, info)
     return info
+
+
+def node_environment(info: InstanceInfo, task_id: str, processes_per_node: int = 1) -> dict[str, str]:
+    """The variables every node's worker exports (and so every task and shell command sees).
+
+    ``SKYWARD_NODE_IPS`` lists each node's address as the others reach it, one per line, head
+    first; ``SKYWARD_NUM_GPUS_PER_NODE`` is the node's accelerator count, or on a node without
+    accelerators the number of worker processes per node (so ``torchrun
+    --nproc_per_node=$SKYWARD_NUM_GPUS_PER_NODE`` starts one process per slot on a laptop);
+    ``SKYWARD_TASK_ID`` is the same on every node and unique per pool. Each ``SKYPILOT_*``
+    name is an alias, so run scripts written for SkyPilot work unchanged.
+    """
+    ips = "\n".join(p.addr for p in sorted(info.peers, key=lambda p: p.node))
+    gpus = info.accelerators if info.accelerators > 0 else processes_per_node
+    env = {
+        "NODE_IPS": ips,
+        "NODE_RANK": str(info.node),
+        "NUM_NODES": str(info.total_nodes),
+        "NUM_GPUS_PER_NODE": str(gpus),
+        "TASK_ID": task_id,
+    }
+    out = {f"SKYWARD_{k}": v for k, v in env.items()}
+    out["SKYWARD_HEAD_IP"] = info.head_addr
+    out.update({f"SKYPILOT_{k}": v for k, v in env.items()})
+    return out

@@ -1,7 +1,10 @@
-"""The ``skyward`` command: see and remove the cloud resources pools left behind.
+"""The ``skyward`` command: run task files, and see and remove the cloud resources pools left behind.
 
 ::
 
+    skyward launch TASK.yaml [--num-nodes N] [--gpus L4:2] [--cpus 8+] [--memory 32+]
+                   [--provider local|ssh|aws] [--hosts user@h1,user@h2] [--env K[=V]]...
+                   [--env-file F] [--secret K[=V]]... [--dryrun] [-y]
     skyward ls [--region R] [--profile P] [--json]
     skyward down POOL [--region R] [--profile P] [--timeout S]
     skyward down --all [--yes] [--region R] [--profile P] [--timeout S]
@@ -11,8 +14,12 @@ group in a region, with its pool id, type, state, age and approximate on-demand 
 hour. ``down`` removes one pool's resources (or every pool's, with ``--all``) and waits until
 AWS confirms it: instances shutting down or terminated, key pairs and security groups gone.
 
+``launch`` runs a SkyPilot-style task file on a pool (see :mod:`skyward.launch`): Local by
+default, flags override the file, ``--dryrun`` prints the plan and starts nothing. Its exit
+status is the failing node's exit code (128 + N for signal N) when a command fails.
+
 Exit status: 0 on success (also when there was nothing to remove), 1 when something failed
-or could not be confirmed, 2 for a usage error, 130 when interrupted.
+or could not be confirmed, 2 for a usage error (a bad task file too), 130 when interrupted.
 
 boto3 (and rich, for tables on a terminal) are imported only when a command runs.
 """
@@ -36,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="skyward",
-        description="Inspect and remove the cloud resources of skyward pools (tagged skyward:pool=<id>).",
+        description="Run task files on a pool; inspect and remove the cloud resources of skyward pools "
+                    "(tagged skyward:pool=<id>).",
         epilog="Credentials and the default region come from the usual AWS configuration "
                "(environment variables, ~/.aws/config, AWS_PROFILE, SSO).",
     )
@@ -62,6 +70,28 @@ def _parser() -> argparse.ArgumentParser:
     down.add_argument("--timeout", type=float, default=300.0, metavar="S",
                       help="seconds to wait for AWS to confirm (default: 300)")
     aws_options(down)
+
+    launch = commands.add_parser(
+        "launch", help="run a task file (SkyPilot task YAML) on every node of a pool",
+        description="Run a task file's setup and run blocks on every node of a fresh pool (Local by default), "
+                    "streaming each node's output; flags override the file.")
+    launch.add_argument("task", metavar="TASK.yaml", help="the task file")
+    launch.add_argument("--num-nodes", type=int, metavar="N", help="nodes (overrides num_nodes)")
+    launch.add_argument("--gpus", metavar="ACC", help="accelerators per node, e.g. L4:2 (overrides "
+                                                     "resources.accelerators)")
+    launch.add_argument("--cpus", metavar="N[+]", help="vCPUs per node, e.g. 8 or 8+ (at least)")
+    launch.add_argument("--memory", metavar="N[+]", help="GiB of memory per node, e.g. 32+")
+    launch.add_argument("--provider", default="local", metavar="{local,ssh,aws}",
+                        help="where the nodes come from (default: local, this machine)")
+    launch.add_argument("--hosts", default="", metavar="H1,H2", help="SSH hosts, e.g. user@h1,user@h2 "
+                                                                    "(with --provider ssh)")
+    launch.add_argument("--env", action="append", default=[], metavar="K[=V]",
+                        help="set a variable (K alone: take it from this environment); repeatable")
+    launch.add_argument("--env-file", metavar="F", help="a file of K=V lines")
+    launch.add_argument("--secret", action="append", default=[], metavar="K[=V]",
+                        help="set a secret (never shown); K alone: take it from this environment; repeatable")
+    launch.add_argument("--dryrun", action="store_true", help="print the plan and start nothing")
+    launch.add_argument("--yes", "-y", action="store_true", help="do not ask before renting machines")
     return parser
 
 
@@ -176,6 +206,33 @@ def _down(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     return 0
 
 
+def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from skyward.errors import ConfigError, SkywardError
+    from skyward.launch import execute, plan
+
+    try:
+        p = plan(args.task, num_nodes=args.num_nodes, gpus=args.gpus, cpus=args.cpus, memory=args.memory,
+                 provider=args.provider, hosts=[h for h in args.hosts.split(",") if h.strip()], env=args.env,
+                 env_file=args.env_file, secrets=args.secret)
+        out.write(p.describe() + "\n")
+    except ConfigError as exc:
+        err.write(f"skyward: error: {exc}\n")
+        return 2
+    except SkywardError as exc:
+        err.write(f"skyward: error: {exc}\n")
+        return 1
+    if args.dryrun:
+        out.write("dry run: nothing was started\n")
+        return 0
+    if p.provider != "local" and not args.yes and sys.stdin.isatty():
+        answer = input(f"start {p.nodes} node(s) on {p.provider}? [Y/n] ")
+        if answer.strip().lower() not in ("", "y", "yes"):
+            out.write("nothing started\n")
+            return 1
+    out.flush()
+    return execute(p, err=err)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (see the module docstring)."""
     from skyward.errors import SkywardError
@@ -189,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: skyward down [-h] [--yes] [--timeout S] [--region REGION] [--profile PROFILE] "
               "(POOL | --all)\nskyward down: error: give either a pool id or --all", file=sys.stderr)
         return 2
+    if args.command == "launch":
+        return _launch(args, sys.stdout, sys.stderr)
     try:
         if args.command == "ls":
             return _ls(args, sys.stdout)

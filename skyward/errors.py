@@ -8,6 +8,7 @@
     ├── ProvisionError         a machine could not be acquired
     │   └── CapacityError      the provider had no capacity / quota for the request
     ├── BootstrapError         preparing a machine or starting its worker failed
+    ├── CommandFailed          a shell command (sky.shell) exited non-zero or was killed
     ├── PluginError            a plugin hook failed on a node
     ├── ConnectionLost         the byte stream to a worker broke
     │   └── WorkerLost         the worker process died or went silent
@@ -28,6 +29,7 @@ from collections.abc import Sequence
 __all__ = [
     "BootstrapError",
     "CapacityError",
+    "CommandFailed",
     "ConfigError",
     "ConnectionLost",
     "PluginError",
@@ -219,3 +221,26 @@ class TaskCancelled(SkywardError):
 
 def _rebuild_cancelled(task, reason, node):
     return TaskCancelled(task, reason, node=node)
+
+
+class CommandFailed(SkywardError):
+    """A shell command started by :func:`skyward.shell` (with ``check=True``) exited with a
+    non-zero code, or was killed by a signal (``exit_code`` negative, as ``subprocess`` says).
+
+    ``log_tail`` holds the last lines of its output (stdout and stderr, in arrival order)."""
+
+    def __init__(self, command: str, node: int | None, exit_code: int, log_tail: Sequence[str] = ()):
+        self.command = command
+        self.node = node
+        self.exit_code = exit_code
+        self.log_tail = list(log_tail)
+        first = command.strip().splitlines()[0] if command.strip() else command
+        shown = first if len(first) <= 100 and first == command.strip() else first[:100] + " ..."
+        where = f" on node {node}" if node is not None else ""
+        msg = f"command {shown!r} failed{where} ({_exit_text(exit_code)})"
+        if self.log_tail:
+            msg += "\n  last output:\n" + _tail(self.log_tail)
+        super().__init__(msg)
+
+    def __reduce__(self):
+        return (CommandFailed, (self.command, self.node, self.exit_code, self.log_tail))

@@ -9,11 +9,11 @@ import sys
 import skyward as sky
 
 PUBLIC = [
-    "AWS", "BootstrapError", "CapacityError", "Cluster", "ComputeFunction", "ComputePool", "ConfigError",
+    "AWS", "BootstrapError", "CapacityError", "Cluster", "CommandFailed", "CommandResult", "ComputeFunction", "ComputePool", "ConfigError",
     "ConnectionLost", "Image", "InstanceInfo", "Local", "PendingCompute", "PendingGather", "Peer",
     "Plugin", "PluginError", "ProvisionError", "RemoteError", "SSH", "SerializationError", "SkywardError",
     "TaskCancelled", "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "integrations", "plugins",
-    "shard", "silent", "stderr", "stdout",
+    "shard", "shell", "silent", "stderr", "stdout",
 ]
 
 

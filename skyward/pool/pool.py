@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from skyward import _signals
 from skyward import events as ev
+from skyward._instance import node_environment
 from skyward.compute import ComputeFunction, PendingCompute, TaskOptions
 from skyward.errors import ConfigError, PluginError, SkywardError
 from skyward.messages import Setup
@@ -116,6 +117,8 @@ class ComputePool:
         self.accelerator = options.accelerator
         self.image = options.image
         self.id = uuid.uuid4().hex[:8]
+        #: ``SKYWARD_TASK_ID`` on every node: the same everywhere, unique per pool.
+        self.task_id = f"skyward-{time.strftime('%Y%m%d-%H%M%S')}-{self.id}"
         self.spec = PoolSpec(self.id, self.nodes, self.accelerator, self.concurrency)
         self.provider.validate(self.spec)
 
@@ -181,8 +184,10 @@ class ComputePool:
         self._emit(ev.PoolReady(self.id, self.nodes, time.monotonic() - started))
 
     def _settings(self, info: InstanceInfo) -> Setup:
-        """The SETUP message for one node."""
-        return Setup(info=info, env=dict(self.image.env), concurrency=self.concurrency, executor=self.executor,
+        """The SETUP message for one node (its environment: the node's variables, then the image's)."""
+        env = node_environment(info, self.task_id)
+        env.update(self.image.env)
+        return Setup(info=info, env=env, concurrency=self.concurrency, executor=self.executor,
                      idle_timeout=self.idle_timeout, heartbeat_interval=self.heartbeat_interval, spin=self._spin)
 
     def restart_workers(self) -> None:

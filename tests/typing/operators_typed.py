@@ -30,3 +30,7 @@ def check(pool: sky.ComputePool) -> None:
     assert_type(loss.local(0.5), float)
     assert_type(name.local(3), str)
     assert_type(pool.map(name, [1, 2]), list[str])
+    command = sky.shell("hostname")
+    assert_type(command, sky.PendingCompute[sky.CommandResult])
+    assert_type(command @ pool, list[sky.CommandResult])
+    assert_type(command >> pool, sky.CommandResult)

@@ -1,0 +1,164 @@
+"""The guardian of one shell command: runs it, and owns every process it starts.
+
+Run as a script, never imported by skyward (``python -I -S _reaper.py GRACE SHELL COMMAND STATUS_FD``),
+so it starts in a few milliseconds and depends on the standard library alone. The worker
+(:mod:`skyward.worker.command`) starts it in a session of its own, with:
+
+* stdin: a pipe from the worker. End of input means "stop the command": the worker closes it
+  to cancel, and the kernel closes it when the worker dies, however it dies (SIGKILL too).
+* stdout/stderr: inherited by the command (the worker reads its lines from them).
+* STATUS_FD: a pipe on which it writes one line when all is over: ``<returncode> <stopped> <left>``
+  (returncode negative for a signal, as ``subprocess`` reports it; ``stopped`` 1 if it was
+  stopped; ``left`` the number of processes that could not be killed, normally 0).
+
+Why a process of its own: a command such as ``torchrun`` starts its workers in sessions of
+their own (``start_new_session``), and a daemonising child (``setsid``, double fork) leaves
+its parent's process group, so no process group or session contains the whole tree. This
+process is a *child subreaper* (Linux ``prctl``): every orphan of the tree is re-parented to
+it instead of to init, so "every descendant of this process" is exactly what the command
+started, whatever sessions they made. Stopping sends SIGTERM to all of them, SIGKILL after
+``GRACE`` seconds to any left, and repeats until a scan of ``/proc`` finds none. When the
+command ends by itself, whatever it left running in the background is stopped the same way,
+so nothing outlives the command.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def become_subreaper() -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(root: int) -> list[int]:
+    """Live processes below ``root`` (by parent links in /proc; zombies are left to reap)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def reap(me: int, keep: int) -> None:
+    """Collect the orphans (re-parented to us, a subreaper) that have ended; never ``keep``,
+    the command itself, whose status ``subprocess`` must collect."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == keep:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == b"Z" and int(fields[1]) == me:
+            try:
+                os.waitpid(int(entry), os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def stop_tree(me: int, group: int, grace: float, *, group_alive: bool) -> int:
+    """SIGTERM every descendant, SIGKILL the rest after ``grace``; return how many remain.
+
+    ``group`` is the command's process group; it is signalled as a group only while its
+    leader is unreaped (``group_alive``), so that the id cannot have been reused."""
+    if group_alive:
+        try:
+            os.killpg(group, signal.SIGTERM)
+        except OSError:
+            pass
+    signal_all(descendants(me), signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        reap(me, group)
+        if not descendants(me):
+            return 0
+        time.sleep(0.02)
+    for _ in range(200):  # SIGKILL until a scan finds nothing (a fork may race one scan)
+        left = descendants(me)
+        if not left:
+            return 0
+        signal_all(left, signal.SIGKILL)
+        time.sleep(0.01)
+        reap(me, group)
+    return len(descendants(me))
+
+
+def main(argv: list[str]) -> int:
+    grace = float(argv[1])
+    shell, command, status_fd = argv[2], argv[3], int(argv[4])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when the command stops
+    me = os.getpid()
+    become_subreaper()
+    status = os.fdopen(status_fd, "w")
+    try:
+        # (SIGINT is ignored here and by the worker; the command gets the default back.)
+        proc = subprocess.Popen([shell, "-c", command], stdin=subprocess.DEVNULL, process_group=0, close_fds=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509 (one thread)
+    except OSError as exc:
+        print(f"skyward: cannot start {shell}: {exc}", file=sys.stderr, flush=True)
+        status.write("127 0 0\n")
+        status.flush()
+        return 0
+    control = sys.stdin.fileno()
+    # SIGCHLD wakes the select below the moment the command ends (no polling delay).
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    stopped = False
+    returncode = proc.poll()
+    while returncode is None:
+        ready, _, _ = select.select([control, wake_r], [], [], 1.0)
+        if wake_r in ready:
+            os.read(wake_r, 512)
+            reap(me, proc.pid)  # orphans that ended (the command itself is polled below)
+        if control in ready and not os.read(control, 64):  # the worker closed it, or is gone
+            stopped = True
+            break
+        returncode = proc.poll()
+    left = stop_tree(me, proc.pid, grace if stopped else min(grace, 0.5), group_alive=returncode is None)
+    if returncode is None:
+        returncode = proc.wait()
+    reap(me, proc.pid)
+    status.write(f"{returncode} {int(stopped)} {left}\n")
+    status.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,212 @@
+"""Running a shell command on a node: the task function behind :func:`skyward.shell`.
+
+:func:`run_command` is an ordinary task function (the executors run it like any other), so
+a command is dispatched, streamed, cancelled and timed out through the same code path as a
+Python task. It starts the command under a guardian process (:mod:`skyward.worker._reaper`,
+a script run with ``python -I -S``, in a session of its own) and reads its output line by
+line into the task's output (``OUTPUT`` frames, prefixed by node on the console).
+
+Guarantees:
+
+1. Every process the command starts ends with it: when the command exits, whatever it left
+   running in the background is stopped; nothing is left behind, in any session.
+2. Stopping the task (a CANCEL: timeout, cancelled future, failed broadcast, Ctrl-C on the
+   client, the pool closing) kills the command's whole tree (SIGTERM, then SIGKILL after
+   :data:`KILL_GRACE` seconds) and waits until the guardian confirms that none is left.
+3. If the worker itself dies (even by SIGKILL), the guardian sees its control pipe close and
+   kills the tree the same way.
+4. Nothing here blocks for long in C code: the task's thread looks at least every 0.1 s
+   whether it was asked to stop.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import select
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from skyward import runtime
+from skyward.errors import CommandFailed, ConfigError
+
+__all__ = ["KILL_GRACE", "CommandResult", "ShellCommand", "run_command"]
+
+#: Lines of output a result (or a CommandFailed) keeps.
+TAIL_LINES = 50
+
+#: Which nodes stream the command's output to the console: every node ("all", the default),
+#: the head only ("head"), those a predicate of InstanceInfo accepts, or none (None).
+Only = Literal["all", "head"] | Callable[[Any], bool] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ShellCommand:
+    """What a node needs to run one command (built and checked by :func:`skyward.shell`)."""
+
+    command: str
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str | None = None
+    check: bool = True
+    only: Only = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """How a command ended on one node.
+
+    ``returncode`` is the exit code, or minus the signal number if a signal ended it;
+    ``output`` holds the last lines of its stdout and stderr (in arrival order).
+    """
+
+    node: int
+    returncode: int
+    output: str
+    command: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def __repr__(self) -> str:
+        return f"CommandResult(node={self.node}, returncode={self.returncode}, output=<{len(self.output)} chars>)"
+
+
+#: Seconds a stopped command's processes get after SIGTERM before SIGKILL (kept well below the
+#: 2 s a failed broadcast gives the other nodes, and the worker's shutdown grace).
+KILL_GRACE = 1.0
+#: How long to wait for the guardian to confirm a stop before giving up on it.
+_CONFIRM_WITHIN = KILL_GRACE + 10.0
+_REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
+
+
+def run_command(spec: ShellCommand) -> CommandResult:
+    """Run ``spec`` on this node; see the module docstring. Raises CommandFailed (check)."""
+    info = runtime.instance_info()
+    cwd = None
+    if spec.cwd is not None:
+        cwd = os.path.expandvars(os.path.expanduser(spec.cwd))
+        if not os.path.isdir(cwd):
+            raise ConfigError("cwd", f"a directory that exists on node {info.node}", spec.cwd)
+    env = {**os.environ, **dict(spec.env)}
+    shell = shutil.which("bash") or "/bin/sh"
+    status_r, status_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", _REAPER, str(KILL_GRACE), shell, spec.command, str(status_w)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w,),
+            cwd=cwd, env=env, start_new_session=True,
+        )
+    except BaseException:
+        os.close(status_r)
+        raise
+    finally:
+        os.close(status_w)
+    lines = _Lines(_printing(spec.only, info))
+    try:
+        status = lines.pump(proc, status_r)
+    except BaseException:
+        # Stopped (StopTask on a worker, KeyboardInterrupt here): closing the guardian's input
+        # is the stop signal; wait for its confirmation, even through a second interruption.
+        _stop(proc, status_r, lines)
+        raise
+    finally:
+        os.close(status_r)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    returncode, _stopped, left = status
+    if left:
+        lines.add("stderr", f"skyward: {left} process(es) of the command could not be killed")
+    result = CommandResult(info.node, returncode, "\n".join(lines.tail), spec.command)
+    if spec.check and returncode != 0:
+        raise CommandFailed(spec.command, info.node, returncode, list(lines.tail)[-20:])
+    return result
+
+
+def _printing(only: Any, info: runtime.InstanceInfo) -> bool:
+    if only == "all":
+        return True
+    if only is None:
+        return False
+    if only == "head":
+        return info.is_head
+    return bool(only(info))
+
+
+def _stop(proc: subprocess.Popen[bytes], status_r: int, lines: _Lines) -> None:
+    deadline = time.monotonic() + _CONFIRM_WITHIN
+    for _ in range(100):
+        try:
+            if proc.stdin is not None and not proc.stdin.closed:
+                proc.stdin.close()
+            lines.pump(proc, status_r, deadline)
+            return
+        except TimeoutError:
+            lines.add("stderr", "skyward: the command's guardian did not confirm the stop; killing it")
+            proc.kill()
+            return
+        except BaseException:  # noqa: BLE001, S112 (interrupted again while stopping: keep stopping)
+            continue
+
+
+class _Lines:
+    """The command's output: sent as the task's output line by line, the last lines kept."""
+
+    def __init__(self, printing: bool):
+        self.printing = printing
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self._partial = {"stdout": b"", "stderr": b""}
+        self._status = b""
+        self._open: dict[int, str] = {}
+
+    def add(self, stream: str, line: str) -> None:
+        self.tail.append(line)
+        if not self.printing:
+            return
+        sink = runtime._sink.get()
+        if sink is not None:
+            sink(stream, line + "\n")
+        else:  # run here (``.local()``): our own stdout/stderr
+            print(line, file=sys.stdout if stream == "stdout" else sys.stderr, flush=True)
+
+    def _feed(self, stream: str, data: bytes) -> None:
+        if not data:  # end of the stream: a last line without a newline counts too
+            rest, self._partial[stream] = self._partial[stream], b""
+            if rest:
+                self.add(stream, rest.decode("utf-8", "replace"))
+            return
+        *whole, self._partial[stream] = (self._partial[stream] + data).split(b"\n")
+        for raw in whole:
+            self.add(stream, raw.rstrip(b"\r").decode("utf-8", "replace"))
+
+    def pump(self, proc: subprocess.Popen[bytes], status_r: int,
+             deadline: float | None = None) -> tuple[int, bool, int]:
+        """Read output until the guardian has reported and every stream has ended; returns
+        ``(returncode, stopped, processes left)``. Resumable after an interruption."""
+        assert proc.stdout is not None and proc.stderr is not None
+        if not self._open and not self._status:
+            self._open = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr", status_r: "status"}
+        while self._open:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError
+            ready, _, _ = select.select(list(self._open), [], [], 0.1)  # short: a stop lands soon
+            for fd in ready:
+                data = os.read(fd, 1 << 16)
+                stream = self._open[fd]
+                if not data:
+                    del self._open[fd]
+                if stream == "status":
+                    self._status += data
+                else:
+                    self._feed(stream, data)
+        proc.wait()
+        fields = self._status.split()
+        if len(fields) != 3:  # the guardian died without a word (killed from outside)
+            return (proc.returncode if proc.returncode else -9), True, 0
+        return int(fields[0]), fields[1] == b"1", int(fields[2])
