@@ -124,7 +124,7 @@ def instance_info() -> InstanceInfo:
     return info
 
 
-def node_environment(info: InstanceInfo, task_id: str, processes_per_node: int = 1) -> dict[str, str]:
+def node_environment(info: InstanceInfo, task_id: str) -> dict[str, str]:
     """The variables every node's worker exports (and so every task and shell command sees).
 
     ``SKYWARD_NODE_IPS`` lists each node's address as the others reach it, one per line, head
@@ -135,7 +135,7 @@ def node_environment(info: InstanceInfo, task_id: str, processes_per_node: int =
     name is an alias, so run scripts written for SkyPilot work unchanged.
     """
     ips = "\n".join(p.addr for p in sorted(info.peers, key=lambda p: p.node))
-    gpus = info.accelerators if info.accelerators > 0 else processes_per_node
+    gpus = info.accelerators if info.accelerators > 0 else info.processes_per_node
     env = {
         "NODE_IPS": ips,
         "NODE_RANK": str(info.node),

@@ -57,6 +57,9 @@ class Pool(Protocol):
 class TaskOptions:
     name: str
     timeout: float | None = None
+    #: A broadcast runs it once per node (on each node's first worker process), not once per
+    #: process: a shell command such as torchrun starts the node's processes itself.
+    per_node: bool = False
 
 
 @dataclass(frozen=True, eq=False)

@@ -82,7 +82,8 @@ def shell(
         raise ConfigError("only", '"all", "head", a predicate taking an InstanceInfo, or None', only)
     spec = ShellCommand(command, tuple(pairs), where, check, only)
     name = "shell: " + _short(command)
-    return PendingCompute(run_command, (spec,), {}, TaskOptions(name, float(timeout) if timeout else None))
+    return PendingCompute(run_command, (spec,), {},
+                          TaskOptions(name, float(timeout) if timeout else None, per_node=True))
 
 
 def _short(command: str, limit: int = 40) -> str:

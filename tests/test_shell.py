@@ -120,7 +120,7 @@ def test_node_environment_counts_gpus_or_worker_processes_and_aliases_every_name
     assert (gpu["SKYWARD_HEAD_IP"], gpu["SKYWARD_TASK_ID"]) == ("10.0.0.1", "run-1")
     for name in ("NODE_IPS", "NODE_RANK", "NUM_NODES", "NUM_GPUS_PER_NODE", "TASK_ID"):
         assert gpu[f"SKYPILOT_{name}"] == gpu[f"SKYWARD_{name}"]
-    cpu = node_environment(InstanceInfo(node=0, total_nodes=3, peers=peers), "run-1", processes_per_node=2)
+    cpu = node_environment(InstanceInfo(node=0, total_nodes=3, peers=peers, processes_per_node=2), "run-1")
     assert cpu["SKYWARD_NUM_GPUS_PER_NODE"] == "2"
 
 

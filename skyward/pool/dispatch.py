@@ -63,6 +63,8 @@ class Dispatcher:
 
     def broadcast(self, pending: PendingCompute[T]) -> list[T]:
         conns = self._connections()
+        if pending.options.per_node:  # once per node: each node's first worker process
+            conns = [c for c in conns if c.local_rank == 0]
         for c in conns:
             if not c.alive:
                 raise c.lost or WorkerLost(c.node, "worker is not running")

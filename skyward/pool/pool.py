@@ -258,7 +258,8 @@ class ComputePool:
         return self._dispatch.run(pending)
 
     def broadcast(self, pending: PendingCompute[T]) -> list[T]:
-        """Run ``pending`` on every node; results ordered by node (``pending @ pool``).
+        """Run ``pending`` on every worker process; results in global rank order (``pending @ pool``;
+        with one process per node, one result per node). A shell command runs once per node.
 
         The call is serialized once. If a node fails, the others' tasks are cancelled and
         that node's error is raised.

@@ -104,6 +104,12 @@ def test_gather_and_rshift_spread_over_every_process(pool: sky.ComputePool) -> N
     assert rank_after(0) >> pool not in [f.result() for f in held]  # >> took the free one
 
 
+def test_a_shell_command_runs_once_per_node_and_sees_the_processes_per_node(pool: sky.ComputePool) -> None:
+    results = sky.shell("echo slots=$SKYWARD_NUM_GPUS_PER_NODE node=$SKYWARD_NODE_RANK") @ pool
+    assert [(r.node, r.output.strip()) for r in results] == [
+        (n, f"slots={PROCESSES} node={n}") for n in range(NODES)]
+
+
 def test_a_dead_process_fails_the_broadcast_promptly_naming_node_and_local_rank(new_pool) -> None:
     with new_pool(processes_per_node=PROCESSES) as pool:
         pids = pool.worker_pids()
