@@ -5,6 +5,7 @@
     SkywardError
     ├── ConfigError            bad input, raised before anything is provisioned
     │   └── SerializationError an argument or result that cannot be pickled
+    ├── MissingDependency      an optional package is not installed (also an ImportError)
     ├── ProvisionError         a machine could not be acquired
     │   └── CapacityError      the provider had no capacity / quota for the request
     ├── BootstrapError         preparing a machine or starting its worker failed
@@ -30,6 +31,7 @@ __all__ = [
     "CapacityError",
     "ConfigError",
     "ConnectionLost",
+    "MissingDependency",
     "PluginError",
     "ProvisionError",
     "RemoteError",
@@ -60,6 +62,26 @@ def _exit_text(code: int) -> str:
 
 class SkywardError(Exception):
     """Root of every error Skyward raises."""
+
+
+class MissingDependency(SkywardError, ImportError):
+    """An optional package a feature needs is not installed.
+
+    ``package`` is the missing import, ``feature`` what needed it, ``extra`` the Skyward extra
+    that installs it; the message is the ``pip install`` line to run.
+    """
+
+    def __init__(self, package: str, feature: str, extra: str):
+        self.package = package
+        self.feature = feature
+        self.extra = extra
+        super().__init__(
+            f"{feature} needs {package}, which is not installed: pip install 'skyward[{extra}]'",
+            name=package,
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        return (type(self), (self.package, self.feature, self.extra))
 
 
 class ConfigError(SkywardError, ValueError):

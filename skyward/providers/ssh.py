@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from skyward._optional import require
 from skyward.errors import ConfigError
 from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider, SSHAddress
 
@@ -36,10 +37,7 @@ def key_file(parameter: str, value: object) -> str:
 
 def _ssh_config() -> Any:
     """``~/.ssh/config`` as paramiko reads it (empty when there is none); paramiko is needed here."""
-    try:
-        import paramiko
-    except ImportError as exc:
-        raise ImportError("sky.SSH needs paramiko: pip install 'skyward[ssh]'") from exc
+    paramiko = require("paramiko", "sky.SSH")
     try:
         text = Path(os.path.expanduser("~/.ssh/config")).read_text(errors="replace")
     except OSError:

@@ -43,6 +43,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from skyward._optional import require
 from skyward._retry import Backoff
 from skyward.errors import BootstrapError
 from skyward.providers.base import SSHAddress
@@ -83,7 +84,7 @@ class _UnknownHostKey(Exception):
 
 
 def _reject_policy() -> Any:
-    import paramiko
+    paramiko = require("paramiko", "an SSH connection")
 
     class RejectUnknown(paramiko.MissingHostKeyPolicy):
         def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
@@ -100,7 +101,7 @@ def _hear_exit_signals(transport: Any) -> None:
     transport only, that request sets ``exit_status`` to minus the signal's number, as
     ``subprocess`` reports it. Every other request goes to paramiko's own handler.
     """
-    import paramiko
+    paramiko = require("paramiko", "an SSH connection")
 
     table = getattr(type(transport), "_channel_handler_table", None)
     request = getattr(paramiko.common, "MSG_CHANNEL_REQUEST", None)
@@ -277,7 +278,7 @@ class SSHTransport(Transport):
         with self._lock:
             if self._client is not None:
                 return
-            import paramiko
+            paramiko = require("paramiko", "an SSH connection")
 
             _quiet_paramiko()
             client = paramiko.SSHClient()
@@ -312,7 +313,7 @@ class SSHTransport(Transport):
 
     def _explain(self, exc: BaseException) -> str:
         """A precise, actionable sentence for a failed connect."""
-        import paramiko
+        paramiko = require("paramiko", "an SSH connection")
 
         where = f"{self.address}:{self.port}"
         files = ", ".join(self.known_hosts) or "no known_hosts file"
@@ -362,7 +363,7 @@ class SSHTransport(Transport):
         return transport
 
     def _session(self) -> Any:
-        import paramiko
+        paramiko = require("paramiko", "an SSH connection")
 
         try:
             return self._transport().open_session(window_size=_WINDOW, timeout=self.connect_timeout)
