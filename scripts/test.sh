@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 . scripts/_python.sh
 _skyward_pick_python
 PY="$PY" bash scripts/install-test-deps.sh
-"$PY" -m mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 "$PY" -m mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
 "$PY" -m pytest -q "$@"

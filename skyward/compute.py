@@ -61,7 +61,27 @@ class TaskOptions:
 
 @dataclass(frozen=True, eq=False)
 class PendingCompute(Generic[T]):
-    """A call that has not run yet. Frozen and picklable; send it to a pool with an operator."""
+    """A call that has not run yet. Frozen and picklable; send it to a pool with an operator.
+
+    | expression | runs | returns |
+    | --- | --- | --- |
+    | `p >> pool` | on one node, the least busy | `T` |
+    | `p @ pool` | on every node | `list[T]`, ordered by node |
+    | `p > pool` | on one node, without waiting | `concurrent.futures.Future[T]` |
+    | `p1 & p2 >> pool` | concurrently | a tuple, in input order |
+    | `p.local()` | here, now | `T` |
+
+    The type parameter survives the operator: for a ``PendingCompute[float]``, ``p >> pool``
+    is a ``float`` to a type checker.
+
+    Example:
+        >>> @sky.compute
+        ... def square(x: int) -> int:
+        ...     return x * x
+        >>> p = square(3)                  # nothing runs yet
+        >>> p.local()
+        9
+    """
 
     fn: Callable[..., T]
     args: tuple[Any, ...] = ()
@@ -70,6 +90,7 @@ class PendingCompute(Generic[T]):
 
     @property
     def name(self) -> str:
+        """The task's name (the function's, or ``@sky.compute(name=...)``): shown in events."""
         return self.options.name
 
     def payload(self) -> Payload:
@@ -158,7 +179,12 @@ def gather(*pending: PendingCompute[Any], stream: bool = False, ordered: bool = 
 
 
 class ComputeFunction(Generic[P, T]):
-    """A function made lazy by ``@sky.compute``. Calling it returns a :class:`PendingCompute`."""
+    """A function made lazy by ``@sky.compute``. Calling it returns a :class:`PendingCompute`.
+
+    The signature is kept (``ParamSpec``): type checkers see the original parameters, and
+    ``f(...)`` is a ``PendingCompute`` of the original return type. ``f.local(...)`` calls
+    the function itself; ``f.fn`` is the undecorated function.
+    """
 
     def __init__(self, fn: Callable[P, T], *, name: str | None = None, timeout: float | None = None):
         if not callable(fn):

@@ -167,7 +167,13 @@ def stdout(only: Only = "head") -> Callable[[Callable[P, R]], Callable[P, R]]:
 
 
 def stderr(only: Only = "head") -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Like :func:`stdout`, for stderr."""
+    """Let only some nodes print to stderr while this task runs; the same rules as :func:`stdout`.
+
+    Example:
+        >>> @sky.compute
+        ... @sky.stderr(only="head")      # warnings from node 0 only
+        ... def fit() -> None: ...
+    """
     return _output_control(("stderr",), only)
 
 
@@ -176,6 +182,10 @@ def silent(fn: Callable[P, R]) -> Callable[P, R]: ...
 @overload
 def silent(fn: None = None) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def silent(fn=None):
-    """Suppress both stdout and stderr of this task on every node."""
+    """Suppress both stdout and stderr of this task on every node; results still come back.
+
+    Usable bare or called: ``@sky.silent`` and ``@sky.silent()`` are the same. Place it under
+    ``@sky.compute``.
+    """
     deco = _output_control(("stdout", "stderr"), None)
     return deco if fn is None else deco(fn)

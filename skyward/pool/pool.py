@@ -283,6 +283,7 @@ class ComputePool:
     # -- introspection ---------------------------------------------------------------------------
     @property
     def is_open(self) -> bool:
+        """True between a successful start (``with`` entered) and the start of teardown."""
         return self._state == "open"
 
     @property
