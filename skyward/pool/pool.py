@@ -114,6 +114,7 @@ class ComputePool:
         self.provider.validate(self.spec)
 
         self._subscribers: list[Callable[[ev.Event], None]] = []
+        self._console_attached = bool(options.console)
         if options.console:
             from skyward.console import Console
 
@@ -147,18 +148,21 @@ class ComputePool:
         self._install_sigterm()
         try:
             self._start()
-        except BaseException:
-            self._stop(clean=False)
+        except BaseException as exc:
+            self._stop(clean=False, interrupted=isinstance(exc, KeyboardInterrupt))
+            _quiet_interrupt(exc)
             raise
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self._stop(clean=exc_type is None)
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        self._stop(clean=exc_type is None, interrupted=interrupted)
+        _quiet_interrupt(exc)
 
     def _start(self) -> None:
         started = time.monotonic()
         self._state = "starting"
-        self._emit(ev.PoolStarting(self.id, self.nodes, self.provider.name))
+        self._emit(ev.PoolStarting(self.id, self.nodes, self.provider.name, self.concurrency))
         cluster = Cluster(self.nodes, self.accelerator, self.provider.name, self.concurrency)
         image = self.image
         for plugin in self.plugins:
@@ -188,7 +192,7 @@ class ComputePool:
         self._require_open()
         self._nodes.restart(self.start_timeout)
 
-    def _stop(self, clean: bool) -> None:
+    def _stop(self, clean: bool, interrupted: bool = False) -> None:
         if self._state == "closed":
             return
         started = time.monotonic()
@@ -201,7 +205,10 @@ class ComputePool:
             problems.append(f"around_client exit failed: {exc!r}")
         problems += self._nodes.stop(graceful=was_open)
         self._restore_sigterm()
-        self._emit(ev.PoolStopped(self.id, time.monotonic() - started, not problems))
+        self._emit(ev.PoolStopped(self.id, time.monotonic() - started, not problems, interrupted))
+        if interrupted and not self._console_attached:
+            left = "nothing left running" if not problems else "teardown incomplete"
+            print(f"skyward: interrupted: pool {self.id} stopped, {left}", file=sys.stderr)
         if problems and sys.exc_info()[0] is None:
             raise SkywardError("pool teardown incomplete:\n  " + "\n  ".join(problems))
         for p in problems:
@@ -310,3 +317,31 @@ def _plugin_hook(plugin: Plugin, hook: str) -> Iterator[None]:
         import traceback
 
         raise PluginError(plugin.name, None, hook, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
+
+
+_hook_installed = False
+
+
+def _quiet_interrupt(exc: BaseException | None) -> None:
+    """After a pool stopped for Ctrl-C and said so in one line, Python's own report of the
+    KeyboardInterrupt (a traceback through the pool's internals) is left out.
+
+    Only a KeyboardInterrupt that passed through a pool's teardown is affected, and only when
+    nobody catches it; the process still exits as one interrupted by SIGINT (status 130).
+    """
+    global _hook_installed
+    if not isinstance(exc, KeyboardInterrupt):
+        return
+    with contextlib.suppress(AttributeError, TypeError):
+        exc._skyward_reported = True  # type: ignore[attr-defined]
+    if _hook_installed:
+        return
+    _hook_installed = True
+    previous = sys.excepthook
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if isinstance(value, KeyboardInterrupt) and getattr(value, "_skyward_reported", False):
+            return
+        previous(kind, value, tb)
+
+    sys.excepthook = excepthook
