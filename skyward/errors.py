@@ -48,6 +48,15 @@ def _tail(lines: Sequence[str], limit: int = 20) -> str:
     return "\n".join("    " + line for line in shown)
 
 
+def _readable(line: str) -> str:
+    """A bootstrap log line as users read it: the script's step markers become ``step NAME``."""
+    if line.startswith("::step:: "):
+        return "step " + line[len("::step:: "):].strip()
+    if line.startswith("::warm::"):
+        return line[len("::warm::"):].strip() or "environment reused"
+    return line
+
+
 def _exit_text(code: int) -> str:
     """"exit code 3", or for a process killed by a signal (a negative code) "killed by SIGKILL"."""
     if code < 0:
@@ -147,7 +156,7 @@ class BootstrapError(SkywardError):
         if exit_code is not None:
             msg += f" (exit code {exit_code})"
         if self.log_tail:
-            msg += "\n  last output:\n" + _tail(self.log_tail)
+            msg += "\n  last output:\n" + _tail([_readable(line) for line in self.log_tail])
         super().__init__(msg)
 
 
