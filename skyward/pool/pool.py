@@ -13,6 +13,7 @@ when their input ends or the client has been silent for ``idle_timeout`` seconds
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import signal
 import sys
@@ -180,7 +181,10 @@ class ComputePool:
 
     def _settings(self, info: InstanceInfo) -> Setup:
         """The SETUP message for one node."""
-        return Setup(info=info, env=dict(self.image.env), concurrency=self.concurrency, executor=self.executor,
+        # breakpoint() in a task explains itself instead of reading the protocol as a terminal;
+        # an image that names its own PYTHONBREAKPOINT (a remote debugger) keeps it.
+        env = {"PYTHONBREAKPOINT": "skyward.runtime._no_terminal_breakpoint", **self.image.env}
+        return Setup(info=info, env=env, concurrency=self.concurrency, executor=self.executor,
                      idle_timeout=self.idle_timeout, heartbeat_interval=self.heartbeat_interval, spin=self._spin)
 
     def restart_workers(self) -> None:
@@ -287,6 +291,47 @@ class ComputePool:
             raise ConfigError("fn", "a @sky.compute function or a callable", fn)
         return self.gather(*pending)
 
+    # -- a left side that is not a pending computation --------------------------------------------
+    # ``value >> pool``: Python asks the pool after the left side declined. The usual cause is a
+    # function without @sky.compute: it already ran here, and its result arrives.
+    def __rrshift__(self, value: Any) -> Any:
+        raise _not_pending(value, ">>")
+
+    def __rmatmul__(self, value: Any) -> Any:
+        raise _not_pending(value, "@")
+
+    def __lt__(self, value: Any) -> Any:  # the reflection of `value > pool`
+        raise _not_pending(value, ">")
+
+    # -- notebooks: a pool across cells --------------------------------------------------------
+    def open(self) -> ComputePool:
+        """Start the pool without a ``with`` block (a notebook: one cell opens, later ones use it).
+
+        The same as entering ``with``: the same start, and the same guarantees once started —
+        the workers' dead man's switch, and :meth:`close` at interpreter exit if it was not
+        called (a kernel restart included). Returns the pool::
+
+            pool = sky.ComputePool(nodes=4).open()
+            ...                                  # any number of cells
+            pool.close()
+        """
+        self.__enter__()
+        atexit.register(self._close_at_exit)
+        return self
+
+    def close(self) -> None:
+        """Stop the pool opened with :meth:`open`: every worker and machine, confirmed released.
+
+        Raises :class:`~skyward.SkywardError` when teardown could not be confirmed. Closing a
+        closed pool does nothing.
+        """
+        atexit.unregister(self._close_at_exit)
+        self._stop(clean=True)
+
+    def _close_at_exit(self) -> None:
+        with contextlib.suppress(Exception):
+            self._stop(clean=True)
+
     # -- introspection ---------------------------------------------------------------------------
     @property
     def is_open(self) -> bool:
@@ -317,6 +362,22 @@ def _plugin_hook(plugin: Plugin, hook: str) -> Iterator[None]:
         import traceback
 
         raise PluginError(plugin.name, None, hook, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
+
+
+def _not_pending(value: Any, op: str) -> ConfigError:
+    if callable(value):
+        detail = f"did you forget @sky.compute on {getattr(value, '__name__', 'the function')}?"
+    else:
+        detail = ("did you forget @sky.compute? Without it the function ran here, now, and this is its "
+                  "result")
+    return ConfigError(f"left-hand side of {op}",
+                       "a pending computation: a call of a @sky.compute function, e.g. f(x) " + op + " pool",
+                       _short(value), detail=detail)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}" + ("..." if len(text) > 60 else "")
 
 
 _hook_installed = False
