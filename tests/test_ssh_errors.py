@@ -192,3 +192,27 @@ def test_importing_skyward_and_the_ssh_provider_does_not_import_paramiko():
             "print('paramiko' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_an_identity_file_in_ssh_config_is_the_hosts_key(tmp_path, monkeypatch):
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "lab_key").write_text("not read here")
+    (tmp_path / ".ssh" / "config").write_text(
+        "Host gpu1\n  HostName 10.1.2.3\n  IdentityFile ~/.ssh/missing\n  IdentityFile ~/.ssh/lab_key\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    from skyward.providers.base import PoolSpec
+
+    ssh = SSH(["gpu1", "other"], user="u")
+    assert ssh.keys == (str(tmp_path / ".ssh" / "lab_key"), None)
+    instances = ssh.provision(PoolSpec("p", 2))
+    assert [i.ssh.key for i in instances] == [str(tmp_path / ".ssh" / "lab_key"), None]
+    given = tmp_path / "given_key"
+    given.write_text("x")
+    assert SSH(["gpu1"], user="u", key=given).keys == (str(given),)  # key= wins over the config
+
+
+def test_identity_files_in_ssh_config_that_do_not_exist_are_skipped_as_ssh_does(tmp_path, monkeypatch):
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text("Host *\n  IdentityFile ~/.ssh/gone\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert SSH(["gpu1"], user="u").keys == (None,)  # then the agent's keys and ~/.ssh/id_*

@@ -45,6 +45,15 @@ def _ssh_config() -> Any:
     return paramiko.SSHConfig.from_text(text)
 
 
+def _config_key(files: list[str] | None) -> str | None:
+    """The first ``IdentityFile`` of a host's ``~/.ssh/config`` entry that exists. Like ssh,
+    files that do not exist are skipped (a ``Host *`` default often names several)."""
+    for path in (os.path.expanduser(f) for f in files or ()):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 def _config_port(value: str | None, host: str) -> int | None:
     if value is None:
         return None
@@ -64,12 +73,13 @@ class SSH(Provider):
     Args:
         hosts: one entry per node: ``"host"``, ``"user@host"``, ``"host:port"`` or
             ``"user@host:port"`` (IPv6 in brackets: ``"[fe80::1]:22"``). A name that
-            ``~/.ssh/config`` knows takes its ``HostName``, ``User`` and ``Port`` from there
-            (what the entry or ``user``/``port`` say wins).
+            ``~/.ssh/config`` knows takes its ``HostName``, ``User``, ``Port`` and
+            ``IdentityFile`` from there (what the entry or ``user``/``port``/``key`` say wins).
         user: login user for hosts that don't name one (default: ``~/.ssh/config``'s ``User``
             for the host, else your local user name).
-        key: a private key file. When given, only this key is offered; when None, the SSH
-            agent's keys and ``~/.ssh/id_*`` are tried.
+        key: a private key file. When given, only this key is offered; when None, the host's
+            ``IdentityFile`` from ``~/.ssh/config``, else the SSH agent's keys and
+            ``~/.ssh/id_*`` are tried.
         port: SSH port for hosts that don't name one (default: ``~/.ssh/config``'s, else 22).
         known_hosts: known_hosts file(s) to check host keys against (default
             ``~/.ssh/known_hosts`` and ``/etc/ssh/ssh_known_hosts``).
@@ -126,6 +136,7 @@ class SSH(Provider):
             except (OSError, KeyError) as exc:  # no name for this uid (some containers)
                 raise ConfigError("user", "a login user name (this machine's user name is unknown)", None) from exc
         hosts_: list[tuple[str, str, int]] = []
+        keys: list[str | None] = []
         for entry_user, name, entry_port in o.hosts:
             # As with `ssh -l user -p port name`: what the entry or the arguments say wins over
             # ~/.ssh/config, which wins over the defaults (your user name, port 22).
@@ -133,8 +144,12 @@ class SSH(Provider):
             login = entry_user or o.user or found.get("user") or default_user
             number = entry_port or o.port or _config_port(found.get("port"), name) or 22
             hosts_.append((login, found.get("hostname", name), number))
+            keys.append(_config_key(found.get("identityfile")) if key is None else None)
         self.hosts: tuple[tuple[str, str, int], ...] = tuple(hosts_)
         self.key = None if key is None else key_file("key", key)
+        # Per host: the key given to SSH(key=...), else the host's IdentityFile in ~/.ssh/config,
+        # else None (the agent's keys and ~/.ssh/id_*).
+        self.keys: tuple[str | None, ...] = tuple(self.key or k for k in keys)
         self.verify_host_keys = o.verify_host_keys
         self.known_hosts: tuple[str, ...]
         if o.known_hosts is None:
@@ -168,7 +183,7 @@ class SSH(Provider):
         return [
             Instance(id=f"ssh:{u}@{h}:{p}", node=i, private_addr=self.private_addrs[i], public_addr=h,
                      accelerators=count, environment=environment,
-                     ssh=SSHAddress(h, u, p, key=self.key, known_hosts=self.known_hosts,
+                     ssh=SSHAddress(h, u, p, key=self.keys[i], known_hosts=self.known_hosts,
                                     verify_host_keys=self.verify_host_keys, connect_timeout=self.connect_timeout))
             for i, (u, h, p) in enumerate(self.hosts)
         ]
