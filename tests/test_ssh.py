@@ -180,7 +180,7 @@ def test_changed_include_files_are_synced_on_the_next_start(test_hosts, wheelhou
 def test_ddp_with_gloo_across_two_hosts_keeps_parameters_identical(test_hosts, wheelhouse):
     hosts = test_hosts[:2]
     # torch is preinstalled in the hosts' Python: take it from there instead of installing it.
-    provider = ssh_provider(hosts, wheelhouse, system_site_packages=["torch"])
+    provider = ssh_provider(hosts, wheelhouse, system_site_packages=["torch", "numpy"])
 
     @sky.compute
     def train(steps: int) -> dict:
