@@ -8,6 +8,7 @@ on this machine under /tmp (which the hosts share) and are installed with ``no_i
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -211,7 +212,13 @@ def test_ddp_with_gloo_across_two_hosts_keeps_parameters_identical(test_hosts, w
 
     # The hosts have a resolver configured but no route to it, and torch's store looks up the
     # name of every peer socket: without this each lookup waits out glibc's default 2 x 5 s.
-    image = unique_image(env={"RES_OPTIONS": "timeout:1 attempts:1"})
+    env = {"RES_OPTIONS": "timeout:1 attempts:1"}
+    # The hosts' environments are made from the base interpreter: when pytest runs in a virtual
+    # environment that holds torch (a fresh venv), the hosts take torch and numpy from there.
+    torch_site = os.path.dirname(os.path.dirname(importlib.util.find_spec("torch").origin))
+    if sys.prefix != sys.base_prefix and torch_site.startswith(sys.prefix + os.sep):
+        env["PYTHONPATH"] = torch_site
+    image = unique_image(env=env)
     with pool_on(hosts, wheelhouse, image, provider=provider, plugins=[sky.plugins.torch(backend="gloo")]) as pool:
         results = train(5) @ pool
     assert [r["rank"] for r in results] == [0, 1]
