@@ -579,6 +579,11 @@ class Console:
                 finally:
                     _live_slot.release()
                     atexit.unregister(self._stop_live)
+                    with self._lock:  # lines queued while the view was going: printed plainly
+                        late, self._pending = self._pending, []
+                        for channel, text in late:
+                            if channel not in ("stage", "log"):
+                                self._write_plain(channel, text)
 
     def close(self) -> None:
         """Take the live view down (the pool's ``PoolStopped`` does this by itself)."""
