@@ -78,7 +78,7 @@ def test_a_package_that_belongs_to_no_extra_is_not_explained_away() -> None:
 
 # Packages only an extra installs, on the client side. (torch, jax and friends are the
 # worker's business: plugins import them inside their hooks, with their own messages.)
-CLIENT_EXTRAS = ("paramiko", "boto3", "botocore", "cryptography")
+CLIENT_EXTRAS = ("paramiko", "boto3", "botocore", "cryptography", "joblib")
 
 
 def test_client_extras_are_imported_only_through_require() -> None:
