@@ -441,7 +441,7 @@ def test_running_counts_only_what_the_slots_hold_and_queued_tasks_apart() -> Non
     for t in range(5):
         c._apply(ev.TaskStarted(t, 0, "f"), now())
     c._apply(ev.TaskStarted(9, 1, "f"), now())
-    text = render(c)
+    text = render(c, width=140)
     assert "2 running, 4 queued, 0 done, 0 failed" in text.splitlines()[0]
     assert re.search(r"ready\s+\S+ / \S+\s+1\s+0\s+0\b", row(text, 0))
 
@@ -500,7 +500,7 @@ def test_live_view_shows_progress_in_the_node_row_and_the_final_state_once() -> 
     startup(c)
     c(ev.TaskStarted(1, 1, "f"))
     for i in range(1, 51):
-        c(ev.TaskOutput(1, 1, "stderr", f"\repoch {i}/50"))
+        c(ev.TaskOutput(1, 1, "stdout", f"\repoch {i}/50"))  # (stderr is not on this screen)
     assert "epoch 50/50" in row(render(c), 1)
     c(ev.TaskFinished(1, 1, "f", True, 0.5))
     c(ev.PoolStopped("p1", 0.1, True))
@@ -555,6 +555,7 @@ def wait() -> None:
     time.sleep(60)
 
 with sky.ComputePool(nodes=2, console={console}) as pool:
+    print("pool open", flush=True)
     wait() @ pool
 """
 
@@ -565,16 +566,17 @@ def test_ctrl_c_prints_one_line_and_no_traceback(tmp_path, console: str) -> None
 
     script = tmp_path / "interrupted.py"
     script.write_text(INTERRUPTED.format(console=console))
-    env = {**os.environ, "SKYWARD_CONSOLE": "plain"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's skyward
+    env = {**os.environ, "SKYWARD_CONSOLE": "plain", "PYTHONPATH": root}
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
-        if "task running" in line or not line:
+        if "pool open" in line or not line:
             break
-    time.sleep(0.3)  # both nodes running
+    time.sleep(1.0)  # both tasks running (with a console, their "task running" lines show it)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode in (-signal.SIGINT, 130), err

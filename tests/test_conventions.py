@@ -5,6 +5,7 @@ file as an argument, ``breakpoint()`` in a task, a pending computation used as a
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import textwrap
@@ -53,7 +54,9 @@ def test_a_pool_left_open_is_closed_when_the_interpreter_exits(tmp_path) -> None
         print(*pool.worker_pids(), flush=True)
         # the kernel is restarted: no pool.close()
     """))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's skyward
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": root})
     assert done.returncode == 0, done.stderr
     first, last = done.stdout.splitlines()
     pids = [int(p) for p in first.split()]

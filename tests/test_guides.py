@@ -34,7 +34,8 @@ def test_every_guide_has_an_expected_line() -> None:
 @pytest.mark.timeout(LIMIT + 30)
 @pytest.mark.parametrize("guide", GUIDES)
 def test_guide_runs_on_the_local_provider(guide: str) -> None:
-    env = {**os.environ, "SKYWARD_CONSOLE": "plain", "PYTHONWARNINGS": "default"}
+    # PYTHONPATH: the guide (whose own directory starts sys.path) imports this checkout's skyward.
+    env = {**os.environ, "SKYWARD_CONSOLE": "plain", "PYTHONWARNINGS": "default", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, f"guides/{guide}"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=LIMIT)
     output = done.stdout + done.stderr
