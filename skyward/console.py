@@ -162,6 +162,38 @@ class _Node:
 _Msg = tuple[Literal["stdout", "stderr", "stage", "status", "notice", "log"], str]
 
 
+class _Batch:
+    """Lines to print above the live view, rendered straight to segments: no wrapping, no
+    markup, no per-line ``Text`` (tens of thousands of lines a second stay cheap)."""
+
+    def __init__(self, lines: list[_Msg]):
+        self.lines = lines
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.segment import Segment
+        from rich.style import Style
+        from rich.text import Text
+
+        styles = {"stdout": Style(dim=True), "stderr": Style(color="red"), "notice": Style(bold=True),
+                  "status": Style(dim=True)}
+        newline = Segment.line()
+        for channel, text in self.lines:
+            if channel in ("stdout", "stderr") and text.startswith("[node "):
+                prefix, _, line = text.partition("] ")
+                yield Segment(prefix + "] ", styles[channel])
+            else:
+                line = text
+                if channel in styles:
+                    yield Segment(line, styles[channel])
+                    yield newline
+                    continue
+            if "\x1b" in line:  # the task's own colours
+                yield from Text.from_ansi(line, end="").render(console)
+            else:
+                yield Segment(line)
+            yield newline
+
+
 class _LogSink:
     """The stream a logging handler writes to while the live view is shown: whole lines go to
     the console's next batch, above the view."""
@@ -466,28 +498,12 @@ class Console:
                 else:
                     screen.append((channel, text))
             if screen and rc is not None:
-                rc.print(self._batch_text(screen), soft_wrap=True, highlight=False, markup=False, emoji=False)
+                rc.print(self._batch_text(screen), soft_wrap=True, highlight=False, markup=False, emoji=False,
+                         end="")
 
     @staticmethod
     def _batch_text(lines: list[_Msg]) -> Any:
-        from rich.text import Text
-
-        out = Text(end="")
-        for i, (channel, text) in enumerate(lines):
-            if i:
-                out.append("\n")
-            if channel in ("stdout", "stderr") and text.startswith("[node "):
-                prefix, _, line = text.partition("] ")
-                out.append(prefix + "] ", style="dim" if channel == "stdout" else "red")
-                if "\x1b" in line:
-                    out.append_text(Text.from_ansi(line, end=""))
-                else:
-                    out.append(line)
-            elif channel == "log":
-                out.append(Text.from_ansi(text, end="") if "\x1b" in text else text)
-            else:
-                out.append(text, style="bold" if channel == "notice" else "dim")
-        return out
+        return _Batch(lines)
 
     def _flush_loop(self) -> None:
         while not self._flusher_stop.wait(1 / FLUSH_PER_SECOND):
