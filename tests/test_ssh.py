@@ -8,7 +8,6 @@ on this machine under /tmp (which the hosts share) and are installed with ``no_i
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import os
 import signal
@@ -24,7 +23,7 @@ import skyward as sky
 from skyward import events as ev
 from skyward.providers.ssh import SSH
 from skyward.transport.base import WorkerLaunch
-from tests.hosts.conftest_fixture import ssh_provider, wheelhouse  # noqa: F401  (wheelhouse is a fixture)
+from tests.hosts.conftest_fixture import ssh_provider, venv_site_env, wheelhouse  # noqa: F401  (wheelhouse is a fixture)
 
 ABSENT_PACKAGE = "tomli"  # in the wheelhouse, but neither here nor on the hosts
 
@@ -212,13 +211,8 @@ def test_ddp_with_gloo_across_two_hosts_keeps_parameters_identical(test_hosts, w
 
     # The hosts have a resolver configured but no route to it, and torch's store looks up the
     # name of every peer socket: without this each lookup waits out glibc's default 2 x 5 s.
-    env = {"RES_OPTIONS": "timeout:1 attempts:1"}
-    # The hosts' environments are made from the base interpreter: when pytest runs in a virtual
-    # environment that holds torch (a fresh venv), the hosts take torch and numpy from there.
-    torch_site = os.path.dirname(os.path.dirname(importlib.util.find_spec("torch").origin))
-    if sys.prefix != sys.base_prefix and torch_site.startswith(sys.prefix + os.sep):
-        env["PYTHONPATH"] = torch_site
-    image = unique_image(env=env)
+    # In a fresh venv torch and numpy are there, not in the base interpreter the hosts use.
+    image = unique_image(env={"RES_OPTIONS": "timeout:1 attempts:1", **venv_site_env("torch", "numpy")})
     with pool_on(hosts, wheelhouse, image, provider=provider, plugins=[sky.plugins.torch(backend="gloo")]) as pool:
         results = train(5) @ pool
     assert [r["rank"] for r in results] == [0, 1]
