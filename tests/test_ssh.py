@@ -324,3 +324,48 @@ def test_a_killed_client_leaves_no_worker_on_any_host(test_hosts, wheelhouse, tm
     took = time.monotonic() - killed
     assert gone, leftovers(hosts, r"skyward\.worker|^sleep 4343")
     print(f"\nworkers gone {took:.2f}s after the client was killed (idle_timeout={idle_timeout:g}s)")
+
+
+# -- ~/.ssh/config: a host behind a jump host ----------------------------------------------------------
+
+
+@sky.compute
+def connected_from() -> str:
+    import os
+
+    return os.environ.get("SSH_CONNECTION", "").split()[0]  # the address the host's sshd saw
+
+
+def test_proxy_jump_in_ssh_config_reaches_the_host_through_the_bastion(test_hosts, wheelhouse, tmp_path, monkeypatch):
+    bastion, target = test_hosts[0], test_hosts[1]
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text(
+        f"Host behind\n  HostName {target.ip}\n  User {target.user}\n  IdentityFile {target.key_path}\n"
+        f"  ProxyJump bastion\n\n"
+        f"Host bastion\n  HostName {bastion.ip}\n  User {bastion.user}\n  IdentityFile {bastion.key_path}\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    provider = SSH(["behind"], known_hosts=target.known_hosts_all, find_links=[wheelhouse], no_index=True,
+                   connect_timeout=5)
+    jump = provider.jumps[0]
+    assert jump is not None and (jump.host, jump.user, jump.key) == (bastion.ip, bastion.user, bastion.key_path)
+    with sky.ComputePool(provider=provider, nodes=1, image=unique_image(), console=False) as pool:
+        # The target's sshd saw the bastion connect, not this machine (target.bridge_ip).
+        assert connected_from() >> pool == bastion.ip
+    assert not leftovers([target])
+
+
+def test_proxy_command_in_ssh_config_carries_the_connection(test_hosts, wheelhouse, tmp_path, monkeypatch):
+    bastion, target = test_hosts[0], test_hosts[1]
+    (tmp_path / ".ssh").mkdir()
+    via = (f"ssh -i {bastion.key_path} -o UserKnownHostsFile={bastion.known_hosts_all} -o BatchMode=yes "
+           f"{bastion.user}@{bastion.ip} -W %h:%p")
+    (tmp_path / ".ssh" / "config").write_text(
+        f"Host behind\n  HostName {target.ip}\n  User {target.user}\n  IdentityFile {target.key_path}\n"
+        f"  ProxyCommand {via}\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    provider = SSH(["behind"], known_hosts=target.known_hosts_all, find_links=[wheelhouse], no_index=True,
+                   connect_timeout=5)
+    assert provider.proxy_commands == (via.replace("%h", target.ip).replace("%p", "22"),)
+    with sky.ComputePool(provider=provider, nodes=1, image=unique_image(), console=False) as pool:
+        assert connected_from() >> pool == bastion.ip
+    assert not leftovers([target])

@@ -216,3 +216,16 @@ def test_identity_files_in_ssh_config_that_do_not_exist_are_skipped_as_ssh_does(
     (tmp_path / ".ssh" / "config").write_text("Host *\n  IdentityFile ~/.ssh/gone\n")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert SSH(["gpu1"], user="u").keys == (None,)  # then the agent's keys and ~/.ssh/id_*
+
+
+def test_a_proxy_jump_chain_in_ssh_config_is_followed_hop_by_hop(tmp_path, monkeypatch):
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text(
+        "Host gpu1\n  HostName 10.1.2.3\n  ProxyJump outer,carol@inner:2200\n\n"
+        "Host outer\n  HostName 203.0.113.9\n  User dave\n\nHost direct\n  ProxyJump none\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    ssh = SSH(["gpu1", "direct"], user="u")
+    inner = ssh.jumps[0]
+    assert inner is not None and (inner.host, inner.user, inner.port) == ("inner", "carol", 2200)
+    assert inner.jump is not None and (inner.jump.host, inner.jump.user, inner.jump.port) == ("203.0.113.9", "dave", 22)
+    assert inner.jump.jump is None and ssh.jumps[1] is None

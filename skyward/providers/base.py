@@ -47,6 +47,8 @@ class SSHAddress:
     known_hosts: tuple[str, ...] = ()
     verify_host_keys: bool = True
     connect_timeout: float = 10.0
+    jump: SSHAddress | None = None  # reach the host through this one (ssh's ProxyJump)
+    proxy_command: str | None = None  # or through this command's stdin/stdout (ssh's ProxyCommand)
 
 
 @dataclass(frozen=True, slots=True)

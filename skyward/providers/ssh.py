@@ -73,8 +73,9 @@ class SSH(Provider):
     Args:
         hosts: one entry per node: ``"host"``, ``"user@host"``, ``"host:port"`` or
             ``"user@host:port"`` (IPv6 in brackets: ``"[fe80::1]:22"``). A name that
-            ``~/.ssh/config`` knows takes its ``HostName``, ``User``, ``Port`` and
-            ``IdentityFile`` from there (what the entry or ``user``/``port``/``key`` say wins).
+            ``~/.ssh/config`` knows takes its ``HostName``, ``User``, ``Port``,
+            ``IdentityFile``, ``ProxyJump`` and ``ProxyCommand`` from there (what the entry or
+            ``user``/``port``/``key`` say wins), so it is reached as ``ssh host`` would.
         user: login user for hosts that don't name one (default: ``~/.ssh/config``'s ``User``
             for the host, else your local user name).
         key: a private key file. When given, only this key is offered; when None, the host's
@@ -137,6 +138,8 @@ class SSH(Provider):
                 raise ConfigError("user", "a login user name (this machine's user name is unknown)", None) from exc
         hosts_: list[tuple[str, str, int]] = []
         keys: list[str | None] = []
+        jumps: list[str] = []
+        proxies: list[str | None] = []  # ProxyCommand, with %h %p %r already expanded by paramiko
         for entry_user, name, entry_port in o.hosts:
             # As with `ssh -l user -p port name`: what the entry or the arguments say wins over
             # ~/.ssh/config, which wins over the defaults (your user name, port 22).
@@ -145,6 +148,8 @@ class SSH(Provider):
             number = entry_port or o.port or _config_port(found.get("port"), name) or 22
             hosts_.append((login, found.get("hostname", name), number))
             keys.append(_config_key(found.get("identityfile")) if key is None else None)
+            jumps.append(found.get("proxyjump", ""))
+            proxies.append(found.get("proxycommand"))
         self.hosts: tuple[tuple[str, str, int], ...] = tuple(hosts_)
         self.key = None if key is None else key_file("key", key)
         # Per host: the key given to SSH(key=...), else the host's IdentityFile in ~/.ssh/config,
@@ -168,6 +173,33 @@ class SSH(Provider):
         self.find_links = o.find_links
         self.no_index = o.no_index
         self.system_site_packages: bool | tuple[str, ...] = o.system_site_packages
+        # ProxyJump from ~/.ssh/config, per host: the jump hosts' addresses, in hop order.
+        self.jumps: tuple[SSHAddress | None, ...] = tuple(
+            self._jump_chain(spec, config, default_user) for spec in jumps)
+        self.proxy_commands: tuple[str | None, ...] = tuple(
+            None if p is None or p.strip().lower() == "none" or j is not None else p
+            for p, j in zip(proxies, self.jumps, strict=True))
+
+    def _jump_chain(self, spec: str, config: Any, default_user: str) -> SSHAddress | None:
+        """``ProxyJump a,b`` -> b reached through a (each hop's own config entry applies)."""
+        hops = [h.strip() for h in spec.split(",") if h.strip()]
+        if not hops or hops[0].lower() == "none":
+            return None
+        previous: SSHAddress | None = None
+        for hop in hops:
+            user, _, rest = hop.rpartition("@")
+            if rest.startswith("["):  # [v6]:port
+                name, _, tail = rest[1:].partition("]")
+                port_text = tail.removeprefix(":")
+            else:
+                name, _, port_text = rest.partition(":")
+            found = config.lookup(name)
+            port = _config_port(port_text or None, hop) or _config_port(found.get("port"), name) or 22
+            key = self.key or _config_key(found.get("identityfile"))
+            previous = SSHAddress(found.get("hostname", name), user or found.get("user") or default_user, port,
+                                  key=key, known_hosts=self.known_hosts, verify_host_keys=self.verify_host_keys,
+                                  connect_timeout=self.connect_timeout, jump=previous)
+        return previous
 
     # -- the provider contract --------------------------------------------------------------------
     def validate(self, spec: PoolSpec) -> None:
@@ -184,7 +216,8 @@ class SSH(Provider):
             Instance(id=f"ssh:{u}@{h}:{p}", node=i, private_addr=self.private_addrs[i], public_addr=h,
                      accelerators=count, environment=environment,
                      ssh=SSHAddress(h, u, p, key=self.keys[i], known_hosts=self.known_hosts,
-                                    verify_host_keys=self.verify_host_keys, connect_timeout=self.connect_timeout))
+                                    verify_host_keys=self.verify_host_keys, connect_timeout=self.connect_timeout,
+                                    jump=self.jumps[i], proxy_command=self.proxy_commands[i]))
             for i, (u, h, p) in enumerate(self.hosts)
         ]
 
