@@ -19,6 +19,7 @@ LIMIT = 300  # seconds per guide on a busy 2-core machine; they take 5-60 s alon
 
 # A line each guide prints only when its own check passed.
 EXPECT = {
+    "data_sharding.py": "same as the fit on all rows: True",
     "ddp_basic.py": "same weights on every rank: True",
     "ddp_distributed.py": "global val accuracy",
     "mnist_cnn.py": "test accuracy",
