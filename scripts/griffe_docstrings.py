@@ -4,7 +4,8 @@ them into the Markdown that mkdocstrings renders.
 
 - ``>>>`` examples become fenced Python blocks (doctest flags dropped);
 - ``:class:`~skyward.X``` and the other roles become code: ```X```;
-- a paragraph ending in ``::`` (a reStructuredText literal block) ends in ``:``.
+- a paragraph ending in ``::`` (a reStructuredText literal block) ends in ``:``, and a line
+  that is only ``::`` goes.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def markdown(text: str) -> str:
             out += [f"{indent}```python", *(indent + b for b in block), f"{indent}```"]
             continue
         line = _ROLE.sub(_role, line)
+        if line.strip() == "::":  # a literal block announced on a line of its own
+            i += 1
+            continue
         if line.rstrip().endswith("::") and not line.rstrip().endswith(" ::"):
             line = line.rstrip()[:-1]
         out.append(line)
