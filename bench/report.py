@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from _common import by_system, percentile
 
 # -- formatting -------------------------------------------------------------------------------------
+
+
+KEPT_BEGIN = "<!-- bench/console.py: begin -->"
+KEPT_END = "<!-- bench/console.py: end -->"
 
 
 def num(x: float, unit: str = "") -> str:
@@ -275,5 +280,12 @@ def write_report(path: str, meta: dict[str, Any], data: dict[str, Any], figs: di
     add("## Method notes")
     add(METHOD_NOTES + "- Section seconds in this run: "
         + ", ".join(f"{k} {v:.0f}" for k, v in meta["section_seconds"].items()) + ".")
+    # Sections other benchmarks own (bench/console.py), kept across a rewrite of the page.
+    kept = ""
+    if os.path.exists(path):
+        text = open(path).read()
+        begin, end = text.find(KEPT_BEGIN), text.find(KEPT_END)
+        if 0 <= begin < end:
+            kept = text[begin:end + len(KEPT_END)]
     with open(path, "w") as f:
-        f.write("\n\n".join(L) + "\n")
+        f.write("\n\n".join(L) + "\n" + (f"\n{kept}\n" if kept else ""))

@@ -20,7 +20,12 @@ ENV_VAR = "COMPUTE_POOL"
 
 @dataclass(frozen=True, slots=True)
 class Peer:
-    """One node of the pool as seen from the others."""
+    """One node of the pool as seen from the others.
+
+    Attributes:
+        node: the node's number (0 is the head).
+        addr: the address the other nodes reach it at (a private address in the cloud).
+    """
 
     node: int
     addr: str
@@ -51,7 +56,8 @@ class InstanceInfo:
 
     @property
     def is_head(self) -> bool:
-        """True on node 0 (whichever of its processes)."""
+        """True on node 0 (whichever of its processes), the node that does the singular work
+        (checkpoints, logging)."""
         return self.node == 0
 
     @property
@@ -65,6 +71,7 @@ class InstanceInfo:
         return self.total_nodes * self.processes_per_node
 
     def to_json(self) -> str:
+        """This value as JSON (as ``SKYWARD_INSTANCE_INFO`` carries it to child processes)."""
         return json.dumps(
             {
                 "node": self.node,

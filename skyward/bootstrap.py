@@ -283,10 +283,18 @@ _APT = r"""  step apt
     fi
     command -v apt-get >/dev/null 2>&1 || fail "cannot install apt packages (${MISSING[*]}): no apt-get on this host"
     APT=(${SUDO[@]+"${SUDO[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600)
+    apt_locked() {  # the last apt-get gave up waiting for a lock that another process holds
+      grep -qiE "could not get lock|unable to acquire the dpkg|unable to lock" "$APT_LOG"
+    }
+    APT_LOG="$(mktemp)"
     # Fresh cloud images often have no package lists yet: update only when install fails.
-    if ! "${APT[@]}" install -y -q --no-install-recommends "${MISSING[@]}"; then
-      "${APT[@]}" update -q || fail "apt-get update failed"
-      "${APT[@]}" install -y -q --no-install-recommends "${MISSING[@]}" \
+    if ! "${APT[@]}" install -y -q --no-install-recommends "${MISSING[@]}" 2>&1 | tee "$APT_LOG"; then
+      apt_locked && fail "apt-get waited 600s for the dpkg lock, held by another package manager" \
+                         "(unattended-upgrades at boot?): wait for it or stop it, then start the pool again"
+      "${APT[@]}" update -q 2>&1 | tee "$APT_LOG" \
+        || { apt_locked && fail "apt-get update waited 600s for the apt lock, held by another package manager"; \
+             fail "apt-get update failed"; }
+      "${APT[@]}" install -y -q --no-install-recommends "${MISSING[@]}" 2>&1 | tee "$APT_LOG" \
         || fail "apt-get install failed for: ${MISSING[*]}"
     fi
   fi"""

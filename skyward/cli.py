@@ -157,7 +157,10 @@ def _print_table(rows: list[dict[str, Any]], out: IO[str]) -> None:
 
 
 def _connect(args: argparse.Namespace) -> Any:
+    from skyward._optional import require
     from skyward.providers.aws.ec2 import EC2
+
+    require("boto3", f"skyward {args.command}")  # without it: one line naming the extra
 
     return EC2.connect(args.region, profile=args.profile)
 

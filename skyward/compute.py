@@ -64,7 +64,27 @@ class TaskOptions:
 
 @dataclass(frozen=True, eq=False)
 class PendingCompute(Generic[T]):
-    """A call that has not run yet. Frozen and picklable; send it to a pool with an operator."""
+    """A call that has not run yet. Frozen and picklable; send it to a pool with an operator.
+
+    | expression | runs | returns |
+    | --- | --- | --- |
+    | `p >> pool` | on one node, the least busy | `T` |
+    | `p @ pool` | on every node | `list[T]`, ordered by node |
+    | `p > pool` | on one node, without waiting | `concurrent.futures.Future[T]` |
+    | `p1 & p2 >> pool` | concurrently | a tuple, in input order |
+    | `p.local()` | here, now | `T` |
+
+    The type parameter survives the operator: for a ``PendingCompute[float]``, ``p >> pool``
+    is a ``float`` to a type checker.
+
+    Example:
+        >>> @sky.compute
+        ... def square(x: int) -> int:
+        ...     return x * x
+        >>> p = square(3)                  # nothing runs yet
+        >>> p.local()
+        9
+    """
 
     fn: Callable[..., T]
     args: tuple[Any, ...] = ()
@@ -73,6 +93,7 @@ class PendingCompute(Generic[T]):
 
     @property
     def name(self) -> str:
+        """The task's name (the function's, or ``@sky.compute(name=...)``): shown in events."""
         return self.options.name
 
     def payload(self) -> Payload:
@@ -82,6 +103,7 @@ class PendingCompute(Generic[T]):
         every later call (workers keep the unpickled function by those bytes too), so sending
         the same function many times costs only its arguments.
         """
+        _reject_open_files(self)
         try:
             return dumps_payload((function_blob(self.fn), self.args, self.kwargs))
         except Exception as exc:
@@ -112,6 +134,21 @@ class PendingCompute(Generic[T]):
 
     def __repr__(self) -> str:
         return f"<PendingCompute {self.options.name}(...)>"
+
+    # -- not a value yet: arithmetic, truth and iteration say so instead of guessing ------------
+    # (At run time only: to a type checker these operations stay undefined, so it flags them.)
+    if not TYPE_CHECKING:
+
+        def _not_computed(self, *_):
+            raise TypeError(
+                f"{self!r} has not been computed yet: run it first, e.g. `result = {self.options.name}(...) >> pool` "
+                f"(or `@ pool` for every node, `.local()` here), then use the result"
+            )
+
+        __bool__ = __iter__ = __len__ = __float__ = __int__ = __index__ = _not_computed
+        __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _not_computed
+        __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __neg__ = __abs__ = _not_computed
+        __lt__ = __le__ = __ge__ = __getitem__ = _not_computed
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,7 +198,12 @@ def gather(*pending: PendingCompute[Any], stream: bool = False, ordered: bool = 
 
 
 class ComputeFunction(Generic[P, T]):
-    """A function made lazy by ``@sky.compute``. Calling it returns a :class:`PendingCompute`."""
+    """A function made lazy by ``@sky.compute``. Calling it returns a :class:`PendingCompute`.
+
+    The signature is kept (``ParamSpec``): type checkers see the original parameters, and
+    ``f(...)`` is a ``PendingCompute`` of the original return type. ``f.local(...)`` calls
+    the function itself; ``f.fn`` is the undecorated function.
+    """
 
     def __init__(self, fn: Callable[P, T], *, name: str | None = None, timeout: float | None = None):
         if not callable(fn):
@@ -248,6 +290,28 @@ def _pool(pool: Any, op: str) -> Pool:
     if not isinstance(pool, ComputePool):
         raise ConfigError(f"right-hand side of {op}", "a ComputePool", _describe(pool))
     return pool
+
+
+def _reject_open_files(p: PendingCompute[Any]) -> None:
+    """An open file is this process's handle, not data: cloudpickle would silently send a copy
+    of what is left to read (as a StringIO), so say so instead, naming the argument."""
+    import io
+
+    if not any(isinstance(v, io.IOBase) for v in (*p.args, *p.kwargs.values())):
+        return
+    import inspect
+
+    try:
+        named = list(inspect.signature(p.fn).bind_partial(*p.args, **p.kwargs).arguments.items())
+    except (TypeError, ValueError):
+        named = [(f"argument {i}", v) for i, v in enumerate(p.args)] + list(p.kwargs.items())
+    for name, value in named:
+        if isinstance(value, io.IOBase):
+            raise SerializationError(
+                f"argument {name!r} of {p.options.name}()", "a picklable value", _describe(value),
+                detail="an open file is a handle of this process: pass its path (and send the file with "
+                       "Image(include=...)) or its contents (f.read())",
+            )
 
 
 def _describe(value: Any) -> str:

@@ -6,9 +6,11 @@ the pool's internals and is built only from :mod:`skyward.events`. It has three 
 ``live``
     A table at the bottom of the terminal, redrawn about 8 times a second, with one row per
     node: its stage, the time in that stage and since the pool started, the last line of its
-    bootstrap/diagnostic log and, once the pool is ready, its running/done/failed tasks.
-    Task output scrolls above the table. When the pool stops the table is replaced by a
-    one-line summary. Chosen when stdout is a terminal (and ``TERM`` is not ``dumb``).
+    bootstrap/diagnostic log (or its task's progress bar) and, once the pool is ready, its
+    running/done/failed tasks; above the rows a header with queued tasks and, for a batch of
+    many tasks, a progress bar with done/total, rate and ETA. Task output scrolls above the
+    table. When the pool stops the table is replaced by a one-line summary. Chosen when
+    stdout is a terminal (and ``TERM`` is not ``dumb``).
 ``plain``
     Line by line, for logs and CI: a line when a node is provisioning, bootstrapping, ready,
     lost or stopped, a summary when the pool is ready and when it stops (on stderr), and the
@@ -17,7 +19,18 @@ the pool's internals and is built only from :mod:`skyward.events`. It has three 
     Only the task output.
 
 In every mode task output is printed as ``[node N] line``, to stdout or stderr as the task
-wrote it. The environment variable ``SKYWARD_CONSOLE=off|plain|live|auto`` overrides the
+wrote it.
+
+Keeping up (the live view never slows the tasks): events only update state and queue lines
+under a leaf lock; the lines are printed above the view in one batch per refresh (about 10
+times a second) by the console's own thread, so tens of thousands of lines a second cost the
+pool's reader threads nothing but an append. While the view is shown, the client's own
+``logging`` records (handlers that write to the terminal) go through the same batches, above
+the view, instead of being drawn over. A progress line a task redraws with carriage returns
+(tqdm and friends) is one updating line per node: in the view's row while it runs, printed once
+when the task ends (in plain mode, at most every few seconds). Bootstrap step markers are
+shown as ``step NAME``, never raw. A pool left by Ctrl-C prints one line:
+``skyward: interrupted: pool ... stopped, nothing left running (N tasks cancelled)``. The environment variable ``SKYWARD_CONSOLE=off|plain|live|auto`` overrides the
 automatic choice, and ``SKYWARD_CONSOLE_VERBOSE=1`` also prints every bootstrap/diagnostic
 line (normally shown only for a node that fails).
 
@@ -27,6 +40,7 @@ line (normally shown only for a node that fails).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -49,6 +63,11 @@ ENV_VERBOSE = "SKYWARD_CONSOLE_VERBOSE"
 _MODES = ("auto", "live", "plain", "off")
 
 REFRESH_PER_SECOND = 8
+FLUSH_PER_SECOND = 10  # batches of output lines printed above the live view
+PLAIN_PROGRESS_EVERY = 5.0  # seconds between two prints of a node's progress line in plain mode
+_BAR_MIN_TASKS = 8  # a batch of at least this many tasks gets a progress bar in the live view
+_STEP_PREFIX = "::step:: "  # skyward.bootstrap.STEP_PREFIX (not imported: bootstrap is heavier)
+_WARM_PREFIX = "::warm::"
 _TAIL_LINES = 10  # log lines kept per node, shown when it fails
 _PLAIN_STAGES = frozenset({"provisioning", "bootstrapping", "ready", "lost", "stopped"})
 _TRANSIENT = frozenset({"pending", "provisioning", "connecting", "bootstrapping", "starting", "stopping"})
@@ -87,6 +106,24 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def readable_log_line(line: str) -> str:
+    """A bootstrap log line as a user should read it: step markers become ``step NAME``."""
+    if line.startswith(_STEP_PREFIX):
+        return "step " + line[len(_STEP_PREFIX):].strip()
+    if line.startswith(_WARM_PREFIX):
+        return line[len(_WARM_PREFIX):].strip() or "environment reused"
+    return line
+
+
+def _carriage(line: str) -> str | None:
+    """What a terminal would show for a line redrawn with carriage returns (a progress bar),
+    or None for an ordinary line (a trailing ``\r`` of a CRLF line end does not count)."""
+    if "\r" not in line.rstrip("\r"):
+        return None
+    shown = [part for part in line.split("\r") if part.strip()]
+    return shown[-1] if shown else ""
+
+
 def _isatty(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
@@ -105,16 +142,78 @@ class _Node:
     was_lost: bool = False  # lost since it was last ready (teardown then marks it stopped)
     last_log: str = ""
     unshown: deque[str] = field(default_factory=lambda: deque(maxlen=_TAIL_LINES))  # log lines not printed yet
-    running: set[int] = field(default_factory=set)
+    running: set[int] = field(default_factory=set)  # sent to the node, not finished
     done: int = 0
     failed: int = 0
+    cancelled: int = 0
+    progress: str = ""  # the latest state of a progress line (tqdm) of a running task
+    progress_task: int | None = None
+    progress_stream: str = "stderr"
+    progress_shown: float = 0.0  # plain mode: when it was last printed
+    progress_dirty: bool = False  # plain mode: changed since it was last printed
 
 
 # (channel, text) messages the state update produces; how each is shown depends on the mode.
 #   "stdout"/"stderr": output lines ([node N] ...), shown in every mode
 #   "stage": a per-node stage line (plain mode only)
 #   "status": a pool-level line (plain and live)
-_Msg = tuple[Literal["stdout", "stderr", "stage", "status"], str]
+#   "notice": a pool-level line shown in every mode, off included (the Ctrl-C line)
+#   "log": a record of the client's own logging, already formatted (live only)
+_Msg = tuple[Literal["stdout", "stderr", "stage", "status", "notice", "log"], str]
+
+
+class _Batch:
+    """Lines to print above the live view, rendered straight to segments: no wrapping, no
+    markup, no per-line ``Text`` (tens of thousands of lines a second stay cheap)."""
+
+    def __init__(self, lines: list[_Msg]):
+        self.lines = lines
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.segment import Segment
+        from rich.style import Style
+        from rich.text import Text
+
+        styles = {"stdout": Style(dim=True), "stderr": Style(color="red"), "notice": Style(bold=True),
+                  "status": Style(dim=True)}
+        newline = Segment.line()
+        for channel, text in self.lines:
+            if channel in ("stdout", "stderr") and text.startswith("[node "):
+                prefix, _, line = text.partition("] ")
+                yield Segment(prefix + "] ", styles[channel])
+            else:
+                line = text
+                if channel in styles:
+                    yield Segment(line, styles[channel])
+                    yield newline
+                    continue
+            if "\x1b" in line:  # the task's own colours
+                yield from Text.from_ansi(line, end="").render(console)
+            else:
+                yield Segment(line)
+            yield newline
+
+
+class _LogSink:
+    """The stream a logging handler writes to while the live view is shown: whole lines go to
+    the console's next batch, above the view."""
+
+    def __init__(self, console: Console):
+        self._console = console
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        data = self._partial + text
+        *lines, self._partial = data.split("\n")
+        for line in lines:
+            self._console._log(line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return True
 
 
 class Console:
@@ -171,9 +270,14 @@ class Console:
 
         self._lock = threading.Lock()  # guards the state below and plain-mode writes; a leaf lock
         self._live_lock = threading.Lock()  # serializes starting and stopping the live view
+        self._flush_lock = threading.Lock()  # one batch printed at a time, in order
         self._live: Any = None  # rich.live.Live while the view is shown
         self._live_console: RichConsole | None = None
         self._stderr_on_screen = False  # stderr lines go through the view (same terminal)
+        self._pending: list[_Msg] = []  # live: lines waiting for the next batch (under _lock)
+        self._flusher: threading.Thread | None = None
+        self._flusher_stop = threading.Event()
+        self._log_streams: list[tuple[Any, Any]] = []  # (logging handler, its own stream) while live
         self._reset(time.monotonic())
 
     # -- state -----------------------------------------------------------------------------------
@@ -182,9 +286,15 @@ class Console:
         self._pool_id = ""
         self._provider = ""
         self._expected = 0
+        self._slots: int | None = None  # task slots per node, when the pool said
         self._ready_after: float | None = None
         self._stopping = False
         self._nodes: dict[int, _Node] = {}
+        # The current batch of tasks (from the moment none was in flight): for the progress bar.
+        self._in_flight = 0
+        self._batch_total = 0
+        self._batch_done = 0
+        self._batch_started = now
 
     def _node(self, n: int, now: float) -> _Node:
         node = self._nodes.get(n)
@@ -192,25 +302,52 @@ class Console:
             node = self._nodes[n] = _Node(since=now, first=now)
         return node
 
+    def _running_queued(self, node: _Node) -> tuple[int, int]:
+        """Tasks running on ``node`` and tasks waiting there for a slot."""
+        sent = len(node.running)
+        if self._slots is None:
+            return sent, 0
+        return min(sent, self._slots), max(0, sent - self._slots)
+
     def _apply(self, event: ev.Event, now: float) -> list[_Msg]:
         """Update the state with ``event``; return the lines it makes visible. Under the lock."""
         msgs: list[_Msg] = []
         if isinstance(event, ev.TaskOutput):
-            msgs.append((event.stream, f"[node {event.node}] {event.line}"))
+            shown = _carriage(event.line)
+            if shown is None:
+                node = self._nodes.get(event.node)
+                if not event.line and node is not None and node.progress and node.progress_task == event.task_id:
+                    return msgs  # the newline that ends a progress line (tqdm's close)
+                msgs.append((event.stream, f"[node {event.node}] {event.line}"))
+                return msgs
+            if not shown:
+                return msgs
+            node = self._node(event.node, now)
+            node.progress, node.progress_task, node.progress_stream = shown, event.task_id, event.stream
+            node.progress_dirty = True
+            if self.mode != "live" and now - node.progress_shown >= PLAIN_PROGRESS_EVERY:
+                msgs += self._progress_line(event.node, node, now)
         elif isinstance(event, ev.NodeLog):
             node = self._node(event.node, now)
-            node.last_log = event.line
+            line = readable_log_line(event.line)
+            node.last_log = line
             # After a node is ready its diagnostics are stray writes of the tasks themselves
             # (e.g. C code printing to fd 1/2): output, not chatter.
             if self.verbose or node.stage == "ready":
-                msgs.append(("stderr", f"[node {event.node}] {event.line}"))
+                msgs.append(("stderr", f"[node {event.node}] {line}"))
             else:
-                node.unshown.append(event.line)
+                node.unshown.append(line)
         elif isinstance(event, ev.NodeStage):
             node = self._node(event.node, now)
             if event.stage in ("stopped", "lost"):
-                node.failed += len(node.running)  # the pool failed them; no TaskFinished follows
+                # The pool ended them; no TaskFinished follows. Stopping on purpose cancels them.
+                if event.stage == "stopped" and self._stopping:
+                    node.cancelled += len(node.running)
+                else:
+                    node.failed += len(node.running)
+                self._in_flight -= len(node.running)
                 node.running.clear()
+                node.progress = ""
             if event.stage in ("stopping", "starting"):  # workers restart: starting again
                 self._stopping = event.stage == "stopping"
             node.stage, node.detail, node.since = event.stage, event.detail, now
@@ -228,17 +365,30 @@ class Console:
                 detail = f" {event.detail}" if event.detail else ""
                 msgs.append(("stage", f"skyward: node {event.node} {event.stage}{detail} {t}"))
         elif isinstance(event, ev.TaskStarted):
-            self._node(event.node, now).running.add(event.task_id)
+            node = self._node(event.node, now)
+            if self._in_flight <= 0:  # a new batch begins
+                self._in_flight, self._batch_total, self._batch_done, self._batch_started = 0, 0, 0, now
+            node.running.add(event.task_id)
+            self._in_flight += 1
+            self._batch_total += 1
         elif isinstance(event, ev.TaskFinished):
             node = self._node(event.node, now)
-            node.running.discard(event.task_id)
+            if event.task_id in node.running:
+                node.running.discard(event.task_id)
+                self._in_flight -= 1
+                self._batch_done += 1
             if event.ok:
                 node.done += 1
+            elif event.cancelled or self._stopping:
+                node.cancelled += 1
             else:
                 node.failed += 1
+            if node.progress and node.progress_task == event.task_id:
+                msgs += self._progress_line(event.node, node, now, final=True)
         elif isinstance(event, ev.PoolStarting):
             self._reset(now)
             self._pool_id, self._provider, self._expected = event.pool_id, event.provider, event.nodes
+            self._slots = getattr(event, "concurrency", None)
             for n in range(event.nodes):
                 self._node(n, now)
         elif isinstance(event, ev.PoolReady):
@@ -250,10 +400,26 @@ class Console:
             ))
         elif isinstance(event, ev.PoolStopped):
             for n, node in sorted(self._nodes.items()):
+                if node.progress:
+                    msgs += self._progress_line(n, node, now, final=True)
                 if not node.was_ready:  # it never came up: its log says why
                     msgs += self._flush_tail(n, node)
-            msgs.append(("status", self._summary(event, now)))
+            if getattr(event, "interrupted", False):
+                msgs.append(("notice", self._interrupted(event)))
+            else:
+                msgs.append(("status", self._summary(event, now)))
         return msgs
+
+    def _progress_line(self, n: int, node: _Node, now: float, *, final: bool = False) -> list[_Msg]:
+        """The node's progress line, to print now (once more at the end, if it changed)."""
+        line = node.progress
+        shown = node.progress_dirty or (final and self.mode == "live")
+        if final:
+            node.progress, node.progress_task = "", None
+        if not shown:
+            return []
+        node.progress_shown, node.progress_dirty = now, False
+        return [(node.progress_stream, f"[node {n}] {line}")]  # type: ignore[list-item]
 
     def _flush_tail(self, n: int, node: _Node) -> list[_Msg]:
         lines: list[_Msg] = [("stderr", f"[node {n}] {line}") for line in node.unshown]
@@ -263,8 +429,10 @@ class Console:
     def _summary(self, event: ev.PoolStopped, now: float) -> str:
         done = sum(n.done for n in self._nodes.values())
         failed = sum(n.failed for n in self._nodes.values())
-        total = done + failed
-        tasks = f"{_plural(total, 'task')} ({done} done, {failed} failed)" if total else "no tasks"
+        cancelled = sum(n.cancelled for n in self._nodes.values())
+        total = done + failed + cancelled
+        counts = f"{done} done, {failed} failed" + (f", {cancelled} cancelled" if cancelled else "")
+        tasks = f"{_plural(total, 'task')} ({counts})" if total else "no tasks"
         parts = [f"skyward: pool {event.pool_id or self._pool_id} stopped: {tasks}", f"up {_seconds(now - self._started)}"]
         lost = [n for n, node in sorted(self._nodes.items()) if node.was_lost]
         if lost:
@@ -272,6 +440,12 @@ class Console:
         if not event.clean:
             parts.append("teardown incomplete")
         return ", ".join(parts)
+
+    def _interrupted(self, event: ev.PoolStopped) -> str:
+        cancelled = sum(n.cancelled + len(n.running) for n in self._nodes.values())
+        left = "nothing left running" if event.clean else "teardown incomplete (see above)"
+        tail = f" ({_plural(cancelled, 'task')} cancelled)" if cancelled else ""
+        return f"skyward: interrupted: pool {event.pool_id or self._pool_id} stopped, {left}{tail}"
 
     # -- events ----------------------------------------------------------------------------------
     def __call__(self, event: ev.Event) -> None:
@@ -284,19 +458,21 @@ class Console:
                 for channel, text in msgs:
                     self._write_plain(channel, text)
             return
-        with self._lock:
+        with self._lock:  # live: only state and a queue; the flusher thread prints
             msgs = self._apply(event, now)
+            if msgs:
+                self._pending.extend(msgs)
         # Never call rich while holding self._lock: the view's refresh thread takes it to render.
         if isinstance(event, ev.PoolStopped):
             self._stop_live()
-        for channel, text in msgs:
-            self._show(channel, text)
 
     def _write_plain(self, channel: str, text: str) -> None:
         if channel == "stdout":
             out = sys.stdout
         elif channel == "stderr":
             out = sys.stderr
+        elif channel == "notice":
+            out = self._file if self._file is not None else sys.stderr
         elif self.mode == "off":
             return
         else:
@@ -304,24 +480,61 @@ class Console:
         out.write(text + "\n")
         out.flush()
 
-    def _show(self, channel: str, text: str) -> None:
-        """Live mode: print a line above the view (or to a stream that is not on screen)."""
-        rc = self._live_console
-        if rc is None or (channel == "stderr" and not self._stderr_on_screen):
+    def _flush(self) -> None:
+        """Live mode: print the queued lines above the view, in one batch."""
+        with self._flush_lock:
             with self._lock:
-                self._write_plain(channel, text)
-            return
-        if channel == "stage":  # the table shows stages
-            return
-        from rich.text import Text
+                batch, self._pending = self._pending, []
+            if not batch:
+                return
+            rc = self._live_console
+            screen: list[_Msg] = []
+            for channel, text in batch:
+                if channel == "stage":  # the table shows stages
+                    continue
+                if rc is None or (channel == "stderr" and not self._stderr_on_screen):
+                    with self._lock:  # a stream that is not on screen gets the line as it is
+                        self._write_plain(channel, text)
+                else:
+                    screen.append((channel, text))
+            if screen and rc is not None:
+                rc.print(self._batch_text(screen), soft_wrap=True, highlight=False, markup=False, emoji=False,
+                         end="")
 
-        if channel in ("stdout", "stderr") and text.startswith("[node "):
-            prefix, _, line = text.partition("] ")
-            styled = Text(prefix + "] ", style="dim" if channel == "stdout" else "red")
-            styled.append_text(Text.from_ansi(line, end=""))
-        else:
-            styled = Text(text, style="dim")
-        rc.print(styled, soft_wrap=True, highlight=False, markup=False, emoji=False)
+    @staticmethod
+    def _batch_text(lines: list[_Msg]) -> Any:
+        return _Batch(lines)
+
+    def _flush_loop(self) -> None:
+        while not self._flusher_stop.wait(1 / FLUSH_PER_SECOND):
+            try:
+                self._flush()
+            except Exception as exc:  # a broken terminal must not end the pool's output for good
+                with contextlib.suppress(Exception):
+                    sys.__stderr__.write(f"skyward: console: {exc!r}\n")
+
+    # -- the client's own logging, above the view -------------------------------------------------
+    def _route_logging(self, screens: tuple[Any, ...]) -> None:
+        """Point the terminal-writing logging handlers at the view while it is shown."""
+        import logging
+
+        handlers: list[Any] = []
+        for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+            handlers += getattr(logger, "handlers", [])
+        sink = _LogSink(self)
+        for handler in dict.fromkeys(handlers):
+            stream = getattr(handler, "stream", None)
+            if isinstance(handler, logging.StreamHandler) and any(stream is s for s in screens):
+                self._log_streams.append((handler, handler.setStream(sink)))
+
+    def _restore_logging(self) -> None:
+        streams, self._log_streams = self._log_streams, []
+        for handler, stream in reversed(streams):
+            handler.setStream(stream)
+
+    def _log(self, line: str) -> None:
+        with self._lock:
+            self._pending.append(("log", line))
 
     # -- the live view ---------------------------------------------------------------------------
     def _start_live(self) -> None:
@@ -337,6 +550,11 @@ class Console:
                 # stderr shares the screen only if it is the same terminal; otherwise (2> file)
                 # task stderr goes to it directly, untouched by the view.
                 self._stderr_on_screen = own and self._file is None and _isatty(sys.stderr) and rc.is_terminal
+                # Logging handlers made before the view write to the terminal's own streams:
+                # those that share its screen are pointed at the view while it is shown.
+                screens = (sys.stdout, sys.__stdout__)
+                if self._stderr_on_screen:
+                    screens += (sys.stderr, sys.__stderr__)
                 live = Live(
                     console=rc,
                     get_renderable=self.renderable,
@@ -351,18 +569,37 @@ class Console:
                 raise
             self._live_console = rc
             self._live = live
+            if own and self._file is None:
+                self._route_logging(screens)
+            self._flusher_stop.clear()
+            self._flusher = threading.Thread(target=self._flush_loop, name="skyward-console", daemon=True)
+            self._flusher.start()
             atexit.register(self._stop_live)
 
     def _stop_live(self) -> None:
         with self._live_lock:
-            live, self._live = self._live, None
+            live = self._live
             if live is None:
                 return
+            self._flusher_stop.set()
+            if self._flusher is not None and self._flusher is not threading.current_thread():
+                self._flusher.join(5)
+            self._flusher = None
             try:
-                live.stop()
+                self._flush()  # whatever is still queued, above the view, before it goes
             finally:
-                _live_slot.release()
-                atexit.unregister(self._stop_live)
+                self._restore_logging()
+                self._live = None
+                try:
+                    live.stop()
+                finally:
+                    _live_slot.release()
+                    atexit.unregister(self._stop_live)
+                    with self._lock:  # lines queued while the view was going: printed plainly
+                        late, self._pending = self._pending, []
+                        for channel, text in late:
+                            if channel not in ("stage", "log"):
+                                self._write_plain(channel, text)
 
     def close(self) -> None:
         """Take the live view down (the pool's ``PoolStopped`` does this by itself)."""
@@ -380,10 +617,13 @@ class Console:
             started, ready_after, stopping = self._started, self._ready_after, self._stopping
             pool_id, provider, expected = self._pool_id, self._provider, self._expected
             rows = [
-                (n, nd.stage, nd.detail, nd.host, now - nd.since, now - nd.first, nd.last_log,
-                 len(nd.running), nd.done, nd.failed)
+                (n, nd.stage, nd.detail, nd.host, now - nd.since, now - nd.first, nd.progress or nd.last_log,
+                 self._running_queued(nd)[0], nd.done, nd.failed)
                 for n, nd in sorted(self._nodes.items())
             ]
+            queued = sum(self._running_queued(nd)[1] for nd in self._nodes.values())
+            cancelled = sum(nd.cancelled for nd in self._nodes.values())
+            batch = (self._batch_done, self._batch_total, now - self._batch_started)
         rc = self._live_console or self._rich
         utf8 = rc is None or (rc.encoding or "").lower().startswith("utf")
         height = rc.size.height if rc is not None else 40
@@ -409,10 +649,14 @@ class Console:
         if show_tasks:
             header.append(" · tasks ", style="dim")
             header.append(f"{running} running", style="cyan" if running else "dim")
+            if queued:
+                header.append(f", {queued} queued", style="yellow")
             header.append(", ", style="dim")
             header.append(f"{done} done", style="green" if done else "dim")
             header.append(", ", style="dim")
             header.append(f"{failed} failed", style="bold red" if failed else "dim")
+            if cancelled:
+                header.append(f", {cancelled} cancelled", style="yellow")
 
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=True, header_style="bold")
         table.add_column("node", justify="right", no_wrap=True)
@@ -458,4 +702,26 @@ class Console:
             table.add_row(*cells)
         # End on an empty line: the table's rows fill the terminal's width, and a key the user
         # types (Ctrl-C echoes "^C") would otherwise wrap past them and shift the view by a line.
-        return Group(header, table, Text(""))
+        parts: list[Any] = [header]
+        done_in_batch, total_in_batch, batch_seconds = batch
+        if total_in_batch >= _BAR_MIN_TASKS and show_tasks:
+            parts.append(_bar(done_in_batch, total_in_batch, batch_seconds, utf8, rc.size.width if rc is not None else 100))
+        return Group(*parts, table, Text(""))
+
+
+def _bar(done: int, total: int, seconds: float, utf8: bool, width: int) -> Any:
+    """``tasks ━━━━━━──── 1,234/10,000 · 820/s · ETA 11s`` for the current batch of tasks."""
+    from rich.text import Text
+
+    rate = done / seconds if seconds > 0 else 0.0
+    left = total - done
+    eta = f"ETA {_seconds(left / rate)}" if rate > 0 and left else ("done" if not left else "ETA -")
+    figures = f" {done:,}/{total:,} · {rate:,.0f}/s · {eta}"
+    size = max(10, min(40, width - len(figures) - 8))
+    full = int(size * done / total) if total else size
+    on, off = ("━", "─") if utf8 else ("#", "-")
+    bar = Text("tasks ", style="dim")
+    bar.append(on * full, style="green" if not left else "cyan")
+    bar.append(off * (size - full), style="dim")
+    bar.append(figures, style="dim")
+    return bar

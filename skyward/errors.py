@@ -5,6 +5,7 @@
     SkywardError
     ├── ConfigError            bad input, raised before anything is provisioned
     │   └── SerializationError an argument or result that cannot be pickled
+    ├── MissingDependency      an optional package is not installed (also an ImportError)
     ├── ProvisionError         a machine could not be acquired
     │   └── CapacityError      the provider had no capacity / quota for the request
     ├── BootstrapError         preparing a machine or starting its worker failed
@@ -32,6 +33,7 @@ __all__ = [
     "CommandFailed",
     "ConfigError",
     "ConnectionLost",
+    "MissingDependency",
     "PluginError",
     "ProvisionError",
     "RemoteError",
@@ -48,6 +50,15 @@ def _tail(lines: Sequence[str], limit: int = 20) -> str:
     return "\n".join("    " + line for line in shown)
 
 
+def _readable(line: str) -> str:
+    """A bootstrap log line as users read it: the script's step markers become ``step NAME``."""
+    if line.startswith("::step:: "):
+        return "step " + line[len("::step:: "):].strip()
+    if line.startswith("::warm::"):
+        return line[len("::warm::"):].strip() or "environment reused"
+    return line
+
+
 def _exit_text(code: int) -> str:
     """"exit code 3", or for a process killed by a signal (a negative code) "killed by SIGKILL"."""
     if code < 0:
@@ -62,6 +73,26 @@ def _exit_text(code: int) -> str:
 
 class SkywardError(Exception):
     """Root of every error Skyward raises."""
+
+
+class MissingDependency(SkywardError, ImportError):
+    """An optional package a feature needs is not installed.
+
+    ``package`` is the missing import, ``feature`` what needed it, ``extra`` the Skyward extra
+    that installs it; the message is the ``pip install`` line to run.
+    """
+
+    def __init__(self, package: str, feature: str, extra: str):
+        self.package = package
+        self.feature = feature
+        self.extra = extra
+        super().__init__(
+            f"{feature} needs {package}, which is not installed: pip install 'skyward[{extra}]'",
+            name=package,
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        return (type(self), (self.package, self.feature, self.extra))
 
 
 class ConfigError(SkywardError, ValueError):
@@ -129,7 +160,7 @@ class BootstrapError(SkywardError):
         if exit_code is not None:
             msg += f" (exit code {exit_code})"
         if self.log_tail:
-            msg += "\n  last output:\n" + _tail(self.log_tail)
+            msg += "\n  last output:\n" + _tail([_readable(line) for line in self.log_tail])
         super().__init__(msg)
 
 

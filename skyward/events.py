@@ -28,9 +28,13 @@ Stage = Literal["provisioning", "connecting", "bootstrapping", "starting", "read
 
 @dataclass(frozen=True, slots=True)
 class PoolStarting:
+    """A pool begins to start: ``nodes`` nodes from ``provider``, ``concurrency`` task slots
+    each (``None`` when not known: then every task sent to a node counts as running)."""
+
     pool_id: str
     nodes: int
     provider: str
+    concurrency: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,8 @@ class NodeLog:
 
 @dataclass(frozen=True, slots=True)
 class PoolReady:
+    """Every node is ready, ``seconds`` after the pool began to start."""
+
     pool_id: str
     nodes: int
     seconds: float
@@ -59,6 +65,9 @@ class PoolReady:
 
 @dataclass(frozen=True, slots=True)
 class TaskStarted:
+    """Task ``task_id`` (a function called ``name``) was sent to ``node``; it runs when a slot
+    there is free."""
+
     task_id: int
     node: int
     name: str
@@ -66,11 +75,15 @@ class TaskStarted:
 
 @dataclass(frozen=True, slots=True)
 class TaskFinished:
+    """Task ``task_id`` ended on ``node``: ``ok`` when it returned a result; ``cancelled``
+    when the client stopped it (a cancelled future, Ctrl-C, a failed broadcast's other nodes)."""
+
     task_id: int
     node: int
     name: str
     ok: bool
     seconds: float
+    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +98,13 @@ class TaskOutput:
 
 @dataclass(frozen=True, slots=True)
 class PoolStopped:
+    """The pool is down: ``clean`` when every worker and machine was confirmed released;
+    ``interrupted`` when it was stopped by Ctrl-C (KeyboardInterrupt)."""
+
     pool_id: str
     seconds: float
     clean: bool
+    interrupted: bool = False
 
 
 Event = PoolStarting | NodeStage | NodeLog | PoolReady | TaskStarted | TaskFinished | TaskOutput | PoolStopped

@@ -152,6 +152,13 @@ def _output_control(streams: tuple[Stream, ...], only: Only) -> Callable[[Callab
     _check_only(only)
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        from skyward.compute import ComputeFunction
+
+        if isinstance(fn, ComputeFunction):
+            # Placed above @sky.compute: wrapping the lazy function would control the client's
+            # output while it builds the call, i.e. nothing. Apply it to the task itself.
+            inner = _OutputControlled(fn.fn, streams, only)
+            return ComputeFunction(inner, name=fn.options.name, timeout=fn.options.timeout)  # type: ignore[return-value]
         return _OutputControlled(fn, streams, only)  # type: ignore[return-value]
 
     return decorate
@@ -160,14 +167,21 @@ def _output_control(streams: tuple[Stream, ...], only: Only) -> Callable[[Callab
 def stdout(only: Only = "head") -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Let only some nodes print to stdout while this task runs.
 
-    ``only="head"`` keeps the output of rank 0 (node 0's first worker process); a predicate ``only=lambda info: info.node < 2``
-    decides per node. Place it under ``@sky.compute``. Silencing covers this task only.
+    ``only="head"`` keeps the output of rank 0 (node 0's first worker process); a predicate
+    ``only=lambda info: info.node < 2`` decides per process. Place it under ``@sky.compute``
+    (placed above, it is applied to the task all the same). Silencing covers this task only.
     """
     return _output_control(("stdout",), only)
 
 
 def stderr(only: Only = "head") -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Like :func:`stdout`, for stderr."""
+    """Let only some nodes print to stderr while this task runs; the same rules as :func:`stdout`.
+
+    Example:
+        >>> @sky.compute
+        ... @sky.stderr(only="head")      # warnings from node 0 only
+        ... def fit() -> None: ...
+    """
     return _output_control(("stderr",), only)
 
 
@@ -176,6 +190,21 @@ def silent(fn: Callable[P, R]) -> Callable[P, R]: ...
 @overload
 def silent(fn: None = None) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def silent(fn=None):
-    """Suppress both stdout and stderr of this task on every node."""
+    """Suppress both stdout and stderr of this task on every node; results still come back.
+
+    Usable bare or called: ``@sky.silent`` and ``@sky.silent()`` are the same. Place it under
+    ``@sky.compute``.
+    """
     deco = _output_control(("stdout", "stderr"), None)
     return deco if fn is None else deco(fn)
+
+
+def _no_terminal_breakpoint(*args: Any, **kwargs: Any) -> None:
+    """``breakpoint()`` inside a task (the pool sets ``PYTHONBREAKPOINT`` to this on workers)."""
+    node = instance_info().node
+    raise RuntimeError(
+        f"breakpoint() in a task on node {node}: a task runs in a worker process with no terminal "
+        "(its stdin and stdout carry the pool's protocol), so there is nobody to type to the debugger. "
+        "Debug the function here with f.local(...), or point PYTHONBREAKPOINT in the pool's image env "
+        "at a remote debugger (e.g. Image(env={'PYTHONBREAKPOINT': 'remote_pdb.set_trace'}))"
+    )

@@ -419,6 +419,19 @@ def test_apt_lists_are_updated_when_the_first_install_fails(host):
     assert [c.split()[3] for c in host.calls("apt-get")] == ["install", "update", "install"]
 
 
+def test_apt_held_lock_fails_saying_another_package_manager_holds_it(host):
+    _as_user(host, 0, sudo=None)
+    # What apt-get prints when DPkg::Lock::Timeout runs out (apt 2.x wording).
+    host.stub("apt-get", 'printf "apt-get %s\\n" "$*" >> "$STUB_LOG"\n'
+                         'echo "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 77 '
+                         '(unattended-upgr)" >&2; exit 100\n')
+    proc = host.run(host.render(Image(apt=["ffmpeg"])))
+    assert proc.returncode != 0
+    assert steps(proc.stdout)[-1] == STEP_APT
+    assert "dpkg lock, held by another package manager" in proc.stderr
+    assert [c.split()[3] for c in host.calls("apt-get")] == ["install"]  # no update behind a held lock
+
+
 # -- real builds with uv ---------------------------------------------------------------------------
 
 

@@ -228,3 +228,12 @@ def test_a_queued_task_that_times_out_never_starts(tmp_path) -> None:  # type: i
         running.result(timeout=10)
         assert node_of() >> pool == 0  # the slot is free again and the queue is empty
     assert first.exists() and not second.exists()
+
+
+def test_bootstrap_error_shows_step_markers_as_words() -> None:
+    from skyward.errors import BootstrapError
+
+    err = BootstrapError("gpu1", "pip", "failed", log_tail=["::step:: pip", "ERROR: no such package", "::warm::"])
+    assert "::" not in str(err)
+    assert "    step pip\n    ERROR: no such package\n    environment reused" in str(err)
+    assert err.log_tail[0] == "::step:: pip"  # the field keeps what the host printed

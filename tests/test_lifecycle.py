@@ -72,7 +72,9 @@ def test_ctrl_c_in_block_leaves_no_worker() -> None:
     proc, pids = start_client()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
-    assert "KeyboardInterrupt" in err
+    # One line instead of a traceback; the process still ends as interrupted by SIGINT.
+    assert "skyward: interrupted: pool" in err and "Traceback" not in err, err
+    assert proc.returncode in (-signal.SIGINT, 130)
     assert wait_gone(pids, 5) == []
 
 

@@ -23,7 +23,7 @@ import skyward as sky
 from skyward import events as ev
 from skyward.providers.ssh import SSH
 from skyward.transport.base import WorkerLaunch
-from tests.hosts.conftest_fixture import ssh_provider, wheelhouse  # noqa: F401  (wheelhouse is a fixture)
+from tests.hosts.conftest_fixture import ssh_provider, venv_site_env, wheelhouse  # noqa: F401  (wheelhouse is a fixture)
 
 ABSENT_PACKAGE = "tomli"  # in the wheelhouse, but neither here nor on the hosts
 
@@ -180,7 +180,7 @@ def test_changed_include_files_are_synced_on_the_next_start(test_hosts, wheelhou
 def test_ddp_with_gloo_across_two_hosts_keeps_parameters_identical(test_hosts, wheelhouse):
     hosts = test_hosts[:2]
     # torch is preinstalled in the hosts' Python: take it from there instead of installing it.
-    provider = ssh_provider(hosts, wheelhouse, system_site_packages=["torch"])
+    provider = ssh_provider(hosts, wheelhouse, system_site_packages=["torch", "numpy"])
 
     @sky.compute
     def train(steps: int) -> dict:
@@ -211,7 +211,8 @@ def test_ddp_with_gloo_across_two_hosts_keeps_parameters_identical(test_hosts, w
 
     # The hosts have a resolver configured but no route to it, and torch's store looks up the
     # name of every peer socket: without this each lookup waits out glibc's default 2 x 5 s.
-    image = unique_image(env={"RES_OPTIONS": "timeout:1 attempts:1"})
+    # In a fresh venv torch and numpy are there, not in the base interpreter the hosts use.
+    image = unique_image(env={"RES_OPTIONS": "timeout:1 attempts:1", **venv_site_env("torch", "numpy")})
     with pool_on(hosts, wheelhouse, image, provider=provider, plugins=[sky.plugins.torch(backend="gloo")]) as pool:
         results = train(5) @ pool
     assert [r["rank"] for r in results] == [0, 1]
@@ -323,3 +324,48 @@ def test_a_killed_client_leaves_no_worker_on_any_host(test_hosts, wheelhouse, tm
     took = time.monotonic() - killed
     assert gone, leftovers(hosts, r"skyward\.worker|^sleep 4343")
     print(f"\nworkers gone {took:.2f}s after the client was killed (idle_timeout={idle_timeout:g}s)")
+
+
+# -- ~/.ssh/config: a host behind a jump host ----------------------------------------------------------
+
+
+@sky.compute
+def connected_from() -> str:
+    import os
+
+    return os.environ.get("SSH_CONNECTION", "").split()[0]  # the address the host's sshd saw
+
+
+def test_proxy_jump_in_ssh_config_reaches_the_host_through_the_bastion(test_hosts, wheelhouse, tmp_path, monkeypatch):
+    bastion, target = test_hosts[0], test_hosts[1]
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text(
+        f"Host behind\n  HostName {target.ip}\n  User {target.user}\n  IdentityFile {target.key_path}\n"
+        f"  ProxyJump bastion\n\n"
+        f"Host bastion\n  HostName {bastion.ip}\n  User {bastion.user}\n  IdentityFile {bastion.key_path}\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    provider = SSH(["behind"], known_hosts=target.known_hosts_all, find_links=[wheelhouse], no_index=True,
+                   connect_timeout=5)
+    jump = provider.jumps[0]
+    assert jump is not None and (jump.host, jump.user, jump.key) == (bastion.ip, bastion.user, bastion.key_path)
+    with sky.ComputePool(provider=provider, nodes=1, image=unique_image(), console=False) as pool:
+        # The target's sshd saw the bastion connect, not this machine (target.bridge_ip).
+        assert connected_from() >> pool == bastion.ip
+    assert not leftovers([target])
+
+
+def test_proxy_command_in_ssh_config_carries_the_connection(test_hosts, wheelhouse, tmp_path, monkeypatch):
+    bastion, target = test_hosts[0], test_hosts[1]
+    (tmp_path / ".ssh").mkdir()
+    via = (f"ssh -i {bastion.key_path} -o UserKnownHostsFile={bastion.known_hosts_all} -o BatchMode=yes "
+           f"{bastion.user}@{bastion.ip} -W %h:%p")
+    (tmp_path / ".ssh" / "config").write_text(
+        f"Host behind\n  HostName {target.ip}\n  User {target.user}\n  IdentityFile {target.key_path}\n"
+        f"  ProxyCommand {via}\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    provider = SSH(["behind"], known_hosts=target.known_hosts_all, find_links=[wheelhouse], no_index=True,
+                   connect_timeout=5)
+    assert provider.proxy_commands == (via.replace("%h", target.ip).replace("%p", "22"),)
+    with sky.ComputePool(provider=provider, nodes=1, image=unique_image(), console=False) as pool:
+        assert connected_from() >> pool == bastion.ip
+    assert not leftovers([target])

@@ -192,3 +192,40 @@ def test_importing_skyward_and_the_ssh_provider_does_not_import_paramiko():
             "print('paramiko' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_an_identity_file_in_ssh_config_is_the_hosts_key(tmp_path, monkeypatch):
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "lab_key").write_text("not read here")
+    (tmp_path / ".ssh" / "config").write_text(
+        "Host gpu1\n  HostName 10.1.2.3\n  IdentityFile ~/.ssh/missing\n  IdentityFile ~/.ssh/lab_key\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    from skyward.providers.base import PoolSpec
+
+    ssh = SSH(["gpu1", "other"], user="u")
+    assert ssh.keys == (str(tmp_path / ".ssh" / "lab_key"), None)
+    instances = ssh.provision(PoolSpec("p", 2))
+    assert [i.ssh.key for i in instances] == [str(tmp_path / ".ssh" / "lab_key"), None]
+    given = tmp_path / "given_key"
+    given.write_text("x")
+    assert SSH(["gpu1"], user="u", key=given).keys == (str(given),)  # key= wins over the config
+
+
+def test_identity_files_in_ssh_config_that_do_not_exist_are_skipped_as_ssh_does(tmp_path, monkeypatch):
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text("Host *\n  IdentityFile ~/.ssh/gone\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert SSH(["gpu1"], user="u").keys == (None,)  # then the agent's keys and ~/.ssh/id_*
+
+
+def test_a_proxy_jump_chain_in_ssh_config_is_followed_hop_by_hop(tmp_path, monkeypatch):
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text(
+        "Host gpu1\n  HostName 10.1.2.3\n  ProxyJump outer,carol@inner:2200\n\n"
+        "Host outer\n  HostName 203.0.113.9\n  User dave\n\nHost direct\n  ProxyJump none\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    ssh = SSH(["gpu1", "direct"], user="u")
+    inner = ssh.jumps[0]
+    assert inner is not None and (inner.host, inner.user, inner.port) == ("inner", "carol", 2200)
+    assert inner.jump is not None and (inner.jump.host, inner.jump.user, inner.jump.port) == ("203.0.113.9", "dave", 22)
+    assert inner.jump.jump is None and ssh.jumps[1] is None

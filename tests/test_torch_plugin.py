@@ -45,7 +45,7 @@ def transform(plugin: Plugin, cluster: Cluster = CPU, image: sky.Image | None = 
     ],
 )
 def test_torch_version_forms(version: str, expected: str) -> None:
-    assert transform(sky.plugins.torch(version=version)).pip == (expected,)
+    assert transform(sky.plugins.torch(version=version)).pip == (expected, "numpy")
 
 
 @pytest.mark.parametrize(
@@ -60,7 +60,7 @@ def test_torch_version_forms(version: str, expected: str) -> None:
 )
 def test_vision_and_audio_follow_the_same_version_rules(vision, audio, extra) -> None:
     image = transform(sky.plugins.torch(version="2.3.0", vision=vision, audio=audio))
-    assert image.pip == ("torch==2.3.0", *extra)
+    assert image.pip == ("torch==2.3.0", *extra, "numpy")
 
 
 def test_requirement_helper() -> None:
@@ -114,8 +114,16 @@ def test_later_plugins_keep_the_torch_packages() -> None:
     for plugin in (sky.plugins.torch(), other):
         assert plugin.transform is not None
         image = plugin.transform(image, CPU)
-    assert image.pip == ("torch", "transformers")
+    assert image.pip == ("torch", "numpy", "transformers")
     assert image.pip_indexes == (CPU_INDEX, OTHER_INDEX)
+
+
+@pytest.mark.parametrize("pinned", ["numpy", "numpy==1.26.4", "NumPy>=2"])
+def test_numpy_comes_with_torch_unless_the_image_names_it(pinned: str) -> None:
+    # Without numpy, `import torch` warns "Failed to initialize NumPy" on every node.
+    assert "numpy" in transform(sky.plugins.torch()).pip
+    image = transform(sky.plugins.torch(), image=sky.Image(pip=[pinned]))
+    assert image.pip == (pinned, "torch")
 
 
 def test_transform_is_pure() -> None:
@@ -173,7 +181,7 @@ def test_plugin_pickles_by_reference() -> None:
     clone = pickle.loads(pickle.dumps(plugin))
     assert clone.name == "torch"
     assert clone.around_app.keywords == {"backend": "gloo", "timeout": 12.5}  # type: ignore[union-attr]
-    assert transform(clone, GPU).pip == ("torch", "torchvision")
+    assert transform(clone, GPU).pip == ("torch", "torchvision", "numpy")
 
 
 def test_decorator_validates_its_arguments() -> None:

@@ -37,7 +37,14 @@ __all__ = ["Cluster", "Plugin"]
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
-    """What a plugin's ``transform`` knows about the pool being built."""
+    """What a plugin's ``transform`` knows about the pool being built.
+
+    Attributes:
+        nodes: how many nodes the pool asks for.
+        accelerator: the parsed accelerator (``None`` for CPU pools); see :attr:`cuda`.
+        provider: the provider's short name: ``"local"``, ``"ssh"`` or ``"aws"``.
+        concurrency: task slots per node.
+    """
 
     nodes: int
     accelerator: Any = None  # skyward.accelerators.Accelerator | None
@@ -53,7 +60,25 @@ class Cluster:
 
 @dataclass(frozen=True, slots=True)
 class Plugin:
-    """A named bundle of hooks. See the module docstring for the contract and order."""
+    """A named bundle of hooks; every hook is optional (an absent one does nothing).
+
+    Attributes:
+        name: shown in messages and in a ``PluginError`` when a hook fails on a node.
+        transform: ``(image, cluster) -> image``, on the client before machines are prepared
+            (add pip packages, indexes, environment variables).
+        around_app: ``(info) -> context manager``, entered once per worker process at start
+            and exited when it stops (e.g. a distributed process group).
+        around_task: ``(fn) -> fn``, wraps every task function on the worker.
+        around_client: ``(pool) -> context manager``, on the client for the pool's lifetime.
+
+    Plugins nest in list order (the first is outermost) and travel to the workers pickled, so
+    hooks must be module-level functions or ``functools.partial`` of them.
+
+    Example:
+        >>> def add_numpy(image, cluster):
+        ...     return image.with_pip("numpy")
+        >>> plugin = sky.Plugin("numpy", transform=add_numpy)
+    """
 
     name: str
     transform: Callable[[Image, Cluster], Image] | None = None

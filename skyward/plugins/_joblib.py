@@ -82,7 +82,10 @@ def _get_backend_class() -> type:
     global _backend_class
     if _backend_class is not None:
         return _backend_class
-    from joblib.parallel import AutoBatchingMixin, ParallelBackendBase
+    from skyward._optional import require
+
+    parallel = require("joblib.parallel", "sky.plugins.joblib() and sky.plugins.sklearn()")
+    AutoBatchingMixin, ParallelBackendBase = parallel.AutoBatchingMixin, parallel.ParallelBackendBase  # noqa: N806
 
     class SkywardBackend(AutoBatchingMixin, ParallelBackendBase):
         """A joblib backend that runs each batch as a task on a :class:`~skyward.ComputePool`."""
@@ -165,7 +168,9 @@ def use_pool(pool: ComputePool) -> Iterator[None]:
     bound to ``pool`` (in the calling thread); on exit the previous configuration is back.
     Shared by ``sky.plugins.joblib()`` and ``sky.plugins.sklearn()``.
     """
-    import joblib as _joblib
+    from skyward._optional import require
+
+    _joblib = require("joblib", "sky.plugins.joblib() and sky.plugins.sklearn()")
 
     _joblib.register_parallel_backend(BACKEND_NAME, _by_name)
     backend = _get_backend_class()(pool)

@@ -2,7 +2,8 @@
 
 Two hooks:
 
-* ``transform`` (client): appends ``torch`` (and optionally ``torchvision``/``torchaudio``)
+* ``transform`` (client): appends ``torch`` (and optionally ``torchvision``/``torchaudio``;
+  ``numpy`` too unless the image already names it, since torch warns without it)
   to the image's pip packages and the matching ``download.pytorch.org`` wheel index to its
   indexes — CUDA wheels when the pool's accelerator runs CUDA, CPU wheels otherwise. What
   the image and earlier plugins already had is kept, in order.
@@ -30,6 +31,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from skyward._optional import require
 from skyward.errors import ConfigError
 from skyward.plugins._base import Cluster, Plugin
 
@@ -102,8 +104,16 @@ def requirement(package: str, version: str) -> str:
     return f"{package}=={version}"
 
 
+def _names_numpy(requirement: str) -> bool:
+    return re.split(r"[\s<>=!~;\[@]", requirement.strip(), maxsplit=1)[0].lower() == "numpy"
+
+
 def _transform(image: Image, cluster: Cluster, *, packages: tuple[str, ...], cuda: str) -> Image:
     index = _WHEELS.format(cuda if cluster.cuda else "cpu")
+    # torch does not depend on numpy but warns on import without it ("Failed to initialize
+    # NumPy") and tensor.numpy() fails: every node gets numpy unless the image pins its own.
+    if not any(_names_numpy(p) for p in image.pip):
+        packages = (*packages, "numpy")
     return image.with_pip(*packages, index=index)
 
 
@@ -196,7 +206,7 @@ def setup_process_group(info: InstanceInfo, backend: Backend | None = None,
     """
     if info.world_size < 2:
         return False
-    import torch
+    torch = require("torch", "the torch process group (sky.plugins.torch, @sky.integrations.torch)")
     import torch.distributed as dist
 
     with _init_lock:

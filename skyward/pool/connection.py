@@ -162,6 +162,8 @@ class NodeConnection:
         for tid, t in found:
             if t.timer:
                 t.timer.cancel()
+            if self.listening:
+                self.emit(ev.TaskFinished(tid, self.node, t.name, False, time.monotonic() - t.started, cancelled=True))
             if self.alive:
                 try:
                     self._writer.send((Kind.CANCEL, tid))

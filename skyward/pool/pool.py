@@ -13,6 +13,7 @@ when their input ends or the client has been silent for ``idle_timeout`` seconds
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import signal
 import sys
@@ -123,6 +124,7 @@ class ComputePool:
         self.provider.validate(self.spec)
 
         self._subscribers: list[Callable[[ev.Event], None]] = []
+        self._console_attached = bool(options.console)
         if options.console:
             from skyward.console import Console
 
@@ -156,18 +158,22 @@ class ComputePool:
         self._install_sigterm()
         try:
             self._start()
-        except BaseException:
-            self._stop(clean=False)
+        except BaseException as exc:
+            self._stop(clean=False, interrupted=isinstance(exc, KeyboardInterrupt))
+            _quiet_interrupt(exc)
             raise
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self._stop(clean=exc_type is None)
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        self._stop(clean=exc_type is None, interrupted=interrupted)
+        _quiet_interrupt(exc)
 
     def _start(self) -> None:
         started = time.monotonic()
         self._state = "starting"
-        self._emit(ev.PoolStarting(self.id, self.nodes, self.provider.name))
+        # (the console counts a node's task slots: every worker process's)
+        self._emit(ev.PoolStarting(self.id, self.nodes, self.provider.name, self.concurrency * self.processes_per_node))
         cluster = Cluster(self.nodes, self.accelerator, self.provider.name, self.concurrency, self.processes_per_node)
         image = self.image
         for plugin in self.plugins:
@@ -185,7 +191,10 @@ class ComputePool:
 
     def _settings(self, info: InstanceInfo) -> Setup:
         """The SETUP message for one node (its environment: the node's variables, then the image's)."""
+        # breakpoint() in a task explains itself instead of reading the protocol as a terminal;
+        # an image that names its own PYTHONBREAKPOINT (a remote debugger) keeps it.
         env = node_environment(info, self.task_id)
+        env["PYTHONBREAKPOINT"] = "skyward.runtime._no_terminal_breakpoint"
         env.update(self.image.env)
         return Setup(info=info, env=env, concurrency=self.concurrency, executor=self.executor,
                      idle_timeout=self.idle_timeout, heartbeat_interval=self.heartbeat_interval, spin=self._spin)
@@ -199,7 +208,7 @@ class ComputePool:
         self._require_open()
         self._nodes.restart(self.start_timeout)
 
-    def _stop(self, clean: bool) -> None:
+    def _stop(self, clean: bool, interrupted: bool = False) -> None:
         if self._state == "closed":
             return
         started = time.monotonic()
@@ -212,7 +221,10 @@ class ComputePool:
             problems.append(f"around_client exit failed: {exc!r}")
         problems += self._nodes.stop(graceful=was_open)
         self._restore_sigterm()
-        self._emit(ev.PoolStopped(self.id, time.monotonic() - started, not problems))
+        self._emit(ev.PoolStopped(self.id, time.monotonic() - started, not problems, interrupted))
+        if interrupted and not self._console_attached:
+            left = "nothing left running" if not problems else "teardown incomplete"
+            print(f"skyward: interrupted: pool {self.id} stopped, {left}", file=sys.stderr)
         if problems and sys.exc_info()[0] is None:
             raise SkywardError("pool teardown incomplete:\n  " + "\n  ".join(problems))
         for p in problems:
@@ -292,9 +304,51 @@ class ComputePool:
             raise ConfigError("fn", "a @sky.compute function or a callable", fn)
         return self.gather(*pending)
 
+    # -- a left side that is not a pending computation --------------------------------------------
+    # ``value >> pool``: Python asks the pool after the left side declined. The usual cause is a
+    # function without @sky.compute: it already ran here, and its result arrives.
+    def __rrshift__(self, value: Any) -> Any:
+        raise _not_pending(value, ">>")
+
+    def __rmatmul__(self, value: Any) -> Any:
+        raise _not_pending(value, "@")
+
+    def __lt__(self, value: Any) -> Any:  # the reflection of `value > pool`
+        raise _not_pending(value, ">")
+
+    # -- notebooks: a pool across cells --------------------------------------------------------
+    def open(self) -> ComputePool:
+        """Start the pool without a ``with`` block (a notebook: one cell opens, later ones use it).
+
+        The same as entering ``with``: the same start, and the same guarantees once started —
+        the workers' dead man's switch, and :meth:`close` at interpreter exit if it was not
+        called (a kernel restart included). Returns the pool::
+
+            pool = sky.ComputePool(nodes=4).open()
+            ...                                  # any number of cells
+            pool.close()
+        """
+        self.__enter__()
+        atexit.register(self._close_at_exit)
+        return self
+
+    def close(self) -> None:
+        """Stop the pool opened with :meth:`open`: every worker and machine, confirmed released.
+
+        Raises :class:`~skyward.SkywardError` when teardown could not be confirmed. Closing a
+        closed pool does nothing.
+        """
+        atexit.unregister(self._close_at_exit)
+        self._stop(clean=True)
+
+    def _close_at_exit(self) -> None:
+        with contextlib.suppress(Exception):
+            self._stop(clean=True)
+
     # -- introspection ---------------------------------------------------------------------------
     @property
     def is_open(self) -> bool:
+        """True between a successful start (``with`` entered) and the start of teardown."""
         return self._state == "open"
 
     @property
@@ -321,3 +375,47 @@ def _plugin_hook(plugin: Plugin, hook: str) -> Iterator[None]:
         import traceback
 
         raise PluginError(plugin.name, None, hook, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
+
+
+def _not_pending(value: Any, op: str) -> ConfigError:
+    if callable(value):
+        detail = f"did you forget @sky.compute on {getattr(value, '__name__', 'the function')}?"
+    else:
+        detail = ("did you forget @sky.compute? Without it the function ran here, now, and this is its "
+                  "result")
+    return ConfigError(f"left-hand side of {op}",
+                       "a pending computation: a call of a @sky.compute function, e.g. f(x) " + op + " pool",
+                       _short(value), detail=detail)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}" + ("..." if len(text) > 60 else "")
+
+
+_hook_installed = False
+
+
+def _quiet_interrupt(exc: BaseException | None) -> None:
+    """After a pool stopped for Ctrl-C and said so in one line, Python's own report of the
+    KeyboardInterrupt (a traceback through the pool's internals) is left out.
+
+    Only a KeyboardInterrupt that passed through a pool's teardown is affected, and only when
+    nobody catches it; the process still exits as one interrupted by SIGINT (status 130).
+    """
+    global _hook_installed
+    if not isinstance(exc, KeyboardInterrupt):
+        return
+    with contextlib.suppress(AttributeError, TypeError):
+        exc._skyward_reported = True  # type: ignore[attr-defined]
+    if _hook_installed:
+        return
+    _hook_installed = True
+    previous = sys.excepthook
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if isinstance(value, KeyboardInterrupt) and getattr(value, "_skyward_reported", False):
+            return
+        previous(kind, value, tb)
+
+    sys.excepthook = excepthook

@@ -21,7 +21,14 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class PoolSpec:
-    """What the pool asks a provider for."""
+    """What the pool asks a provider for.
+
+    Attributes:
+        pool_id: the pool's id (tags, names of per-pool cloud resources).
+        nodes: how many machines.
+        accelerator: the parsed accelerator per node, or ``None``.
+        concurrency: task slots per node.
+    """
 
     pool_id: str
     nodes: int
@@ -40,6 +47,8 @@ class SSHAddress:
     known_hosts: tuple[str, ...] = ()
     verify_host_keys: bool = True
     connect_timeout: float = 10.0
+    jump: SSHAddress | None = None  # reach the host through this one (ssh's ProxyJump)
+    proxy_command: str | None = None  # or through this command's stdin/stdout (ssh's ProxyCommand)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +94,16 @@ class Provider(ABC):
         """Raise ConfigError for a spec this provider cannot serve."""
 
     @abstractmethod
-    def provision(self, spec: PoolSpec) -> list[Instance]: ...
+    def provision(self, spec: PoolSpec) -> list[Instance]:
+        """Acquire ``spec.nodes`` machines and describe each as an :class:`Instance`, in node order.
+
+        On failure, release whatever was acquired before raising (``ProvisionError``,
+        ``CapacityError``, ``ConfigError``).
+        """
 
     @abstractmethod
-    def terminate(self, instances: list[Instance]) -> None: ...
+    def terminate(self, instances: list[Instance]) -> None:
+        """Release ``instances`` and confirm they are gone; raise if that cannot be confirmed."""
 
     def rendezvous_port(self, spec: PoolSpec) -> int:
         """The port node 0 offers for framework rendezvous (``head_port``)."""

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from skyward._optional import require
 from skyward.errors import ConfigError
 from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider, SSHAddress
 
@@ -36,15 +37,21 @@ def key_file(parameter: str, value: object) -> str:
 
 def _ssh_config() -> Any:
     """``~/.ssh/config`` as paramiko reads it (empty when there is none); paramiko is needed here."""
-    try:
-        import paramiko
-    except ImportError as exc:
-        raise ImportError("sky.SSH needs paramiko: pip install 'skyward[ssh]'") from exc
+    paramiko = require("paramiko", "sky.SSH")
     try:
         text = Path(os.path.expanduser("~/.ssh/config")).read_text(errors="replace")
     except OSError:
         text = ""
     return paramiko.SSHConfig.from_text(text)
+
+
+def _config_key(files: list[str] | None) -> str | None:
+    """The first ``IdentityFile`` of a host's ``~/.ssh/config`` entry that exists. Like ssh,
+    files that do not exist are skipped (a ``Host *`` default often names several)."""
+    for path in (os.path.expanduser(f) for f in files or ()):
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 def _config_port(value: str | None, host: str) -> int | None:
@@ -66,12 +73,14 @@ class SSH(Provider):
     Args:
         hosts: one entry per node: ``"host"``, ``"user@host"``, ``"host:port"`` or
             ``"user@host:port"`` (IPv6 in brackets: ``"[fe80::1]:22"``). A name that
-            ``~/.ssh/config`` knows takes its ``HostName``, ``User`` and ``Port`` from there
-            (what the entry or ``user``/``port`` say wins).
+            ``~/.ssh/config`` knows takes its ``HostName``, ``User``, ``Port``,
+            ``IdentityFile``, ``ProxyJump`` and ``ProxyCommand`` from there (what the entry or
+            ``user``/``port``/``key`` say wins), so it is reached as ``ssh host`` would.
         user: login user for hosts that don't name one (default: ``~/.ssh/config``'s ``User``
             for the host, else your local user name).
-        key: a private key file. When given, only this key is offered; when None, the SSH
-            agent's keys and ``~/.ssh/id_*`` are tried.
+        key: a private key file. When given, only this key is offered; when None, the host's
+            ``IdentityFile`` from ``~/.ssh/config``, else the SSH agent's keys and
+            ``~/.ssh/id_*`` are tried.
         port: SSH port for hosts that don't name one (default: ``~/.ssh/config``'s, else 22).
         known_hosts: known_hosts file(s) to check host keys against (default
             ``~/.ssh/known_hosts`` and ``/etc/ssh/ssh_known_hosts``).
@@ -128,6 +137,9 @@ class SSH(Provider):
             except (OSError, KeyError) as exc:  # no name for this uid (some containers)
                 raise ConfigError("user", "a login user name (this machine's user name is unknown)", None) from exc
         hosts_: list[tuple[str, str, int]] = []
+        keys: list[str | None] = []
+        jumps: list[str] = []
+        proxies: list[str | None] = []  # ProxyCommand, with %h %p %r already expanded by paramiko
         for entry_user, name, entry_port in o.hosts:
             # As with `ssh -l user -p port name`: what the entry or the arguments say wins over
             # ~/.ssh/config, which wins over the defaults (your user name, port 22).
@@ -135,8 +147,14 @@ class SSH(Provider):
             login = entry_user or o.user or found.get("user") or default_user
             number = entry_port or o.port or _config_port(found.get("port"), name) or 22
             hosts_.append((login, found.get("hostname", name), number))
+            keys.append(_config_key(found.get("identityfile")) if key is None else None)
+            jumps.append(found.get("proxyjump", ""))
+            proxies.append(found.get("proxycommand"))
         self.hosts: tuple[tuple[str, str, int], ...] = tuple(hosts_)
         self.key = None if key is None else key_file("key", key)
+        # Per host: the key given to SSH(key=...), else the host's IdentityFile in ~/.ssh/config,
+        # else None (the agent's keys and ~/.ssh/id_*).
+        self.keys: tuple[str | None, ...] = tuple(self.key or k for k in keys)
         self.verify_host_keys = o.verify_host_keys
         self.known_hosts: tuple[str, ...]
         if o.known_hosts is None:
@@ -155,6 +173,33 @@ class SSH(Provider):
         self.find_links = o.find_links
         self.no_index = o.no_index
         self.system_site_packages: bool | tuple[str, ...] = o.system_site_packages
+        # ProxyJump from ~/.ssh/config, per host: the jump hosts' addresses, in hop order.
+        self.jumps: tuple[SSHAddress | None, ...] = tuple(
+            self._jump_chain(spec, config, default_user) for spec in jumps)
+        self.proxy_commands: tuple[str | None, ...] = tuple(
+            None if p is None or p.strip().lower() == "none" or j is not None else p
+            for p, j in zip(proxies, self.jumps, strict=True))
+
+    def _jump_chain(self, spec: str, config: Any, default_user: str) -> SSHAddress | None:
+        """``ProxyJump a,b`` -> b reached through a (each hop's own config entry applies)."""
+        hops = [h.strip() for h in spec.split(",") if h.strip()]
+        if not hops or hops[0].lower() == "none":
+            return None
+        previous: SSHAddress | None = None
+        for hop in hops:
+            user, _, rest = hop.rpartition("@")
+            if rest.startswith("["):  # [v6]:port
+                name, _, tail = rest[1:].partition("]")
+                port_text = tail.removeprefix(":")
+            else:
+                name, _, port_text = rest.partition(":")
+            found = config.lookup(name)
+            port = _config_port(port_text or None, hop) or _config_port(found.get("port"), name) or 22
+            key = self.key or _config_key(found.get("identityfile"))
+            previous = SSHAddress(found.get("hostname", name), user or found.get("user") or default_user, port,
+                                  key=key, known_hosts=self.known_hosts, verify_host_keys=self.verify_host_keys,
+                                  connect_timeout=self.connect_timeout, jump=previous)
+        return previous
 
     # -- the provider contract --------------------------------------------------------------------
     def validate(self, spec: PoolSpec) -> None:
@@ -170,8 +215,9 @@ class SSH(Provider):
         return [
             Instance(id=f"ssh:{u}@{h}:{p}", node=i, private_addr=self.private_addrs[i], public_addr=h,
                      accelerators=count, environment=environment,
-                     ssh=SSHAddress(h, u, p, key=self.key, known_hosts=self.known_hosts,
-                                    verify_host_keys=self.verify_host_keys, connect_timeout=self.connect_timeout))
+                     ssh=SSHAddress(h, u, p, key=self.keys[i], known_hosts=self.known_hosts,
+                                    verify_host_keys=self.verify_host_keys, connect_timeout=self.connect_timeout,
+                                    jump=self.jumps[i], proxy_command=self.proxy_commands[i]))
             for i, (u, h, p) in enumerate(self.hosts)
         ]
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from skyward._optional import require
 from skyward.errors import BootstrapError
 from skyward.transport.base import Channel, CommandResult
 
@@ -48,7 +49,7 @@ def hear_exit_signals(transport: Any) -> None:
     transport only, that request sets ``exit_status`` to minus the signal's number, as
     ``subprocess`` reports it. Every other request goes to paramiko's own handler.
     """
-    import paramiko
+    paramiko = require("paramiko", "an SSH connection")
 
     table = getattr(type(transport), "_channel_handler_table", None)
     request = getattr(paramiko.common, "MSG_CHANNEL_REQUEST", None)

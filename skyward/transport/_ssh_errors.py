@@ -13,6 +13,8 @@ import hashlib
 import socket
 from typing import Any, Protocol
 
+from skyward._optional import require
+
 __all__ = ["Target", "explain", "fingerprint", "reject_policy"]
 
 
@@ -45,7 +47,7 @@ class _UnknownHostKey(Exception):
 
 def reject_policy() -> Any:
     """A paramiko host key policy that refuses an unknown host with :class:`_UnknownHostKey`."""
-    import paramiko
+    paramiko = require("paramiko", "an SSH connection")
 
     class RejectUnknown(paramiko.MissingHostKeyPolicy):
         def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
@@ -56,7 +58,7 @@ def reject_policy() -> Any:
 
 def explain(t: Target, exc: BaseException) -> str:
     """A precise, actionable sentence for ``t``'s failed connect."""
-    import paramiko
+    paramiko = require("paramiko", "an SSH connection")
 
     where = f"{t.address}:{t.port}"
     files = ", ".join(t.known_hosts) or "no known_hosts file"

@@ -41,6 +41,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from skyward._optional import require
 from skyward._retry import Backoff
 from skyward.errors import BootstrapError
 from skyward.providers.base import SSHAddress
@@ -86,12 +87,17 @@ class SSHTransport(Transport):
         """A transport for an instance's SSH address (nothing is opened yet)."""
         return cls(address.host, port=address.port, user=address.user, key_filename=address.key,
                    known_hosts=address.known_hosts, verify_host_keys=address.verify_host_keys,
-                   connect_timeout=address.connect_timeout)
+                   connect_timeout=address.connect_timeout, jump=address.jump,
+                   proxy_command=address.proxy_command)
 
     def __init__(self, address: str, *, port: int = 22, user: str, key_filename: str | None = None,
                  known_hosts: Sequence[str] = (), verify_host_keys: bool = True,
-                 connect_timeout: float = 10.0):
+                 connect_timeout: float = 10.0, jump: SSHAddress | None = None,
+                 proxy_command: str | None = None):
         self.address = address
+        self.proxy_command = proxy_command
+        self.jump = jump  # ProxyJump: the connection is tunnelled through this host's
+        self._jump: SSHTransport | None = None
         self.port = port
         self.user = user
         self.key_filename = key_filename
@@ -118,7 +124,7 @@ class SSHTransport(Transport):
                 raise ConnectionResetError(f"the SSH connection to {self.host} was closed")
             if self._client is not None:
                 return
-            import paramiko
+            paramiko = require("paramiko", "an SSH connection")
 
             _quiet_paramiko()
             client = paramiko.SSHClient()
@@ -132,14 +138,20 @@ class SSHTransport(Transport):
                 client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # in memory only
             explicit = self.key_filename is not None
             try:
+                sock = self._tunnel(node, log_tail)
                 client.connect(
                     self.address, port=self.port, username=self.user,
                     key_filename=self.key_filename, allow_agent=not explicit, look_for_keys=not explicit,
                     timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
-                    auth_timeout=self.connect_timeout,
+                    auth_timeout=self.connect_timeout, sock=sock,
                 )
+            except BootstrapError:  # the jump host's own failure says where it happened
+                client.close()
+                self._close_jump()
+                raise
             except Exception as exc:
                 client.close()
+                self._close_jump()
                 # A key that is unknown or does not match stays so: retrying cannot help.
                 raise BootstrapError(self.host, "connect", explain(self, exc), node=node,
                                      log_tail=[*log_tail, f"{type(exc).__name__}: {exc}"],
@@ -151,6 +163,38 @@ class SSHTransport(Transport):
                 hear_exit_signals(transport)
             self._client = client
 
+    def _tunnel(self, node: int | None, log_tail: Sequence[str]) -> Any:
+        """ProxyCommand: the command's stdin/stdout; ProxyJump: a channel from the jump host to
+        this host's SSH port; None: connect directly.
+
+        The jump host is reached by a transport of its own (itself possibly through another
+        jump), with the same host-key checks; BootstrapError names the hop that failed.
+        """
+        if self.proxy_command is not None:
+            paramiko = require("paramiko", "an SSH connection")
+            try:
+                return paramiko.ProxyCommand(self.proxy_command)
+            except Exception as exc:
+                raise BootstrapError(self.host, "connect", f"the ProxyCommand {self.proxy_command!r} could not "
+                                     f"start: {exc}", node=node, log_tail=list(log_tail)) from exc
+        if self.jump is None:
+            return None
+        jump = SSHTransport.to(self.jump)
+        jump.connect(node=node, log_tail=log_tail)
+        self._jump = jump
+        try:
+            return jump._client.get_transport().open_channel(
+                "direct-tcpip", (self.address, self.port), ("127.0.0.1", 0), timeout=self.connect_timeout)
+        except Exception as exc:
+            raise BootstrapError(self.host, "connect", f"the jump host {jump.host} cannot open a connection to "
+                                 f"{self.address}:{self.port}: {exc}", node=node,
+                                 log_tail=[*log_tail, f"{type(exc).__name__}: {exc}"]) from exc
+
+    def _close_jump(self) -> None:
+        jump, self._jump = self._jump, None
+        if jump is not None:
+            jump.close()
+
     def _transport(self) -> Any:
         self.connect()
         transport = self._client.get_transport()
@@ -159,7 +203,7 @@ class SSHTransport(Transport):
         return transport
 
     def _session(self) -> Any:
-        import paramiko
+        paramiko = require("paramiko", "an SSH connection")
 
         try:
             return self._transport().open_session(window_size=_WINDOW, timeout=self.connect_timeout)
@@ -377,6 +421,7 @@ class SSHTransport(Transport):
         with contextlib.suppress(Exception):
             if client is not None:
                 client.close()
+        self._close_jump()
 
     def __repr__(self) -> str:
         return f"SSHTransport({self.host!r})"

@@ -16,7 +16,7 @@ import pytest
 
 import skyward as sky
 from skyward import events as ev
-from tests.hosts.conftest_fixture import ssh_provider
+from tests.hosts.conftest_fixture import ssh_provider, venv_site_env
 
 PROVIDERS = ("local", "ssh")
 NODES = 2
@@ -31,7 +31,10 @@ def _factory(request: pytest.FixtureRequest) -> Callable[..., sky.ComputePool]:
     def make(**kw) -> sky.ComputePool:
         # numpy comes from the hosts' own Python (the wheelhouse has only skyward's dependencies)
         provider = ssh_provider(hosts, wheelhouse, system_site_packages=["numpy"])
-        return sky.ComputePool(provider=provider, nodes=NODES, console=False, **kw)
+        image = kw.pop("image", sky.Image())
+        extra = venv_site_env("numpy")  # pytest in a fresh venv: numpy is there, not in the base
+        return sky.ComputePool(provider=provider, nodes=NODES, console=False,
+                               image=image.with_env(**extra) if extra else image, **kw)
 
     return make
 

@@ -88,3 +88,27 @@ def ssh_provider(hosts: list[testhosts.TestHost], wheelhouse: str, **overrides) 
                    find_links=[wheelhouse], no_index=True, connect_timeout=5)
     options.update(overrides)
     return sky.SSH([h.ip for h in hosts], **options)
+
+
+def venv_site_env(*modules: str) -> dict[str, str]:
+    """Image env that lets the hosts import ``modules`` from the client's virtual environment.
+
+    The hosts' environments are made from the base interpreter, which sees its own packages
+    (``system_site_packages``) but not a venv's; when pytest runs in a venv that holds these
+    modules (a fresh ``python3 -m venv``, under /tmp which the hosts share), their directory
+    goes on the hosts' ``PYTHONPATH``. Empty otherwise.
+    """
+    import importlib.util
+
+    if sys.prefix == sys.base_prefix:
+        return {}
+    dirs = []
+    for module in modules:
+        spec = importlib.util.find_spec(module)
+        origin = spec.origin if spec is not None else None
+        if origin and origin.startswith(sys.prefix + os.sep):
+            site = os.path.dirname(os.path.dirname(origin))
+            if site not in dirs:
+                dirs.append(site)
+    return {"PYTHONPATH": os.pathsep.join(dirs)} if dirs else {}
+

@@ -54,6 +54,26 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
     chmod +x /usr/sbin/policy-rc.d
     trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 fi
-apt-get update -q
-apt-get install -y -q --no-install-recommends "${missing[@]}"
+# Wait at most LOCK_WAIT seconds for a dpkg/apt lock another process holds (a boot-time
+# unattended-upgrades run, another apt-get) instead of forever, then say so.
+LOCK_WAIT=${APT_LOCK_TIMEOUT:-300}
+apt() {
+    local log rc
+    log=$(mktemp)
+    set +e
+    apt-get -o DPkg::Lock::Timeout="$LOCK_WAIT" "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    if [ "$rc" -ne 0 ] && grep -qiE "could not get lock|unable to acquire the dpkg|unable to lock" "$log"; then
+        holder=$( (fuser /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock 2>/dev/null \
+                   | xargs -r ps -o pid=,comm= -p) 2>/dev/null || true)
+        echo "install-deps.sh: apt-get $1 gave up after ${LOCK_WAIT}s waiting for the dpkg lock," \
+             "held by another package manager${holder:+: $holder}. Wait for it to finish (or stop it)" \
+             "and run this again; APT_LOCK_TIMEOUT=<seconds> waits longer." >&2
+    fi
+    rm -f "$log"
+    return "$rc"
+}
+apt update -q
+apt install -y -q --no-install-recommends "${missing[@]}"
 echo "install-deps.sh: done"

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from skyward._optional import require
 from skyward._retry import Backoff
 from skyward.errors import CapacityError, ConfigError, ProvisionError, SkywardError
 
@@ -220,7 +221,7 @@ def translate(exc: BaseException, operation: str, *, instance_type: str = "", zo
 
     A :class:`ProvisionError` keeps AWS's error code as ``code`` (``""`` when there is none).
     """
-    from botocore import exceptions as bx
+    bx = require("botocore.exceptions", "sky.AWS")
 
     error: SkywardError
     if isinstance(exc, SkywardError):
@@ -252,7 +253,8 @@ def translate(exc: BaseException, operation: str, *, instance_type: str = "", zo
 @contextlib.contextmanager
 def translated(operation: str, *, instance_type: str = "", zone: str = "") -> Iterator[None]:
     """Translate botocore exceptions raised inside the block (see :func:`translate`)."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    bx = require("botocore.exceptions", "sky.AWS")
+    BotoCoreError, ClientError = bx.BotoCoreError, bx.ClientError
 
     try:
         yield
@@ -280,9 +282,9 @@ class EC2:
     @classmethod
     def connect(cls, region: str | None = None, *, session: Any = None, profile: str | None = None) -> EC2:
         """Clients for ``region`` (default: the session's region). Raises ConfigError when no region."""
-        import boto3
-        from botocore.config import Config
-        from botocore.exceptions import BotoCoreError
+        boto3 = require("boto3", "sky.AWS")
+        Config = require("botocore.config", "sky.AWS").Config
+        BotoCoreError = require("botocore.exceptions", "sky.AWS").BotoCoreError
 
         config = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60,
                         user_agent_extra="skyward")

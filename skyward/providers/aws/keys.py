@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from skyward._optional import require
 from skyward.errors import ConfigError
 
 __all__ = ["new_key_pair", "public_key_of", "write_private"]
@@ -12,8 +13,8 @@ __all__ = ["new_key_pair", "public_key_of", "write_private"]
 
 def new_key_pair() -> tuple[str, str]:
     """A fresh ed25519 key pair: (private key in OpenSSH PEM, public key line)."""
-    from cryptography.hazmat.primitives import serialization as s
-    from cryptography.hazmat.primitives.asymmetric import ed25519
+    s = require("cryptography.hazmat.primitives.serialization", "sky.AWS key pairs", extra="aws")
+    ed25519 = require("cryptography.hazmat.primitives.asymmetric.ed25519", "sky.AWS key pairs", extra="aws")
 
     key = ed25519.Ed25519PrivateKey.generate()
     private = key.private_bytes(s.Encoding.PEM, s.PrivateFormat.OpenSSH, s.NoEncryption()).decode()
@@ -28,7 +29,7 @@ def public_key_of(path: str) -> str:
         fields = open(pub, encoding="utf-8").read().split()
         if len(fields) >= 2 and fields[0].startswith(("ssh-", "ecdsa-")):
             return f"{fields[0]} {fields[1]}"
-    from cryptography.hazmat.primitives import serialization as s
+    s = require("cryptography.hazmat.primitives.serialization", "sky.AWS key pairs", extra="aws")
 
     data = open(path, "rb").read()
     key: Any

@@ -83,7 +83,8 @@ class AWS(Provider):
     Args:
         region: the AWS region (default: the session's, e.g. ``AWS_DEFAULT_REGION``).
         instance_type: launch exactly this type (e.g. ``"g5.xlarge"``) instead of choosing.
-        vcpus, memory_gb: minimum vCPUs / GiB of RAM per node (CPU pools choose by these).
+        vcpus: minimum vCPUs per node (CPU pools choose by this and ``memory_gb``).
+        memory_gb: minimum GiB of RAM per node.
         arch: ``"x86_64"`` (default), ``"arm64"``, or ``None`` for either.
         allocation: ``"spot-if-available"`` (spot, falling back to on-demand when spot is
             refused for capacity or quota), ``"spot"`` or ``"on-demand"`` (strict).
@@ -106,9 +107,13 @@ class AWS(Provider):
             client's public address, looked up at ``ip_lookup_url``.
         ssh_via: connect to the ``"public"`` or ``"private"`` address; ``"auto"``: public
             when the instance has one.
-        root, find_links, no_index, bootstrap_timeout: as for :class:`~skyward.SSH`.
+        root: as for :class:`~skyward.SSH`: where environments live on each host.
+        find_links: as for :class:`~skyward.SSH`: a local wheelhouse on the hosts.
+        no_index: as for :class:`~skyward.SSH`: install from ``find_links`` only.
+        bootstrap_timeout: as for :class:`~skyward.SSH`: seconds an environment build may take.
         boot_timeout: seconds for instances to run and answer on SSH.
-        session: a ``boto3.Session`` to use (profiles, SSO, hooks); or ``profile``: its name.
+        session: a ``boto3.Session`` to use (profiles, SSO, hooks).
+        profile: the name of a profile in ``~/.aws/config`` (instead of ``session``).
 
     Raises :class:`~skyward.ConfigError` naming the parameter for invalid input — when made,
     and (with the region's offer) when the pool is made, before anything is launched.

@@ -1,0 +1,59 @@
+"""The documentation covers what it must: every public name in the API reference, every guide
+on a page of its own that includes the script, every page in the navigation.
+
+(``scripts/test.sh`` builds the site with ``mkdocs build --strict`` before the suite runs.)
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import skyward as sky
+import skyward.plugins
+import skyward.providers
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+MKDOCS = (ROOT / "mkdocs.yml").read_text()
+
+
+def documented_objects() -> set[str]:
+    """The last component of every ``::: path`` directive in the reference pages."""
+    names = set()
+    for page in (DOCS / "reference").glob("*.md"):
+        names.update(m.rpartition(".")[2] for m in re.findall(r"^::: ([\w.]+)", page.read_text(), re.M))
+    return names
+
+
+def test_every_public_name_is_in_the_api_reference() -> None:
+    documented = documented_objects()
+    modules = documented & {"errors", "events"}  # a module directive documents all its members
+    assert modules == {"errors", "events"}
+    errors = {n for n in sky.__all__ if n.endswith("Error") or n in ("ConnectionLost", "WorkerLost",
+                                                                       "TaskCancelled", "TaskTimeout")}
+    wanted = {n for n in sky.__all__ if n not in ("__version__", "plugins", "integrations")} - errors
+    wanted |= {n for n in skyward.plugins.__all__} | set(skyward.providers.__all__)
+    wanted.add("torch")  # sky.integrations.torch
+    assert sorted(wanted - documented) == []
+
+
+def test_every_guide_has_a_page_that_includes_its_script() -> None:
+    for script in sorted((ROOT / "guides").glob("*.py")):
+        page = DOCS / "guides" / f"{script.stem}.md"
+        assert page.is_file(), f"no page for guides/{script.name}"
+        assert f'--8<-- "guides/{script.name}"' in page.read_text()
+        assert f"guides/{script.stem}.md" in MKDOCS, f"guides/{script.stem}.md is not in the nav"
+
+
+def test_every_page_is_in_the_navigation() -> None:
+    pages = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
+    assert [p for p in pages if p not in MKDOCS] == []
+
+
+def test_navigation_has_the_six_sections() -> None:
+    import yaml  # mkdocs' own dependency
+
+    nav = yaml.safe_load(MKDOCS)["nav"]
+    assert [next(iter(entry)) for entry in nav] == ["Get started", "Guides", "Concepts", "Providers", "Reference",
+                                                     "Benchmarks"]
