@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         TaskTimeout,
         WorkerLost,
     )
+    from skyward._secrets import Secret
     from skyward.image import Image
     from skyward.plugins._base import Cluster, Plugin
     from skyward.pool import ComputePool
@@ -64,6 +65,7 @@ _WHERE: dict[str, str] = {
         "skyward.errors",
     ),
     "Image": "skyward.image",
+    "Secret": "skyward._secrets",
     "Cluster": "skyward.plugins._base",
     "Plugin": "skyward.plugins._base",
     "ComputePool": "skyward.pool",

@@ -6,7 +6,8 @@ send every worker its SETUP before waiting on any (plugins such as torch rendezv
 ``around_app``, which needs all of them at once) → wait for READY.
 
 Stop: ask each worker to finish (graceful) or not → confirm every worker and what it started
-is gone → close the transports → release the machines (the provider confirms). Problems are
+is gone → delete the files holding the image's env (secrets) from each machine → close the
+transports → release the machines (the provider confirms). Problems are
 collected, not raised half-way: every step runs whatever failed before it.
 """
 
@@ -45,6 +46,7 @@ class Nodes:
         self.connections: list[NodeConnection] = []
         self._transports: list[Transport] = []
         self._launches: list[WorkerLaunch] = []
+        self._cleanup: list[tuple[Instance, Transport, tuple[str, ...]]] = []
         self._stop_heartbeat = threading.Event()
 
     # -- start ---------------------------------------------------------------------------------
@@ -66,7 +68,10 @@ class Nodes:
         def one(inst: Instance, transport: Transport) -> WorkerLaunch:
             if inst.environment is not None:
                 self._emit(ev.NodeStage(inst.node, "bootstrapping", inst.private_addr))
-            return prepare(inst, transport, image, lambda line: self._emit(ev.NodeLog(inst.node, line)))
+            launch = prepare(inst, transport, image, lambda line: self._emit(ev.NodeLog(inst.node, line)))
+            if launch.cleanup:  # kept even when another node fails: stop() deletes them
+                self._cleanup.append((inst, transport, launch.cleanup))
+            return launch
 
         pairs = list(zip(self.instances, self._transports, strict=True))
         if len(pairs) == 1:
@@ -127,6 +132,7 @@ class Nodes:
         """Stop every worker, close every transport, release every machine; return problems."""
         self._stop_heartbeat.set()
         problems = self._stop_workers(graceful=graceful)
+        self._remove_secret_files()
         for transport in self._transports:
             with contextlib.suppress(Exception):
                 transport.close()
@@ -135,6 +141,22 @@ class Nodes:
         except Exception as exc:
             problems.append(f"releasing machines failed: {exc!r}")
         return problems
+
+    def _remove_secret_files(self) -> None:
+        """Delete each machine's env file (WorkerLaunch.cleanup); a machine that cannot be
+        reached is named on stderr (its files stay until it is reached or released)."""
+        import shlex
+        import sys
+
+        for inst, transport, paths in self._cleanup:
+            try:
+                ok = transport.run("rm -f -- " + " ".join(shlex.quote(p) for p in paths), timeout=30.0).ok
+            except Exception:
+                ok = False
+            if not ok:
+                print(f"skyward: node {inst.node} ({transport.host}): could not delete {', '.join(paths)}",
+                      file=sys.__stderr__)
+        self._cleanup = []
 
     def _stop_workers(self, *, graceful: bool) -> list[str]:
         for conn in self.connections:

@@ -280,6 +280,28 @@ class ComputePool:
             raise ConfigError("fn", "a @sky.compute function or a callable", fn)
         return self.gather(*pending)
 
+    # -- operators the wrong way round -------------------------------------------------------
+    # ``pending >> pool`` is PendingCompute's own operator; these catch ``pool >> pending``
+    # (operands swapped) and ``f >> pool`` (no pending call on the left), which Python would
+    # otherwise report as a bare "unsupported operand type(s)" TypeError.
+    def __rshift__(self, other: Any) -> Any:
+        raise _swapped(">>", other)
+
+    def __matmul__(self, other: Any) -> Any:
+        raise _swapped("@", other)
+
+    def __gt__(self, other: Any) -> Any:
+        raise _swapped(">", other)
+
+    def __rrshift__(self, other: Any) -> Any:
+        raise _not_pending(">>", other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        raise _not_pending("@", other)
+
+    def __lt__(self, other: Any) -> Any:  # ``x > pool`` when x has no ``>`` of its own
+        raise _not_pending(">", other)
+
     # -- introspection ---------------------------------------------------------------------------
     @property
     def is_open(self) -> bool:
@@ -296,6 +318,27 @@ class ComputePool:
 
     def __repr__(self) -> str:
         return f"ComputePool(provider={self.provider!r}, nodes={self.nodes}, state={self._state})"
+
+
+def _swapped(op: str, other: Any) -> ConfigError:
+    from skyward.compute import _describe
+
+    return ConfigError(f"left-hand side of {op}", f"a pending computation, with the pool on the right: "
+                       f"`f(...) {op} pool`", "a ComputePool",
+                       detail=f"the operands are swapped; the right-hand side was {_describe(other)}")
+
+
+def _not_pending(op: str, other: Any) -> ConfigError:
+    from skyward.compute import PendingGather, _describe
+
+    if isinstance(other, ComputeFunction):
+        detail = f"call the function first: {other.options.name}(...) {op} pool"
+    elif isinstance(other, PendingGather):
+        detail = "a gather runs with >>: `sky.gather(...) >> pool` or `(p1 & p2) >> pool`"
+    else:
+        detail = ""
+    accepted = "a pending computation (a call of a @sky.compute function)"
+    return ConfigError(f"left-hand side of {op}", accepted, _describe(other), detail=detail)
 
 
 @contextlib.contextmanager

@@ -34,11 +34,15 @@ class CommandResult:
 
 @dataclass(frozen=True, slots=True)
 class WorkerLaunch:
-    """How to start a worker: a command line and extra environment variables."""
+    """How to start a worker: a command line and extra environment variables.
+
+    ``cleanup``: files on the machine that hold secrets (the image's env) and are deleted
+    when the pool closes."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    cleanup: tuple[str, ...] = ()
 
 
 class Channel(ABC):

@@ -90,6 +90,7 @@ class AWSOptions(BaseModel):
     known_hosts: KnownHosts = None
     ssh_cidr: Annotated[str, AfterValidator(_cidr),
                         Field(description="an address range such as '203.0.113.7/32'")] | None = None
+    allow_ssh_from_anywhere: Flag = False
     ip_lookup_url: LookupURL
     ssh_via: Annotated[Literal["auto", "public", "private"],
                        Field(description="'auto' or 'public' or 'private'")] = "auto"
@@ -110,6 +111,12 @@ class AWSOptions(BaseModel):
             raise _cross("profile", "None when a session is given (the session has its profile)", self.profile)
         if self.known_hosts == ():
             raise _cross("known_hosts", "at least one known_hosts file, or None", [])
+        if (self.ssh_cidr is not None and ipaddress.ip_network(self.ssh_cidr).prefixlen == 0
+                and not self.allow_ssh_from_anywhere):
+            raise _cross("ssh_cidr", "a range of the addresses this client connects from, e.g. '203.0.113.7/32' "
+                         "(or None: this client's public address); every address needs "
+                         "allow_ssh_from_anywhere=True", self.ssh_cidr,
+                         detail="it would open SSH on every node to the whole internet")
         return self
 
 
