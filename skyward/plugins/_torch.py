@@ -69,8 +69,8 @@ def check_backend(backend: object) -> Backend | None:
 
 def check_timeout(timeout: object) -> float:
     """Return ``timeout`` as float seconds if it is a positive number; else raise ConfigError."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ConfigError("timeout", "a positive number of seconds", timeout)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ConfigError("timeout", "a positive number of seconds (not inf or nan)", timeout)
     return float(timeout)
 
 
