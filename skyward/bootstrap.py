@@ -173,8 +173,10 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
         f"STEP_PREFIX={shlex.quote(STEP_PREFIX)}",
         f"WARM_PREFIX={shlex.quote(WARM_PREFIX)}",
         _COMMON,
-        # printf is a builtin: the values never reach a process list or stdout.
-        '( umask 077; mkdir -p "$(dirname "$ENV_FILE")"; ' + write_env + ' > "$ENV_FILE" )',
+        # printf is a builtin: the values never reach a process list or stdout. Written on
+        # every run (the pool deletes it at close) and again after the venv step starts afresh.
+        'write_env() { ( umask 077; mkdir -p "$(dirname "$ENV_FILE")"; ' + write_env + ' > "$ENV_FILE" ); }',
+        "write_env",
         "if [ -f \"$ENV_DIR/.ready\" ]; then",
         '  printf \'%s environment %s is ready; skipping installs\\n\' "$WARM_PREFIX" "$HASH"',
         "else",
@@ -183,7 +185,7 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
     if image.apt:
         parts += [_array("  APT_PKGS", image.apt), _APT]
     parts.append(_VENV)
-    parts.append(f'  ( umask 077; {write_env} > "$ENV_FILE" )  # the venv step starts afresh')
+    parts.append("  write_env")
     if image.pip:
         parts += [_array("  PIP_PKGS", image.pip), _PIP]
     if image.setup:
