@@ -94,7 +94,6 @@ POOL = [
     Bad("accelerator-on-local", pool(accelerator="A100"), "accelerator", "A100:1", "None with sky.Local()"),
     Bad("accelerator-on-local-explicit", pool(provider=sky.Local(), accelerator="H100:8"), "accelerator",
         "H100:8", "None with sky.Local()"),
-    Bad("unknown-option", lambda: sky.ComputePool(console=False, node=2), "node", "node", ""),
     Bad("ssh-nodes-mismatch", lambda: pool(provider=sky.SSH(["10.0.0.1", "10.0.0.2"]), nodes=3)(), "nodes", "3",
         "2 (one node per host given to sky.SSH)"),
 ]
@@ -133,7 +132,6 @@ IMAGE = [
     Bad("include-missing", image(include=["/nonexistent/dir"]), "include[0]", "/nonexistent/dir",
         "existing local paths"),
     Bad("include-string", image(include="/tmp"), "include", "/tmp", "a list of existing local paths"),
-    Bad("image-unknown-field", image(pips=["x"]), "Image", "pips", ""),
     Bad("replace-unknown", lambda: sky.Image().replace(pips=["x"]), "replace", "pips", "one of"),
     Bad("with-pip-index", lambda: sky.Image().with_pip("x", index="ftp://x"), "pip_indexes[0]", "ftp://x",
         "http(s):// or file:// URLs"),
@@ -170,7 +168,6 @@ SSH = [
         "True, False, or a list of distribution names"),
     Bad("ssh-site-packages-bad-name", ssh(system_site_packages=["torch cuda"]), "system_site_packages",
         "torch cuda", "distribution names"),
-    Bad("ssh-unknown-option", ssh(password="x"), "password", "password", "one of"),
 ]
 
 AWS_ROWS = [
