@@ -323,3 +323,30 @@ def test_a_region_typo_from_the_environment_names_the_region(aws, monkeypatch) -
                       "region", "us-est-1", "an AWS region such as 'us-east-1'"))
     assert "us-east-1" in error.detail  # did you mean
     assert error.__cause__ is None or not type(error.__cause__).__module__.startswith("botocore")
+
+
+ON_HOSTS = [
+    ("nodes", lambda p: sky.ComputePool(provider=p, nodes=3, console=False), "3"),
+    ("accelerator", lambda p: sky.ComputePool(provider=p, nodes=2, accelerator="Z9000", console=False), "Z9000"),
+    ("idle_timeout", lambda p: sky.ComputePool(provider=p, nodes=2, idle_timeout=float("inf"), console=False), "inf"),
+    ("image", lambda p: sky.ComputePool(provider=p, nodes=2, image={"pip": ["x"]}, console=False), "pip"),
+    ("plugins", lambda p: sky.ComputePool(provider=p, nodes=2, plugins=sky.Plugin("x"), console=False), "x"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "make", "shown"), ON_HOSTS, ids=[r[0] for r in ON_HOSTS])
+def test_bad_input_for_real_hosts_starts_nothing_on_them(test_hosts, parameter, make, shown) -> None:
+    from tests.hosts import testhosts
+    from tests.hosts.conftest_fixture import ssh_provider
+
+    hosts = test_hosts[:2]
+    provider = ssh_provider(hosts, "/nonexistent-wheelhouse")
+
+    def everything() -> dict[str, set[int]]:  # sshd's sessions included: not even a connection
+        return {h.name: set(testhosts._pids_in_netns(h.netns)) for h in hosts}
+
+    before = everything()
+    with pytest.raises(sky.ConfigError) as info:
+        make(provider)
+    assert info.value.parameter == parameter and shown in str(info.value)
+    assert everything() == before

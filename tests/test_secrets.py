@@ -93,7 +93,7 @@ def _uv_spy(host, root: str, wheelhouse: str, log: Path) -> None:
         "#!/bin/sh\n"
         f"ps -eo args >> {log}/ps-$$.txt\n"
         f'if [ -n "${{UV_EXTRA_INDEX_URL:-}}" ]; then echo index-in-env >> {log}/env-$$.txt; fi\n'
-        f'exec /root/{root}/uv-pkg/bin/uv "$@"\n'
+        f'exec {host.home_mount}/{root}/uv-pkg/bin/uv "$@"\n'
     )
     spy.chmod(0o755)
 
@@ -106,7 +106,8 @@ def _files_holding(directory: str, values: list[str]) -> dict[str, int]:
         for name in names:
             path = os.path.join(dirpath, name)
             try:
-                if not stat.S_ISREG(os.lstat(path).st_mode):
+                info = os.lstat(path)
+                if not stat.S_ISREG(info.st_mode) or info.st_size > 8 << 20:  # not ours: wheels, libraries
                     continue
                 data = Path(path).read_bytes()
             except OSError:
