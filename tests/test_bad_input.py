@@ -36,7 +36,8 @@ class Bad(NamedTuple):
 
 
 def pool(**kwargs: Any) -> Callable[[], Any]:
-    return lambda: sky.ComputePool(console=False, **kwargs)
+    kwargs.setdefault("console", False)
+    return lambda: sky.ComputePool(**kwargs)
 
 
 def image(**kwargs: Any) -> Callable[[], Any]:
@@ -174,6 +175,9 @@ AWS_ROWS = [
     Bad("aws-region-typo", aws_(region="us-est-1"), "region", "us-est-1", "an AWS region such as 'us-east-1'"),
     Bad("aws-region-shape", aws_(region="mars-1"), "region", "mars-1", "an AWS region such as 'us-east-1'"),
     Bad("aws-region-number", aws_(region=1), "region", "1", "an AWS region"),
+    Bad("aws-instance-type-number", aws_(instance_type=5), "instance_type", "5", "an EC2 instance type"),
+    Bad("aws-ami-number", aws_(ami=7), "ami", "7", "an AMI id such as"),
+    Bad("aws-profile-number", aws_(profile=3), "profile", "3", "the name of a profile"),
     Bad("aws-allocation", aws_(allocation="cheap"), "allocation", "'cheap'", "'spot-if-available'"),
     Bad("aws-ami", aws_(ami="ubuntu"), "ami", "ubuntu", "an AMI id such as"),
     Bad("aws-subnet", aws_(subnet_id="sn-1"), "subnet_id", "sn-1", "a subnet id such as"),
@@ -189,6 +193,7 @@ AWS_ROWS = [
         "at least idle_timeout"),
     Bad("aws-ssh-cidr-garbage", aws_(ssh_cidr="not-an-address"), "ssh_cidr", "not-an-address",
         "an address range such as"),
+    Bad("aws-ssh-cidr-number", aws_(ssh_cidr=3), "ssh_cidr", "3", "an address range such as"),
     Bad("aws-ssh-cidr-world", aws_(ssh_cidr="0.0.0.0/0"), "ssh_cidr", "0.0.0.0/0", "allow_ssh_from_anywhere=True"),
     Bad("aws-ssh-cidr-world-v6", aws_(ssh_cidr="::/0"), "ssh_cidr", "::/0", "allow_ssh_from_anywhere=True"),
     Bad("aws-allow-anywhere-string", aws_(allow_ssh_from_anywhere="yes"), "allow_ssh_from_anywhere", "'yes'",
