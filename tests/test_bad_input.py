@@ -125,7 +125,7 @@ IMAGE = [
     Bad("env-value-none", image(env={"A": None}), "env", "None", "string values"),
     Bad("env-value-nul", image(env={"A": "x\0y"}), "env", "x\\x00y", "without NUL characters"),
     Bad("env-secret-nul", image(env={"DB_PASS": "hunter2\0"}), "env", "'***'", "without NUL characters"),
-    Bad("env-marked-secret-nul", image(env={"URL": sky.Secret("hunter2\0")}), "env", "'***'",
+    Bad("env-marked-secret-nul", lambda: sky.Image(env={"URL": sky.Secret("hunter2\0")}), "env", "'***'",
         "without NUL characters"),
     Bad("secret-not-string", lambda: sky.Secret(42), "Secret", "int", "a string"),
     Bad("setup-string", image(setup="make"), "setup", "'make'", "a list of shell commands"),
