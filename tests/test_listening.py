@@ -11,6 +11,7 @@ import os
 import socket
 
 import skyward as sky
+from tests.hosts.conftest_fixture import wheelhouse  # noqa: F401  (a fixture)
 
 LISTEN = "0A"  # the TCP state "listen" in /proc/net/tcp
 
@@ -67,3 +68,21 @@ def test_torch_rendezvous_and_collectives_listen_on_loopback_only() -> None:
     assert any(port == head_port for _, port in sockets), sockets  # the store is among them
     exposed = [(a, p) for a, p in sockets if not ipaddress.ip_address(a).is_loopback]
     assert exposed == [], f"listening beyond loopback: {exposed}"
+
+
+def test_on_ssh_hosts_the_rendezvous_store_listens_on_the_heads_address_only(test_hosts, wheelhouse) -> None:
+    from tests.hosts.conftest_fixture import ssh_provider
+
+    hosts = test_hosts[:2]
+    # torch is preinstalled in the hosts' Python: take it from there instead of installing it.
+    provider = ssh_provider(hosts, wheelhouse, system_site_packages=["torch"])
+    with sky.ComputePool(provider=provider, nodes=2, plugins=[sky.plugins.torch(backend="gloo")],
+                         console=False) as pool:
+        results = all_reduce_and_head_port() @ pool
+        assert [r[0] for r in results] == [2.0, 2.0]
+        head_port = results[0][1]
+        sockets = listening(hosts[0].processes(r"skyward\.worker"))
+    store = [a for a, p in sockets if p == head_port]
+    assert store == [hosts[0].ip], sockets  # the address the peers use, nothing else
+    wildcard = [(a, p) for a, p in sockets if ipaddress.ip_address(a).is_unspecified]
+    assert wildcard == [], f"listening on every interface: {wildcard}"
