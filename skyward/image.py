@@ -48,9 +48,11 @@ from skyward.errors import ConfigError
 
 __all__ = ["Image"]
 
-# Bump when the meaning of a field changes, so environments built under the old meaning are
-# not reused as warm.
-_HASH_FORMAT = 1
+# Bump when the meaning of a field, or the layout of a built environment, changes, so that
+# environments built under the old meaning are not reused as warm. 2: the image's env lives
+# in a per-pool file (bootstrap's env_file), no longer in the environment's .skyward-env,
+# which a client of format 1 needs on a warm start.
+_HASH_FORMAT = 2
 
 # Build artefacts that change without their sources changing.
 _SKIP_DIRS = frozenset({"__pycache__", ".git", ".mypy_cache", ".pytest_cache"})
