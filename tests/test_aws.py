@@ -560,6 +560,13 @@ def test_other_aws_errors_become_provision_errors_and_leave_nothing(aws):
     assert type(info.value.__cause__).__module__.startswith("botocore")
 
 
+def test_translated_aws_errors_name_the_region(aws):
+    session = hooked(("before-call.ec2.RunInstances", refuse("InternalError", "An internal error has occurred")))
+    with pytest.raises(ProvisionError) as info:
+        provider(aws, session=session, allocation="on-demand").provision(spec(1))
+    assert f"run_instances in {aws.region} refused: InternalError" in str(info.value)
+
+
 def test_an_api_error_halfway_through_provisioning_leaves_nothing(aws):
     def fail(**_: Any) -> None:
         raise client_error("InternalError", "An internal error has occurred", "CreateTags")
