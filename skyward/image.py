@@ -40,10 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from skyward._secrets import MASK as _MASK
-from skyward._secrets import Secret
+from skyward._secrets import Secret, url_secrets
 from skyward._secrets import looks_secret as _looks_secret
 from skyward._secrets import mask_url as _mask_url
-from skyward._secrets import url_secrets
 from skyward.errors import ConfigError
 
 __all__ = ["Image"]
