@@ -217,7 +217,7 @@ class Image:
 
     def with_env(self, env: Mapping[str, str | Secret] | None = None, /, **values: str | Secret) -> Image:
         """A copy with these variables set; a name already present takes the new value."""
-        merged = self.env.marked() if isinstance(self.env, _Env) else dict(self.env)
+        merged: dict[str, str | Secret] = self.env.marked() if isinstance(self.env, _Env) else dict(self.env)
         merged.update(env or {})
         merged.update(values)
         return self.replace(env=merged)
