@@ -55,6 +55,7 @@ __all__ = [
     "STEP_VENV",
     "WARM_PREFIX",
     "Script",
+    "env_file_text",
     "parse_step",
     "render",
     "worker_command",
@@ -141,7 +142,7 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
     env_dir = f"{base}/envs/{digest}"
     local_args = [arg for link in find_links for arg in ("--find-links", link)]
     local_args += ["--no-index"] if no_index else []
-    env_lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(image.env.items())]
+    env_lines = _env_lines(image)
     write_env = ("printf '%s\\n' " + " ".join(shlex.quote(line) for line in env_lines)) if env_lines else ":"
     env_file = env_file or f"{env_dir}/.skyward-env"
 
@@ -195,11 +196,22 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
     return Script(text=text, hash=digest, env_dir=env_dir, python=f"{env_dir}/bin/python", env_file=env_file)
 
 
+def _env_lines(image: Image) -> list[str]:
+    return [f"export {k}={shlex.quote(v)}" for k, v in sorted(image.env.items())]
+
+
+def env_file_text(image: Image) -> bytes:
+    """What the script writes to the env file: one ``export`` line per variable of the image."""
+    return "".join(line + "\n" for line in _env_lines(image)).encode()
+
+
 def worker_command(script: Script, *, root: str, args: Sequence[str] = (),
-                   pythonpath: Sequence[str] = ()) -> str:
+                   pythonpath: Sequence[str] = (), consume_env: bool = False) -> str:
     """The shell command that starts ``python -m skyward.worker`` in the script's environment.
 
     It runs in ``root`` with the image's env exported; ``args`` are appended, quoted.
+    ``consume_env`` deletes the env file once it is read (the worker holds the values in its
+    environment; whoever starts another worker writes the file again first).
     ``pythonpath`` directories are put first on ``PYTHONPATH`` (after the image's env is read,
     so an image that sets ``PYTHONPATH`` keeps its entries behind them).
     """
@@ -208,7 +220,9 @@ def worker_command(script: Script, *, root: str, args: Sequence[str] = (),
     if pythonpath:
         joined = ":".join(_q(p) for p in pythonpath)
         path = f'export PYTHONPATH={joined}"${{PYTHONPATH:+:$PYTHONPATH}}" && '
-    return (f"cd {_q(root)} && . {_q(script.env_file or script.env_dir + '/.skyward-env')} && {path}"
+    env_file = _q(script.env_file or script.env_dir + "/.skyward-env")
+    consume = f"rm -f -- {env_file} && " if consume_env else ""
+    return (f"cd {_q(root)} && . {env_file} && {consume}{path}"
             f"exec {_q(script.python)} -m skyward.worker{tail}")
 
 

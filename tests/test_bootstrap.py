@@ -36,6 +36,7 @@ from skyward.bootstrap import (
     STEPS,
     WARM_PREFIX,
     Script,
+    env_file_text,
     parse_step,
     render,
     worker_command,
@@ -549,3 +550,12 @@ def test_uv_is_fetched_with_the_standard_library_when_python3_has_no_pip(tmp_pat
     uv = Path(host.root, "uv-pkg", "bin", "uv")
     assert sorted(p.name for p in Path(host.root, "uv-pkg").iterdir()) == ["bin"]  # not pip's layout
     assert subprocess.run([str(uv), "--version"], capture_output=True, text=True, check=True).stdout.startswith("uv ")
+
+
+def test_a_worker_command_may_consume_the_env_file_it_reads():
+    script = render(Image(env={"HF_TOKEN": SECRET}), root="/r", skyward_wheel="/w.whl", env_file="/r/run/x.env")
+    cmd = worker_command(script, root="/r", consume_env=True)
+    assert cmd.startswith("cd /r && . /r/run/x.env && rm -f -- /r/run/x.env && exec ")
+    assert SECRET not in cmd
+    assert env_file_text(Image(env={"HF_TOKEN": SECRET, "A": "it's"})) == (
+        f"export A='it'\"'\"'s'\nexport HF_TOKEN={SECRET}\n").encode()

@@ -89,6 +89,7 @@ class Nodes:
         self.connections = connections = []  # stop() stops whatever started, even on failure
         for inst, transport, launch in zip(self.instances, self._transports, self._launches, strict=True):
             self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
+            _write_files(inst, transport, launch)
             connections.append(NodeConnection(inst.node, transport.host, transport.start(launch), self._emit,
                                               self._listening, spin=self._spin))
         head_port = self.provider.rendezvous_port(self.spec)
@@ -170,3 +171,15 @@ class Nodes:
                 problems.append(f"node {conn.node}: {problem}")
             self._emit(ev.NodeStage(conn.node, "stopped"))
         return problems
+
+
+def _write_files(inst: Instance, transport: Transport, launch: WorkerLaunch) -> None:
+    """Write the files a worker reads as it starts (the image's env; it deletes them)."""
+    for path, data in launch.files:
+        try:
+            transport.put_bytes(data, path, mode=0o600)
+        except SkywardError:
+            raise
+        except Exception as exc:
+            raise BootstrapError(transport.host, "starting worker", f"could not write {path}: {type(exc).__name__}",
+                                 node=inst.node) from exc

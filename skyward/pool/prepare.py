@@ -8,7 +8,9 @@ describes, under ``environment.root`` (default ``~/.skyward``)::
     bootstrap/<tag>.sh                                the bootstrap script (mode 0600; it
                                                       deletes itself when it starts)
     run/<tag>.env                                     the image's env for this pool's workers
-                                                      (mode 0600; deleted when the pool closes)
+                                                      (mode 0600; the worker deletes it once
+                                                      read, the pool writes it again before
+                                                      starting another)
     envs/<env>/                                       the venv for an image (+ .ready marker)
     include/<include_hash>/                           the image's include files
     uv-pkg/                                           uv, when the machine had none
@@ -20,7 +22,7 @@ image's content hash is ready), and say how to start the worker. Every failure r
 :class:`~skyward.errors.BootstrapError` naming the host, the step and the last lines of output.
 
 The image's secrets (:meth:`~skyward.Image.secrets`) are masked in every line logged and in
-errors; on the host they live only in the two private files above.
+errors; on the host they live only in the two private files above, each only until it is read.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class _Preparation:
 
     def _run(self) -> WorkerLaunch:
         from skyward import _ship
-        from skyward.bootstrap import render, worker_command
+        from skyward.bootstrap import env_file_text, render, worker_command
 
         t = self.transport
         p = self.env
@@ -155,8 +157,12 @@ class _Preparation:
         except BaseException:
             self._remove(path, env_file)
             raise
-        command = worker_command(script, root=root, pythonpath=pythonpath)
-        return WorkerLaunch(("bash", "-c", command), {}, None, cleanup=(env_file,))
+        # The worker reads the env file and deletes it; a later worker gets it written again
+        # (WorkerLaunch.files), so no copy of the secrets stays on the host while the pool
+        # runs, nor after a client killed outright.
+        command = worker_command(script, root=root, pythonpath=pythonpath, consume_env=True)
+        return WorkerLaunch(("bash", "-c", command), {}, None, cleanup=(env_file,),
+                            files=((env_file, env_file_text(image)),))
 
     def _remove(self, *paths: str) -> None:
         """Best effort: delete files that hold secrets (the host may be gone)."""
