@@ -20,8 +20,8 @@ on a Debian/Ubuntu host (as root or not), guarantees:
    Python (install it with ``apt`` or allow downloads).
 6. The env file (``env_file``, default ``{env}/.skyward-env``) holds ``export`` lines for the
    image's env (mode 0600, in a directory made with umask 077). It is written on every run,
-   warm or not, so the pool can delete it when it closes; it is sourced before the pip, setup
-   and skyward steps, and by :func:`worker_command`. Values are never printed.
+   warm or not, so that it need not outlive the pool (:func:`worker_command` may delete it
+   once read); it is sourced before the pip, setup and skyward steps, and by the worker. Values are never printed.
    ``Script.text`` does contain them: copy it to a private file (``script_path``: the script
    deletes that file as soon as it starts), never pass it on a command line or log it.
 9. ``pip_indexes`` reach ``uv`` through its environment (``UV_EXTRA_INDEX_URL``), never its
