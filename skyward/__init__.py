@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         TaskTimeout,
         WorkerLost,
     )
+    from skyward._secrets import Secret
     from skyward.image import Image
     from skyward.plugins._base import Cluster, Plugin
     from skyward.pool import ComputePool
@@ -67,6 +68,7 @@ _WHERE: dict[str, str] = {
     ),
     "Image": "skyward.image",
     **dict.fromkeys(["CommandResult", "shell"], "skyward.shell"),
+    "Secret": "skyward._secrets",
     "Cluster": "skyward.plugins._base",
     "Plugin": "skyward.plugins._base",
     "ComputePool": "skyward.pool",

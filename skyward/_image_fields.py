@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, Field
 
 from skyward._config import STRICT, reject, strings, validate
-from skyward.image import _MASK, _Env, _looks_secret, _mask_url
+from skyward._secrets import MASK, Secret, looks_secret, mask_url
+from skyward.image import _Env
 
 __all__ = ["check_fields"]
 
@@ -40,7 +41,9 @@ def _requirement(text: str) -> None:
 def _index_url(url: str) -> None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https", "file") or (parts.scheme != "file" and not parts.netloc):
-        reject("http(s):// or file:// URLs", _mask_url(url))
+        reject("http(s):// or file:// URLs", mask_url(url))
+    if any(c.isspace() for c in url):
+        reject("http(s):// or file:// URLs without spaces", mask_url(url))
 
 
 def _apt(name: str) -> None:
@@ -51,15 +54,18 @@ def _apt(name: str) -> None:
 def _env(env: Any) -> _Env:
     if not isinstance(env, Mapping):
         reject("a mapping of variable names to string values", type(env).__name__)
+    if isinstance(env, _Env):
+        return env
     for key, value in env.items():
         if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
             reject("variable names matching [A-Za-z_][A-Za-z0-9_]*", key)
-        shown = _MASK if _looks_secret(key) else value
-        if not isinstance(value, str):
-            reject("string values", shown, detail=f"for {key}")
-        if "\0" in value:  # no environment can hold it: the build would fail on the host
-            reject("string values without NUL characters", shown, detail=f"for {key}")
-    return env if isinstance(env, _Env) else _Env(env.items())
+        secret = isinstance(value, Secret) or looks_secret(key)
+        text = value.reveal() if isinstance(value, Secret) else value
+        if not isinstance(text, str):
+            reject("string values (or sky.Secret values)", MASK if secret else value, detail=f"for {key}")
+        if "\0" in text:  # no environment can hold it: the build would fail on the host
+            reject("string values without NUL characters", MASK if secret else text, detail=f"for {key}")
+    return _Env(env.items())
 
 
 def _exists(path: str) -> None:
@@ -75,7 +81,8 @@ Python = Annotated[str, AfterValidator(_python), Field(description='"auto" or a 
 Requirements = strings("a list of requirement strings", each="requirement strings", check=_requirement, unique=True)
 IndexURLs = strings("a list of http(s):// or file:// URLs", check=_index_url, unique=True)
 AptPackages = strings("a list of Debian package names", check=_apt, unique=True)
-Env = Annotated[Any, AfterValidator(_env), Field(description="a mapping of variable names to string values")]
+Env = Annotated[Any, AfterValidator(_env),
+                Field(description="a mapping of variable names to string (or sky.Secret) values")]
 Commands = strings("a list of shell commands", unique=True)
 Includes = Annotated[strings("a list of existing local paths", each="existing local paths", check=_exists, paths=True),
                      AfterValidator(_resolved)]

@@ -18,10 +18,14 @@ on a Debian/Ubuntu host (as root or not), guarantees:
 5. The venv is made with ``uv venv --python {version}`` and ``UV_PYTHON_DOWNLOADS=never``
    unless the image's env sets ``UV_PYTHON_DOWNLOADS``: the host must already have that
    Python (install it with ``apt`` or allow downloads).
-6. ``{env}/.skyward-env`` holds ``export`` lines for the image's env (mode 0600). It is
-   sourced before the pip, setup and skyward steps, and by :func:`worker_command`. Values are
-   never printed. ``Script.text`` does contain them: pipe it to ``bash -s`` or copy it to a
-   private file, never pass it on a command line or log it.
+6. The env file (``env_file``, default ``{env}/.skyward-env``) holds ``export`` lines for the
+   image's env (mode 0600, in a directory made with umask 077). It is written on every run,
+   warm or not, so that it need not outlive the pool (:func:`worker_command` may delete it
+   once read); it is sourced before the pip, setup and skyward steps, and by the worker. Values are never printed.
+   ``Script.text`` does contain them: copy it to a private file (``script_path``: the script
+   deletes that file as soon as it starts), never pass it on a command line or log it.
+9. ``pip_indexes`` reach ``uv`` through its environment (``UV_EXTRA_INDEX_URL``), never its
+   command line: credentials in an index URL never show in a process list.
 7. The client's skyward wheel is installed (with its dependencies) after everything else and
    re-installed whenever the wheel file's sha256 differs from the one installed, so a worker
    always runs the client's exact skyward.
@@ -51,6 +55,7 @@ __all__ = [
     "STEP_VENV",
     "WARM_PREFIX",
     "Script",
+    "env_file_text",
     "parse_step",
     "render",
     "worker_command",
@@ -77,6 +82,7 @@ class Script:
     hash: str
     env_dir: str
     python: str
+    env_file: str = ""
 
 
 def parse_step(line: str) -> str | None:
@@ -102,7 +108,8 @@ def _array(name: str, values: Sequence[str]) -> str:
 
 
 def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[str] = (),
-           no_index: bool = False, system_site_packages: bool | Sequence[str] = False) -> Script:
+           no_index: bool = False, system_site_packages: bool | Sequence[str] = False,
+           env_file: str | None = None, script_path: str | None = None) -> Script:
     """The bootstrap script for ``image`` under ``root`` on the remote host.
 
     ``skyward_wheel`` is the path of the client's skyward wheel on the host (the client copies
@@ -114,6 +121,10 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
     also keeps uv from installing those names (as requirements or as dependencies), so the
     host's copies are used. Either way the environment gets its own directory (the hash
     covers this choice).
+
+    ``env_file`` is where the image's env is written (default ``{env}/.skyward-env``);
+    ``script_path``, the file the script will be run from, is deleted by the script first
+    thing (it holds the env values).
 
     Raises:
         ConfigError: ``root`` is neither absolute nor ``~``-relative.
@@ -131,8 +142,9 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
     env_dir = f"{base}/envs/{digest}"
     local_args = [arg for link in find_links for arg in ("--find-links", link)]
     local_args += ["--no-index"] if no_index else []
-    index_args = [arg for url in image.pip_indexes for arg in ("--extra-index-url", url)]
-    env_lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(image.env.items())]
+    env_lines = _env_lines(image)
+    write_env = ("printf '%s\\n' " + " ".join(shlex.quote(line) for line in env_lines)) if env_lines else ":"
+    env_file = env_file or f"{env_dir}/.skyward-env"
 
     parts = [
         "#!/usr/bin/env bash",
@@ -142,14 +154,18 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
         # One compound command: bash parses all of it before running any, so when the script
         # is piped to `bash -s` no command can read (and eat) the rest of it from stdin.
         "{",
+        *([f"rm -f -- {_q(script_path)}"] if script_path else []),
         f"ROOT={_q(root)}",
         f"HASH={shlex.quote(digest)}",
         f"ENV_DIR={_q(env_dir)}",
         'PY="$ENV_DIR/bin/python"',
+        f"ENV_FILE={_q(env_file)}",
+        # Space-separated, as uv reads UV_EXTRA_INDEX_URL (the URLs were checked to hold none).
+        f"INDEX_URLS={shlex.quote(' '.join(image.pip_indexes))}",
         f"WHEEL={_q(skyward_wheel)}",
         f"PYTHON_VERSION={shlex.quote(image.resolved_python)}",
         f"PYTHON_DOWNLOADS={shlex.quote(image.env.get('UV_PYTHON_DOWNLOADS', 'never'))}",
-        _array("SOURCE_ARGS", index_args + local_args),  # for uv pip install
+        _array("SOURCE_ARGS", local_args),  # for uv pip install (indexes: INDEX_URLS)
         _array("UV_PIP_ARGS", local_args),  # for installing uv itself with pip
         _array("UV_FETCH_LINKS", list(find_links)),
         _array("VENV_ARGS", venv_args),
@@ -158,6 +174,10 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
         f"STEP_PREFIX={shlex.quote(STEP_PREFIX)}",
         f"WARM_PREFIX={shlex.quote(WARM_PREFIX)}",
         _COMMON,
+        # printf is a builtin: the values never reach a process list or stdout. Written on
+        # every run (the pool deletes it at close) and again after the venv step starts afresh.
+        'write_env() { ( umask 077; mkdir -p "$(dirname "$ENV_FILE")"; ' + write_env + ' > "$ENV_FILE" ); }',
+        "write_env",
         "if [ -f \"$ENV_DIR/.ready\" ]; then",
         '  printf \'%s environment %s is ready; skipping installs\\n\' "$WARM_PREFIX" "$HASH"',
         "else",
@@ -166,23 +186,32 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
     if image.apt:
         parts += [_array("  APT_PKGS", image.apt), _APT]
     parts.append(_VENV)
-    # printf is a builtin: the values never reach a process list or stdout.
-    write_env = ("printf '%s\\n' " + " ".join(shlex.quote(line) for line in env_lines)) if env_lines else ":"
-    parts.append(f'  ( umask 077; {write_env} > "$ENV_DIR/.skyward-env" )')
+    parts.append("  write_env")
     if image.pip:
         parts += [_array("  PIP_PKGS", image.pip), _PIP]
     if image.setup:
         parts += [_array("  SETUP_CMDS", image.setup), _SETUP]
     parts += ["fi", _SKYWARD, _DONE, "} </dev/null"]
     text = "\n".join(parts) + "\n"
-    return Script(text=text, hash=digest, env_dir=env_dir, python=f"{env_dir}/bin/python")
+    return Script(text=text, hash=digest, env_dir=env_dir, python=f"{env_dir}/bin/python", env_file=env_file)
+
+
+def _env_lines(image: Image) -> list[str]:
+    return [f"export {k}={shlex.quote(v)}" for k, v in sorted(image.env.items())]
+
+
+def env_file_text(image: Image) -> bytes:
+    """What the script writes to the env file: one ``export`` line per variable of the image."""
+    return "".join(line + "\n" for line in _env_lines(image)).encode()
 
 
 def worker_command(script: Script, *, root: str, args: Sequence[str] = (),
-                   pythonpath: Sequence[str] = ()) -> str:
+                   pythonpath: Sequence[str] = (), consume_env: bool = False) -> str:
     """The shell command that starts ``python -m skyward.worker`` in the script's environment.
 
     It runs in ``root`` with the image's env exported; ``args`` are appended, quoted.
+    ``consume_env`` deletes the env file once it is read (the worker holds the values in its
+    environment; whoever starts another worker writes the file again first).
     ``pythonpath`` directories are put first on ``PYTHONPATH`` (after the image's env is read,
     so an image that sets ``PYTHONPATH`` keeps its entries behind them).
     """
@@ -191,7 +220,9 @@ def worker_command(script: Script, *, root: str, args: Sequence[str] = (),
     if pythonpath:
         joined = ":".join(_q(p) for p in pythonpath)
         path = f'export PYTHONPATH={joined}"${{PYTHONPATH:+:$PYTHONPATH}}" && '
-    return (f"cd {_q(root)} && . {_q(script.env_dir + '/.skyward-env')} && {path}"
+    env_file = _q(script.env_file or script.env_dir + "/.skyward-env")
+    consume = f"rm -f -- {env_file} && " if consume_env else ""
+    return (f"cd {_q(root)} && . {env_file} && {consume}{path}"
             f"exec {_q(script.python)} -m skyward.worker{tail}")
 
 
@@ -201,7 +232,8 @@ _COMMON = r"""step() { printf '%s%s\n' "$STEP_PREFIX" "$1"; }
 fail() { printf 'skyward bootstrap: %s\n' "$*" >&2; exit 1; }
 # Runs "$@" with the image's env exported. The arguments were expanded by the caller, so an
 # image variable that happens to share a name with one of this script's cannot change them.
-in_env() ( . "$ENV_DIR/.skyward-env" && exec "$@" )
+# The index URLs go in uv's environment, not its command line (they may hold credentials).
+in_env() ( . "$ENV_FILE" && if [ -n "$INDEX_URLS" ]; then export UV_EXTRA_INDEX_URL="$INDEX_URLS"; fi && exec "$@" )
 HOST_ARGS=()
 [ ${#HOST_PKGS[@]} -eq 0 ] || HOST_ARGS=(--overrides "$ENV_DIR/.skyward-host-packages")
 
@@ -336,7 +368,7 @@ _SETUP = r"""  step setup
     i=$((i + 1))
     printf 'setup command %d of %d\n' "$i" "${#SETUP_CMDS[@]}"
     # Positional parameters survive sourcing the image env (see in_env).
-    ( set -- "$ENV_DIR" "$UV_DIR" "$cmd"; . "$1/.skyward-env"
+    ( set -- "$ENV_DIR" "$UV_DIR" "$cmd" "$ENV_FILE"; . "$4"
       export VIRTUAL_ENV="$1" PATH="$1/bin:$2:$PATH"; exec bash -c "$3" ) \
       || fail "setup command $i of ${#SETUP_CMDS[@]} failed"
   done

@@ -208,8 +208,9 @@ class ComputeFunction(Generic[P, T]):
     def __init__(self, fn: Callable[P, T], *, name: str | None = None, timeout: float | None = None):
         if not callable(fn):
             raise ConfigError("compute", "a function", fn)
-        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0):
-            raise ConfigError("timeout", "a positive number of seconds or None", timeout)
+        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                                    or not 0 < timeout < float("inf")):  # nan fails both comparisons
+            raise ConfigError("timeout", "a positive number of seconds (not inf or nan) or None", timeout)
         if name is not None and (not isinstance(name, str) or not name):
             raise ConfigError("name", "a non-empty string or None", name)
         self.fn = fn

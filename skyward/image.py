@@ -16,13 +16,14 @@ Guarantees:
 3. :meth:`Image.content_hash` is stable across processes and machines and changes whenever
    anything that affects the built environment changes (not ``include``, which is synced on
    every start; :meth:`Image.include_hash` tracks that).
-4. ``repr(image)`` never shows the value of a secret-looking environment variable (name
-   containing TOKEN, SECRET, KEY, PASSWORD, PASSWD or CREDENTIAL), nor credentials embedded
-   in URLs.
+4. ``repr(image)`` never shows a secret: an ``env`` value wrapped in :class:`~skyward.Secret`
+   or whose name contains TOKEN, KEY, SECRET, PASS, CREDENTIAL or AUTH (any case), nor
+   credentials embedded in URLs (see :mod:`skyward._secrets`). :meth:`Image.secrets` lists
+   them, so that logs can be cleaned of them.
 
 Example::
 
-    image = sky.Image(pip=["numpy"], env={"HF_TOKEN": token})
+    image = sky.Image(pip=["numpy"], env={"HF_TOKEN": token, "DATABASE_URL": sky.Secret(url)})
     image = image.with_pip("torch", index="https://download.pytorch.org/whl/cpu")
 """
 
@@ -32,46 +33,59 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skyward._secrets import MASK as _MASK
+from skyward._secrets import Secret, url_secrets
+from skyward._secrets import looks_secret as _looks_secret
+from skyward._secrets import mask_url as _mask_url
 from skyward.errors import ConfigError
 
 __all__ = ["Image"]
 
-# Bump when the meaning of a field changes, so environments built under the old meaning are
-# not reused as warm.
-_HASH_FORMAT = 1
+# Bump when the meaning of a field, or the layout of a built environment, changes, so that
+# environments built under the old meaning are not reused as warm. 2: the image's env lives
+# in a per-pool file (bootstrap's env_file), no longer in the environment's .skyward-env,
+# which a client of format 1 needs on a warm start.
+_HASH_FORMAT = 2
 
-_SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL")
-_MASK = "***"
-_URL_USERINFO_RE = re.compile(r"(://)[^/@\s]+@")
 # Build artefacts that change without their sources changing.
 _SKIP_DIRS = frozenset({"__pycache__", ".git", ".mypy_cache", ".pytest_cache"})
 _SKIP_SUFFIXES = (".pyc", ".pyo")
 
 
-def _looks_secret(name: str) -> bool:
-    upper = name.upper()
-    return any(word in upper for word in _SECRET_WORDS)
-
-
-def _mask_url(text: str) -> str:
-    """``https://user:tok@host/x`` -> ``https://***@host/x``; anything else unchanged."""
-    return _URL_USERINFO_RE.sub(r"\1" + _MASK + "@", text)
-
-
 class _Env(Mapping[str, str]):
-    """A read-only, hashable ``dict``-like mapping whose repr hides secret values."""
+    """A read-only, hashable ``dict``-like mapping of plain strings whose repr hides secrets.
 
-    __slots__ = ("_items",)
+    Values given as :class:`~skyward.Secret` are stored as their plain string (what the
+    hosts' environment gets) and their names remembered as secret, like names that look
+    secret (:func:`~skyward._secrets.looks_secret`).
+    """
 
-    def __init__(self, items: Iterable[tuple[str, str]] = ()):
-        self._items: dict[str, str] = dict(sorted(items))
+    __slots__ = ("_items", "_marked")
+
+    def __init__(self, items: Iterable[tuple[str, str | Secret]] = ()):
+        plain: dict[str, str] = {}
+        marked = set()
+        for key, value in sorted(items, key=lambda kv: kv[0]):
+            if isinstance(value, Secret):
+                marked.add(key)
+                value = value.reveal()
+            plain[key] = value
+        self._items = plain
+        self._marked = frozenset(marked)
+
+    def is_secret(self, key: str) -> bool:
+        """True when the value of ``key`` is never shown."""
+        return key in self._marked or _looks_secret(key)
+
+    def marked(self) -> dict[str, str | Secret]:
+        """The variables, with every secret value wrapped in :class:`~skyward.Secret`."""
+        return {k: (Secret(v) if self.is_secret(k) else v) for k, v in self._items.items()}
 
     def __getitem__(self, key: str) -> str:
         return self._items[key]
@@ -91,10 +105,10 @@ class _Env(Mapping[str, str]):
         return NotImplemented
 
     def __reduce__(self):
-        return (_Env, (tuple(self._items.items()),))
+        return (_Env, (tuple(self.marked().items()),))
 
     def __repr__(self) -> str:
-        shown = {k: (_MASK if _looks_secret(k) else v) for k, v in self._items.items()}
+        shown = {k: (_MASK if self.is_secret(k) else v) for k, v in self._items.items()}
         return repr(shown)
 
 
@@ -107,7 +121,9 @@ class Image:
         pip: requirement strings installed with ``uv pip install`` (``"numpy>=1.26"``).
         pip_indexes: extra package indexes (``http(s)://`` or ``file://`` URLs).
         apt: Debian/Ubuntu packages installed with ``apt-get`` (needs root or sudo).
-        env: environment variables for setup commands and for the worker.
+        env: environment variables for setup commands and for the worker; wrap a value in
+            :class:`~skyward.Secret` to keep it out of reprs, errors and logs (names with
+            TOKEN, KEY, SECRET, PASS, CREDENTIAL or AUTH are kept out already).
         setup: shell commands run once when the environment is first built, in order.
         include: local files or directories shipped to every node on every start.
 
@@ -138,6 +154,14 @@ class Image:
         if self.python == "auto":
             return f"{sys.version_info.major}.{sys.version_info.minor}"
         return self.python
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret value this image holds: secret ``env`` values and URL credentials."""
+        env = self.env
+        found = [v for k, v in env.items() if (env.is_secret(k) if isinstance(env, _Env) else _looks_secret(k))]
+        for url in self.pip_indexes:
+            found += url_secrets(url)
+        return tuple(dict.fromkeys(v for v in found if v))
 
     def content_hash(self) -> str:
         """16 hex digits identifying the built environment (everything except ``include``)."""
@@ -191,9 +215,9 @@ class Image:
         """A copy with ``packages`` appended to ``apt``."""
         return self.replace(apt=self.apt + packages)
 
-    def with_env(self, env: Mapping[str, str] | None = None, /, **values: str) -> Image:
+    def with_env(self, env: Mapping[str, str | Secret] | None = None, /, **values: str | Secret) -> Image:
         """A copy with these variables set; a name already present takes the new value."""
-        merged = dict(self.env)
+        merged: dict[str, str | Secret] = self.env.marked() if isinstance(self.env, _Env) else dict(self.env)
         merged.update(env or {})
         merged.update(values)
         return self.replace(env=merged)

@@ -180,7 +180,7 @@ def test_on_demand_request_has_no_market_options_and_public_ip_goes_through_the_
     assert r["NetworkInterfaces"] == [{"DeviceIndex": 0, "SubnetId": "subnet-1", "Groups": ["sg-1"],
                                        "AssociatePublicIpAddress": True, "DeleteOnTermination": True}]
     assert r["BlockDeviceMappings"][0]["Ebs"] == {"VolumeSize": 120, "VolumeType": "gp3",
-                                                  "DeleteOnTermination": True}
+                                                  "DeleteOnTermination": True, "Encrypted": True}
 
 
 def test_ingress_allows_ssh_from_the_client_only_and_everything_within_the_group():
@@ -439,6 +439,36 @@ def test_a_spot_pool_is_launched_in_one_zone_tagged_and_released_completely(aws)
     assert not os.path.exists(pool.directory)
 
 
+def test_root_volumes_are_encrypted_explicitly(aws):
+    p = provider(aws, allocation="on-demand")
+    s = spec(1)
+    instances = p.provision(s)
+    try:
+        item = describe(aws, [instances[0].id])[0]
+        volume_ids = [m["Ebs"]["VolumeId"] for m in item["BlockDeviceMappings"]
+                      if m["DeviceName"] == item["RootDeviceName"]]
+        volumes = aws.client().describe_volumes(VolumeIds=volume_ids)["Volumes"]
+        assert [v["Encrypted"] for v in volumes] == [True]
+    finally:
+        p.terminate(instances)
+
+
+def test_ssh_from_every_address_needs_the_explicit_flag(aws):
+    with pytest.raises(ConfigError) as info:
+        AWS(ami=aws.ami, ssh_cidr="0.0.0.0/0")
+    assert info.value.parameter == "ssh_cidr" and "allow_ssh_from_anywhere=True" in str(info.value)
+    p = AWS(ami=aws.ami, ssh_cidr="0.0.0.0/0", allow_ssh_from_anywhere=True, allocation="on-demand")
+    s = spec(1)
+    instances = p.provision(s)
+    try:
+        group = aws.client().describe_security_groups(
+            Filters=[{"Name": "tag:skyward:pool", "Values": [s.pool_id]}])["SecurityGroups"][0]
+        ssh = [r for r in group["IpPermissions"] if r["IpProtocol"] == "tcp"]
+        assert [x["CidrIp"] for x in ssh[0]["IpRanges"]] == ["0.0.0.0/0"]
+    finally:
+        p.terminate(instances)
+
+
 def test_on_demand_pools_launch_without_spot(aws):
     calls: list[dict] = []
     p = provider(aws, allocation="on-demand", session=hooked(("before-call.ec2.RunInstances",
@@ -528,6 +558,13 @@ def test_other_aws_errors_become_provision_errors_and_leave_nothing(aws):
     assert not isinstance(info.value, CapacityError)
     assert "not authorized" in str(info.value) and "IAM" in str(info.value)
     assert type(info.value.__cause__).__module__.startswith("botocore")
+
+
+def test_translated_aws_errors_name_the_region(aws):
+    session = hooked(("before-call.ec2.RunInstances", refuse("InternalError", "An internal error has occurred")))
+    with pytest.raises(ProvisionError) as info:
+        provider(aws, session=session, allocation="on-demand").provision(spec(1))
+    assert f"run_instances in {aws.region} refused: InternalError" in str(info.value)
 
 
 def test_an_api_error_halfway_through_provisioning_leaves_nothing(aws):

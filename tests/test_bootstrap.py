@@ -36,6 +36,7 @@ from skyward.bootstrap import (
     STEPS,
     WARM_PREFIX,
     Script,
+    env_file_text,
     parse_step,
     render,
     worker_command,
@@ -93,7 +94,7 @@ def test_secret_values_appear_only_in_the_line_that_writes_the_env_file():
     script = render(Image(env={"HF_TOKEN": SECRET}, setup=["true"]), root="/r", skyward_wheel="/w.whl")
     lines = [line for line in script.text.splitlines() if SECRET in line]
     assert len(lines) == 1
-    assert lines[0].rstrip().endswith('> "$ENV_DIR/.skyward-env" )')
+    assert lines[0].rstrip().endswith('> "$ENV_FILE" ); }')
     assert "echo" not in lines[0]
 
 
@@ -158,7 +159,7 @@ case "$1" in
     printf 'venv downloads=%s\n' "${UV_PYTHON_DOWNLOADS:-unset}" >> "$STUB_LOG"
     sleep "${STUB_VENV_SLEEP:-0}"
     dir="${!#}"; mkdir -p "$dir/bin"; ln -s "$STUB_PYTHON" "$dir/bin/python" ;;
-  pip) printf 'pip sees A=%s\n' "${A:-unset}" >> "$STUB_LOG" ;;
+  pip) printf 'pip sees A=%s index=%s\n' "${A:-unset}" "${UV_EXTRA_INDEX_URL:-unset}" >> "$STUB_LOG" ;;
 esac
 """
 
@@ -256,12 +257,12 @@ def test_pip_packages_are_installed_with_extra_indexes_and_local_links(host):
     script = host.render(image, find_links=["/srv/wheels"], no_index=True)
     assert host.run(script).returncode == 0
     assert host.calls("uv pip install") == [
-        f"uv pip install --python {script.python} --extra-index-url https://example.org/simple "
-        "--find-links /srv/wheels --no-index numpy>=1.26 pandas",
-        f"uv pip install --python {script.python} --reinstall-package skyward --extra-index-url "
-        f"https://example.org/simple --find-links /srv/wheels --no-index {host.wheel}",
+        f"uv pip install --python {script.python} --find-links /srv/wheels --no-index numpy>=1.26 pandas",
+        f"uv pip install --python {script.python} --reinstall-package skyward "
+        f"--find-links /srv/wheels --no-index {host.wheel}",
     ]
-    assert host.calls("pip sees") == ["pip sees A=x", "pip sees A=x"]  # the image env is exported
+    # the image env is exported, the indexes are in uv's environment (never on its command line)
+    assert host.calls("pip sees") == ["pip sees A=x index=https://example.org/simple"] * 2
 
 
 def test_setup_commands_run_in_order_with_the_env_and_the_venv_on_path(host):
@@ -562,3 +563,12 @@ def test_uv_is_fetched_with_the_standard_library_when_python3_has_no_pip(tmp_pat
     uv = Path(host.root, "uv-pkg", "bin", "uv")
     assert sorted(p.name for p in Path(host.root, "uv-pkg").iterdir()) == ["bin"]  # not pip's layout
     assert subprocess.run([str(uv), "--version"], capture_output=True, text=True, check=True).stdout.startswith("uv ")
+
+
+def test_a_worker_command_may_consume_the_env_file_it_reads():
+    script = render(Image(env={"HF_TOKEN": SECRET}), root="/r", skyward_wheel="/w.whl", env_file="/r/run/x.env")
+    cmd = worker_command(script, root="/r", consume_env=True)
+    assert cmd.startswith("cd /r && . /r/run/x.env && rm -f -- /r/run/x.env && exec ")
+    assert SECRET not in cmd
+    assert env_file_text(Image(env={"HF_TOKEN": SECRET, "A": "it's"})) == (
+        f"export A='it'\"'\"'s'\nexport HF_TOKEN={SECRET}\n").encode()

@@ -67,11 +67,13 @@ def test_validation_errors_are_config_errors_without_pydantic_in_the_chain() -> 
 
 def test_pool_options_fill_in_defaults_and_keep_values() -> None:
     callback = print
-    pool = sky.ComputePool(nodes=2, concurrency=3, idle_timeout=5, accelerator="A100:2", console=False,
+    pool = sky.ComputePool(nodes=2, concurrency=3, idle_timeout=5, console=False,
                            on_event=callback, plugins=[sky.Plugin("p")])
     assert (pool.nodes, pool.concurrency, pool.idle_timeout) == (2, 3, 5.0)
-    assert isinstance(pool.provider, sky.Local) and pool.image == sky.Image()
-    assert pool.accelerator is not None and pool.accelerator.count == 2 and pool.spec.accelerator == pool.accelerator
+    assert isinstance(pool.provider, sky.Local) and pool.image == sky.Image() and pool.accelerator is None
+    rented = sky.ComputePool(provider=sky.SSH(["10.0.0.1", "10.0.0.2"]), nodes=2, accelerator="A100:2", console=False)
+    assert rented.accelerator is not None and rented.accelerator.count == 2
+    assert rented.spec.accelerator == rented.accelerator
     assert [p.name for p in pool.plugins] == ["p"] and callback in pool._subscribers
 
 

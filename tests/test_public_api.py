@@ -11,7 +11,7 @@ import skyward as sky
 PUBLIC = [
     "AWS", "BootstrapError", "CapacityError", "Cluster", "CommandFailed", "CommandResult", "ComputeFunction", "ComputePool", "ConfigError",
     "ConnectionLost", "Image", "InstanceInfo", "Local", "PendingCompute", "PendingGather", "Peer",
-    "Plugin", "PluginError", "ProvisionError", "RemoteError", "SSH", "SerializationError", "SkywardError",
+    "Plugin", "PluginError", "ProvisionError", "RemoteError", "SSH", "Secret", "SerializationError", "SkywardError",
     "TaskCancelled", "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "integrations", "plugins",
     "shard", "shell", "silent", "stderr", "stdout",
 ]

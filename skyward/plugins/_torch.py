@@ -11,6 +11,8 @@ Two hooks:
   the variables ``torchrun`` would (``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``,
   ``RANK``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK``), calls
   ``torch.distributed.init_process_group`` and, when the worker stops, destroys the group.
+  The rendezvous store on rank 0 listens only on the address its peers use (``MASTER_ADDR``;
+  loopback on the Local provider, where gloo and NCCL are kept on loopback too).
   A single-node pool sets nothing and initialises nothing.
 
 :func:`setup_process_group` is the one place that does the worker-side work; the plugin and
@@ -69,8 +71,8 @@ def check_backend(backend: object) -> Backend | None:
 
 def check_timeout(timeout: object) -> float:
     """Return ``timeout`` as float seconds if it is a positive number; else raise ConfigError."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ConfigError("timeout", "a positive number of seconds", timeout)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ConfigError("timeout", "a positive number of seconds (not inf or nan)", timeout)
     return float(timeout)
 
 
@@ -197,8 +199,9 @@ def setup_process_group(info: InstanceInfo, backend: Backend | None = None,
        nothing is changed; returns False. So calling this more than once is harmless.
     3. Otherwise the variables are exported, this rank is pinned to its own CUDA device when
        CUDA is present (``torch.cuda.set_device(LOCAL_RANK)``), the group is initialised with
-       ``init_method="env://"`` and ``timeout`` seconds, and True is returned: the caller
-       owns the group and should destroy it.
+       a TCPStore that rank 0 serves on ``MASTER_ADDR`` only (not every interface) and
+       ``timeout`` seconds, and True is returned: the caller owns the group and should
+       destroy it.
 
     ``backend=None`` picks "nccl" when CUDA is available and this host has a device for each
     of its ranks, else "gloo". Asking for "nccl" when ranks would have to share a device
@@ -229,11 +232,68 @@ def setup_process_group(info: InstanceInfo, backend: Backend | None = None,
                 f"{devices} CUDA device(s); use backend='gloo' or fewer processes per host"
             )
         os.environ.update(env)
+        if _is_loopback(info.head_addr):
+            # Every rank is on this machine: the collectives' own sockets stay on loopback too
+            # (gloo and NCCL otherwise listen on the address the hostname resolves to).
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
         _share_cpus(torch, on_host)
         if devices and enough:
             torch.cuda.set_device(gpu)  # cuda:LOCAL_RANK, as under torchrun
-        dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=timeout))
+        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+        store = _rendezvous_store(info, rank, world, timedelta(seconds=timeout))
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
         return True
+
+
+def _is_loopback(addr: str) -> bool:
+    import ipaddress
+
+    if addr == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
+def _rendezvous_store(info: InstanceInfo, rank: int, world: int, timeout: timedelta) -> Any:
+    """torch's TCPStore for the rendezvous, served by rank 0 on the address its peers use.
+
+    ``init_method="env://"`` would have rank 0 listen on every interface (torch binds the
+    wildcard address), so anyone who can reach the machine could talk to the store. Rank 0
+    binds the socket itself, to ``head_addr`` (loopback on the Local provider), and hands it
+    to the store. Where that address is not one of this machine's (a NAT'd address given to
+    sky.SSH), it falls back to every interface and says so on stderr.
+    """
+    from torch.distributed import TCPStore
+
+    if rank != 0:
+        return TCPStore(info.head_addr, info.head_port, world, False, timeout)
+    listener = _listen(info.head_addr, info.head_port)
+    return TCPStore(info.head_addr, info.head_port, world, True, timeout, master_listen_fd=listener.detach())
+
+
+def _listen(addr: str, port: int) -> Any:
+    import socket
+    import sys
+
+    last: OSError | None = None
+    for family, kind, proto, _, sockaddr in socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(sockaddr)
+        except OSError as exc:
+            sock.close()
+            last = exc
+            continue
+        sock.listen(128)
+        return sock
+    print(f"skyward: the rendezvous store cannot bind {addr}:{port} ({last}); listening on every interface",
+          file=sys.stderr)
+    sock = socket.create_server(("", port), reuse_port=False)
+    return sock
 
 
 def _share_cpus(torch: Any, local_size: int) -> None:

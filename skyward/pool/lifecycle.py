@@ -6,7 +6,8 @@ send every worker its SETUP before waiting on any (plugins such as torch rendezv
 ``around_app``, which needs all of them at once) → wait for READY.
 
 Stop: ask each worker to finish (graceful) or not → confirm every worker and what it started
-is gone → close the transports → release the machines (the provider confirms). Problems are
+is gone → delete the files holding the image's env (secrets) from each machine → close the
+transports → release the machines (the provider confirms). Problems are
 collected, not raised half-way: every step runs whatever failed before it.
 """
 
@@ -20,6 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 from skyward import events as ev
+from skyward._retry import Backoff
 from skyward.errors import BootstrapError, PluginError, SkywardError
 from skyward.pool.connection import NodeConnection
 from skyward.pool.prepare import prepare
@@ -47,6 +49,7 @@ class Nodes:
         self.connections: list[NodeConnection] = []
         self._transports: list[Transport] = []
         self._launches: list[WorkerLaunch] = []
+        self._cleanup: list[tuple[Instance, Transport, tuple[str, ...]]] = []
         self._stop_heartbeat = threading.Event()
 
     # -- start ---------------------------------------------------------------------------------
@@ -68,7 +71,10 @@ class Nodes:
         def one(inst: Instance, transport: Transport) -> WorkerLaunch:
             if inst.environment is not None:
                 self._emit(ev.NodeStage(inst.node, "bootstrapping", inst.private_addr))
-            return prepare(inst, transport, image, lambda line: self._emit(ev.NodeLog(inst.node, line)))
+            launch = prepare(inst, transport, image, lambda line: self._emit(ev.NodeLog(inst.node, line)))
+            if launch.cleanup:  # kept even when another node fails: stop() deletes them
+                self._cleanup.append((inst, transport, launch.cleanup))
+            return launch
 
         pairs = list(zip(self.instances, self._transports, strict=True))
         if len(pairs) == 1:
@@ -88,6 +94,9 @@ class Nodes:
         for inst, transport, launch in zip(self.instances, self._transports, self._launches, strict=True):
             self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
             for local_rank in range(self.processes):
+                if local_rank:  # the previous worker must have read (and deleted) its files first
+                    _await_consumed(inst, transport, launch)
+                _write_files(inst, transport, launch)
                 connections.append(NodeConnection(inst.node, transport.host, transport.start(launch), self._emit,
                                                   self._listening, spin=self._spin, local_rank=local_rank,
                                                   processes=self.processes))
@@ -137,6 +146,7 @@ class Nodes:
         """Stop every worker, close every transport, release every machine; return problems."""
         self._stop_heartbeat.set()
         problems = self._stop_workers(graceful=graceful)
+        self._remove_secret_files()
         for transport in self._transports:
             with contextlib.suppress(Exception):
                 transport.close()
@@ -145,6 +155,22 @@ class Nodes:
         except Exception as exc:
             problems.append(f"releasing machines failed: {exc!r}")
         return problems
+
+    def _remove_secret_files(self) -> None:
+        """Delete each machine's env file (WorkerLaunch.cleanup); a machine that cannot be
+        reached is named on stderr (its files stay until it is reached or released)."""
+        import shlex
+        import sys
+
+        for inst, transport, paths in self._cleanup:
+            try:
+                ok = transport.run("rm -f -- " + " ".join(shlex.quote(p) for p in paths), timeout=30.0).ok
+            except Exception:
+                ok = False
+            if not ok:
+                print(f"skyward: node {inst.node} ({transport.host}): could not delete {', '.join(paths)}",
+                      file=sys.__stderr__)
+        self._cleanup = []
 
     def _stop_workers(self, *, graceful: bool) -> list[str]:
         for conn in self.connections:
@@ -160,3 +186,25 @@ class Nodes:
             if conn.local_rank == self.processes - 1:
                 self._emit(ev.NodeStage(conn.node, "stopped"))
         return problems
+
+
+def _write_files(inst: Instance, transport: Transport, launch: WorkerLaunch) -> None:
+    """Write the files a worker reads as it starts (the image's env; it deletes them)."""
+    for path, data in launch.files:
+        try:
+            transport.put_bytes(data, path, mode=0o600)
+        except SkywardError:
+            raise
+        except Exception as exc:
+            raise BootstrapError(transport.host, "starting worker", f"could not write {path}: {type(exc).__name__}",
+                                 node=inst.node) from exc
+
+
+def _await_consumed(inst: Instance, transport: Transport, launch: WorkerLaunch, timeout: float = 60.0) -> None:
+    """Wait until the worker just started has read and deleted its files, so that writing them
+    again for the node's next worker cannot race with that deletion."""
+    for _ in Backoff(timeout=timeout, delay=0.01, factor=1.5, max_delay=0.5):
+        if not any(transport.exists(path) for path, _ in launch.files):
+            return
+    raise BootstrapError(transport.host, "starting worker", f"the worker did not read its files within {timeout:g}s",
+                         node=inst.node)

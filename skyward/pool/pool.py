@@ -304,17 +304,27 @@ class ComputePool:
             raise ConfigError("fn", "a @sky.compute function or a callable", fn)
         return self.gather(*pending)
 
-    # -- a left side that is not a pending computation --------------------------------------------
-    # ``value >> pool``: Python asks the pool after the left side declined. The usual cause is a
-    # function without @sky.compute: it already ran here, and its result arrives.
-    def __rrshift__(self, value: Any) -> Any:
-        raise _not_pending(value, ">>")
+    # -- operators the wrong way round -------------------------------------------------------
+    # ``pending >> pool`` is PendingCompute's own operator; these catch ``pool >> pending``
+    # (operands swapped) and ``f >> pool`` (no pending call on the left), which Python would
+    # otherwise report as a bare "unsupported operand type(s)" TypeError.
+    def __rshift__(self, other: Any) -> Any:
+        raise _swapped(">>", other)
 
-    def __rmatmul__(self, value: Any) -> Any:
-        raise _not_pending(value, "@")
+    def __matmul__(self, other: Any) -> Any:
+        raise _swapped("@", other)
 
-    def __lt__(self, value: Any) -> Any:  # the reflection of `value > pool`
-        raise _not_pending(value, ">")
+    def __gt__(self, other: Any) -> Any:
+        raise _swapped(">", other)
+
+    def __rrshift__(self, other: Any) -> Any:
+        raise _not_pending(">>", other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        raise _not_pending("@", other)
+
+    def __lt__(self, other: Any) -> Any:  # ``x > pool`` when x has no ``>`` of its own
+        raise _not_pending(">", other)
 
     # -- notebooks: a pool across cells --------------------------------------------------------
     def open(self) -> ComputePool:
@@ -364,6 +374,29 @@ class ComputePool:
         return f"ComputePool(provider={self.provider!r}, nodes={self.nodes}, state={self._state})"
 
 
+def _swapped(op: str, other: Any) -> ConfigError:
+    from skyward.compute import _describe
+
+    return ConfigError(f"left-hand side of {op}", f"a pending computation, with the pool on the right: "
+                       f"`f(...) {op} pool`", "a ComputePool",
+                       detail=f"the operands are swapped; the right-hand side was {_describe(other)}")
+
+
+def _not_pending(op: str, other: Any) -> ConfigError:
+    from skyward.compute import PendingGather, _describe
+
+    if isinstance(other, ComputeFunction):
+        detail = f"call the function first: {other.options.name}(...) {op} pool"
+    elif isinstance(other, PendingGather):
+        detail = "a gather runs with >>: `sky.gather(...) >> pool` or `(p1 & p2) >> pool`"
+    elif callable(other):
+        detail = f"did you forget @sky.compute on {getattr(other, '__name__', 'the function')}?"
+    else:
+        detail = "did you forget @sky.compute? Without it the function ran here, now, and this is its result"
+    accepted = f"a pending computation (a call of a @sky.compute function), e.g. f(x) {op} pool"
+    return ConfigError(f"left-hand side of {op}", accepted, _describe(other), detail=detail)
+
+
 @contextlib.contextmanager
 def _plugin_hook(plugin: Plugin, hook: str) -> Iterator[None]:
     """Name the plugin when one of its client-side hooks fails (bad input stays a ConfigError)."""
@@ -375,22 +408,6 @@ def _plugin_hook(plugin: Plugin, hook: str) -> Iterator[None]:
         import traceback
 
         raise PluginError(plugin.name, None, hook, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
-
-
-def _not_pending(value: Any, op: str) -> ConfigError:
-    if callable(value):
-        detail = f"did you forget @sky.compute on {getattr(value, '__name__', 'the function')}?"
-    else:
-        detail = ("did you forget @sky.compute? Without it the function ran here, now, and this is its "
-                  "result")
-    return ConfigError(f"left-hand side of {op}",
-                       "a pending computation: a call of a @sky.compute function, e.g. f(x) " + op + " pool",
-                       _short(value), detail=detail)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text[:60]}" + ("..." if len(text) > 60 else "")
 
 
 _hook_installed = False

@@ -5,7 +5,12 @@ client's own interpreter and nothing is prepared. Otherwise, on the machine the 
 describes, under ``environment.root`` (default ``~/.skyward``)::
 
     wheels/<sha>/skyward-<version>-py3-none-any.whl   the client's skyward, by content
-    bootstrap/<env>.sh                                the bootstrap script (mode 0600)
+    bootstrap/<tag>.sh                                the bootstrap script (mode 0600; it
+                                                      deletes itself when it starts)
+    run/<tag>.env                                     the image's env for this pool's workers
+                                                      (mode 0600; the worker deletes it once
+                                                      read, the pool writes it again before
+                                                      starting another)
     envs/<env>/                                       the venv for an image (+ .ready marker)
     include/<include_hash>/                           the image's include files
     uv-pkg/                                           uv, when the machine had none
@@ -15,11 +20,15 @@ skyward as a wheel (skipped when the same wheel is there), sync the image's incl
 run the bootstrap script of :mod:`skyward.bootstrap` (skipped when the environment for the
 image's content hash is ready), and say how to start the worker. Every failure raises
 :class:`~skyward.errors.BootstrapError` naming the host, the step and the last lines of output.
+
+The image's secrets (:meth:`~skyward.Image.secrets`) are masked in every line logged and in
+errors; on the host they live only in the two private files above, each only until it is read.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import os
 import shlex
@@ -33,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from skyward._retry import Backoff, retry
+from skyward._secrets import Redactor
 from skyward.errors import BootstrapError
 from skyward.providers.base import HostEnvironment, Instance
 from skyward.transport.base import Transport, WorkerLaunch
@@ -67,13 +77,22 @@ class _Preparation:
         self.log = log
         self.tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL)
         self.step = "connect"
+        self.redact = Redactor(self._secrets())
+
+    def _secrets(self) -> list[str]:
+        from skyward._secrets import looks_secret
+
+        found = list(self.image.secrets())
+        found += [v for k, v in self.env.env.items() if looks_secret(k)]
+        return found
 
     def note(self, line: str) -> None:
+        line = self.redact(line)
         self.tail.append(line)
         self.log(line)
 
     def fail(self, message: str, exit_code: int | None = None) -> BootstrapError:
-        return BootstrapError(self.transport.host, self.step, message, exit_code=exit_code,
+        return BootstrapError(self.transport.host, self.step, self.redact(message), exit_code=exit_code,
                               log_tail=list(self.tail), node=self.instance.node)
 
     def run(self) -> WorkerLaunch:
@@ -90,7 +109,7 @@ class _Preparation:
 
     def _run(self) -> WorkerLaunch:
         from skyward import _ship
-        from skyward.bootstrap import render, worker_command
+        from skyward.bootstrap import env_file_text, render, worker_command
 
         t = self.transport
         p = self.env
@@ -105,7 +124,8 @@ class _Preparation:
         root = t.expand(p.root)
         wheel = _ship.skyward_wheel()
         wheel_dir = f"{root}/wheels/{wheel.sha256[:16]}"
-        self._sh(f"umask 077 && mkdir -p {shlex.quote(wheel_dir)} {shlex.quote(root + '/bootstrap')}")
+        self._sh(f"umask 077 && mkdir -p {shlex.quote(wheel_dir)} {shlex.quote(root + '/bootstrap')} "
+                 f"{shlex.quote(root + '/run')}")
         remote_wheel = f"{wheel_dir}/{wheel.name}"
         if t.exists(remote_wheel, size=wheel.path.stat().st_size):
             self.note(f"skyward wheel {wheel.sha256[:16]} already on the host")
@@ -123,14 +143,31 @@ class _Preparation:
         missing = {k: v for k, v in p.env.items() if k not in image.env}
         if missing:
             image = image.with_env(**missing)
+        # The script and the env file hold the image's env (secrets, maybe): private files, never a
+        # command line. Each preparation has its own, so that closing one pool removes only its own.
+        tag = uuid.uuid4().hex[:12]
+        env_file = f"{root}/run/{tag}.env"
+        path = f"{root}/bootstrap/{tag}.sh"
         script = render(image, root=root, skyward_wheel=remote_wheel, find_links=p.find_links,
-                        no_index=p.no_index, system_site_packages=p.system_site_packages)
-        path = f"{root}/bootstrap/{script.hash}.sh"
-        # The script may hold secrets (the image's env): a private file, never a command line.
+                        no_index=p.no_index, system_site_packages=p.system_site_packages,
+                        env_file=env_file, script_path=path)
         t.put_bytes(script.text.encode(), path, mode=0o600)
-        self._bootstrap(path)
-        command = worker_command(script, root=root, pythonpath=pythonpath)
-        return WorkerLaunch(("bash", "-c", command), {}, None)
+        try:
+            self._bootstrap(path)
+        except BaseException:
+            self._remove(path, env_file)
+            raise
+        # The worker reads the env file and deletes it; a later worker gets it written again
+        # (WorkerLaunch.files), so no copy of the secrets stays on the host while the pool
+        # runs, nor after a client killed outright.
+        command = worker_command(script, root=root, pythonpath=pythonpath, consume_env=True)
+        return WorkerLaunch(("bash", "-c", command), {}, None, cleanup=(env_file,),
+                            files=((env_file, env_file_text(image)),))
+
+    def _remove(self, *paths: str) -> None:
+        """Best effort: delete files that hold secrets (the host may be gone)."""
+        with contextlib.suppress(Exception):
+            self.transport.run("rm -f -- " + " ".join(shlex.quote(p) for p in paths), timeout=30.0)
 
     def _connect(self) -> None:
         """Connect, retrying for ``reach_timeout`` seconds while the machine boots; an error
@@ -199,7 +236,7 @@ class _Preparation:
                 if found is not None:
                     self.step = found
                 elif stream == "stderr" and line.strip():
-                    last_error = line.strip().removeprefix("skyward bootstrap: ")
+                    last_error = self.redact(line.strip().removeprefix("skyward bootstrap: "))
                 self.note(line)
 
         started = time.monotonic()

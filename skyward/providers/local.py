@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 
+from skyward.errors import ConfigError
 from skyward.providers.base import Instance, PoolSpec, Provider
 
 __all__ = ["Local"]
@@ -23,6 +24,14 @@ class Local(Provider):
     """
 
     name = "local"
+
+    def validate(self, spec: PoolSpec) -> None:
+        # An accelerator chooses machines to rent; here there is nothing to choose, and taking
+        # it silently would let plugins install CUDA wheels for a GPU this machine may not have.
+        if spec.accelerator is not None:
+            raise ConfigError("accelerator", "None with sky.Local() (its workers run on this machine as it is; "
+                              "accelerators choose machines on providers such as sky.AWS() or sky.SSH())",
+                              str(spec.accelerator), detail="drop accelerator= for a Local pool")
 
     def provision(self, spec: PoolSpec) -> list[Instance]:
         return [Instance(id=f"local-{spec.pool_id}-{i}", node=i, private_addr="127.0.0.1") for i in range(spec.nodes)]

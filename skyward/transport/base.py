@@ -34,11 +34,17 @@ class CommandResult:
 
 @dataclass(frozen=True, slots=True)
 class WorkerLaunch:
-    """How to start a worker: a command line and extra environment variables."""
+    """How to start a worker: a command line and extra environment variables.
+
+    ``files`` (path, bytes) are written on the machine (mode 0600) before each start: the
+    image's env, which the command reads and deletes. ``cleanup``: files that hold secrets and
+    are deleted when the pool closes, if still there (a preparation that failed half-way)."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    cleanup: tuple[str, ...] = ()
+    files: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)  # secrets: never shown
 
 
 class Channel(ABC):

@@ -18,6 +18,18 @@ from skyward._config import STRICT, Flag, reject, strings, validate
 __all__ = ["AWSOptions", "aws_options"]
 
 
+def _a_string(accepted: str) -> Any:
+    """Refuse a non-string saying what is accepted (inside ``X | None`` pydantic would only
+    say "Input should be a valid string": the field's description is out of its reach)."""
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, str):
+            reject(accepted, value)
+        return value
+
+    return BeforeValidator(check)
+
+
 def _matching(pattern: str, accepted: str) -> Any:
     regex = re.compile(pattern)
 
@@ -26,7 +38,7 @@ def _matching(pattern: str, accepted: str) -> Any:
             reject(accepted, value)
         return value
 
-    return Annotated[str, AfterValidator(check), Field(description=accepted)]
+    return Annotated[str, _a_string(accepted), AfterValidator(check), Field(description=accepted)]
 
 
 def _cidr(value: str) -> str:
@@ -61,7 +73,8 @@ AMI = _matching(r"ami-[0-9a-f]{8,17}|resolve:ssm:/.+",
 Subnet = _matching(r"subnet-[0-9a-f]{8,17}", "a subnet id such as 'subnet-0abc1234'")
 LoginUser = _matching(r"[A-Za-z_][A-Za-z0-9_.-]*", "the AMI's login user name, e.g. 'ubuntu'")
 LookupURL = _matching(r"https?://.+", "an http(s) URL answering with the caller's address")
-Profile = Annotated[str, Field(min_length=1, description="the name of a profile in ~/.aws/config")]
+Profile = Annotated[str, _a_string("the name of a profile in ~/.aws/config"),
+                    Field(min_length=1, description="the name of a profile in ~/.aws/config")]
 Root = _matching(r"/.*|~|~/.*", "an absolute path or one starting with ~/")
 FindLinks = strings("a list of directories on the hosts or URLs", paths=True)
 KnownHosts = Annotated[strings("at least one known_hosts file, or None", paths=True) | None,
@@ -88,8 +101,9 @@ class AWSOptions(BaseModel):
     max_lifetime: Annotated[_at_least(300) | None, Field(description="a number >= 300 or None")] = 24 * 3600.0
     user: LoginUser = "ubuntu"
     known_hosts: KnownHosts = None
-    ssh_cidr: Annotated[str, AfterValidator(_cidr),
+    ssh_cidr: Annotated[str, _a_string("an address range such as '203.0.113.7/32'"), AfterValidator(_cidr),
                         Field(description="an address range such as '203.0.113.7/32'")] | None = None
+    allow_ssh_from_anywhere: Flag = False
     ip_lookup_url: LookupURL
     ssh_via: Annotated[Literal["auto", "public", "private"],
                        Field(description="'auto' or 'public' or 'private'")] = "auto"
@@ -110,14 +124,20 @@ class AWSOptions(BaseModel):
             raise _cross("profile", "None when a session is given (the session has its profile)", self.profile)
         if self.known_hosts == ():
             raise _cross("known_hosts", "at least one known_hosts file, or None", [])
+        if (self.ssh_cidr is not None and ipaddress.ip_network(self.ssh_cidr).prefixlen == 0
+                and not self.allow_ssh_from_anywhere):
+            raise _cross("ssh_cidr", "a range of the addresses this client connects from, e.g. '203.0.113.7/32' "
+                         "(or None: this client's public address); every address needs "
+                         "allow_ssh_from_anywhere=True", self.ssh_cidr,
+                         detail="it would open SSH on every node to the whole internet")
         return self
 
 
-def _cross(parameter: str, accepted: str, got: Any) -> ValueError:
+def _cross(parameter: str, accepted: str, got: Any, detail: str = "") -> ValueError:
     """A check across fields: a ConfigError, which :func:`validate` passes through unchanged."""
     from skyward.errors import ConfigError
 
-    return ConfigError(parameter, accepted, got)
+    return ConfigError(parameter, accepted, got, detail=detail)
 
 
 def aws_options(**values: Any) -> AWSOptions:

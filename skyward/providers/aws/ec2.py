@@ -197,7 +197,9 @@ def run_instances_request(
     if disk_gb is not None and root_device:
         request["BlockDeviceMappings"] = [{
             "DeviceName": root_device,
-            "Ebs": {"VolumeSize": disk_gb, "VolumeType": "gp3", "DeleteOnTermination": True},
+            # Encrypted explicitly: not left to the account's "encryption by default" setting
+            # (with the account's default KMS key when no other is configured).
+            "Ebs": {"VolumeSize": disk_gb, "VolumeType": "gp3", "DeleteOnTermination": True, "Encrypted": True},
         }]
     return request
 
@@ -216,16 +218,20 @@ def _hint(code: str) -> str:
     return ""
 
 
-def translate(exc: BaseException, operation: str, *, instance_type: str = "", zone: str = "") -> SkywardError:
+def translate(exc: BaseException, operation: str, *, instance_type: str = "", zone: str = "",
+              region: str = "") -> SkywardError:
     """The :mod:`skyward.errors` exception for a botocore exception (others are wrapped as-is).
 
-    A :class:`ProvisionError` keeps AWS's error code as ``code`` (``""`` when there is none).
+    A :class:`ProvisionError` keeps AWS's error code as ``code`` (``""`` when there is none);
+    its message names the region when one is given.
     """
     bx = require("botocore.exceptions", "sky.AWS")
 
     error: SkywardError
     if isinstance(exc, SkywardError):
         return exc
+    if region:
+        operation = f"{operation} in {region}"
     if isinstance(exc, bx.ClientError):
         info = exc.response.get("Error", {})
         code = str(info.get("Code", ""))
@@ -251,7 +257,7 @@ def translate(exc: BaseException, operation: str, *, instance_type: str = "", zo
 
 
 @contextlib.contextmanager
-def translated(operation: str, *, instance_type: str = "", zone: str = "") -> Iterator[None]:
+def translated(operation: str, *, instance_type: str = "", zone: str = "", region: str = "") -> Iterator[None]:
     """Translate botocore exceptions raised inside the block (see :func:`translate`)."""
     bx = require("botocore.exceptions", "sky.AWS")
     BotoCoreError, ClientError = bx.BotoCoreError, bx.ClientError
@@ -259,7 +265,28 @@ def translated(operation: str, *, instance_type: str = "", zone: str = "") -> It
     try:
         yield
     except (BotoCoreError, ClientError) as exc:
-        raise translate(exc, operation, instance_type=instance_type, zone=zone) from exc
+        raise translate(exc, operation, instance_type=instance_type, zone=zone, region=region) from exc
+
+
+def check_region(session: Any, name: str) -> None:
+    """ConfigError unless ``name`` is a region botocore knows for EC2, in any partition.
+
+    Checked before any call: a mistyped region (``us-est-1``) would otherwise surface as
+    whatever the unknown endpoint answers (a DNS failure, an unparseable reply).
+    """
+    import difflib
+
+    try:
+        known = {r for partition in session.get_available_partitions()
+                 for r in session.get_available_regions("ec2", partition_name=partition)}
+    except Exception:  # botocore's data unreadable: let the call itself say what is wrong
+        return
+    if not known or name in known:
+        return
+    close = difflib.get_close_matches(name, sorted(known), n=3)
+    detail = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else \
+        "this botocore knows no such region (a new one may need a newer boto3)"
+    raise ConfigError("region", "an AWS region such as 'us-east-1' (one botocore knows for EC2)", name, detail=detail)
 
 
 def aws_code(error: BaseException) -> str:
@@ -295,6 +322,7 @@ class EC2:
             if not name:
                 raise ConfigError("region", "an AWS region such as 'us-east-1' (region=, AWS_DEFAULT_REGION "
                                   "or ~/.aws/config)", None)
+            check_region(session, name)
             ec2 = session.client("ec2", region_name=name, config=config)
             ssm = session.client("ssm", region_name=name, config=config)
         except BotoCoreError as exc:
@@ -304,12 +332,12 @@ class EC2:
     def call(self, operation: str, request: Mapping[str, Any] | None = None, *, instance_type: str = "",
              zone: str = "") -> dict[str, Any]:
         """``client.<operation>(**request)``; botocore errors become :mod:`skyward.errors` types."""
-        with translated(operation, instance_type=instance_type, zone=zone):
+        with translated(operation, instance_type=instance_type, zone=zone, region=self.region):
             return getattr(self.client, operation)(**dict(request or {}))
 
     def pages(self, operation: str, request: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         """Every page of a paginated call, translated."""
-        with translated(operation):
+        with translated(operation, region=self.region):
             paginator = self.client.get_paginator(operation)
             yield from paginator.paginate(**dict(request or {}))
 
@@ -317,7 +345,7 @@ class EC2:
         """The value of an SSM parameter (public AMI parameters live there)."""
         if self._ssm is None:
             raise ProvisionError("no SSM client to resolve AMI parameters", provider="aws")
-        with translated("ssm:GetParameter"):
+        with translated("ssm:GetParameter", region=self.region):
             return str(self._ssm.get_parameter(Name=name)["Parameter"]["Value"])
 
 

@@ -93,7 +93,7 @@ class AWS(Provider):
             :data:`UBUNTU_PARAMETER`).
         subnet_id: launch into this subnet (its AZ and VPC); default: the default VPC's subnets.
         public_ip: give instances a public address (``None``: the subnet's setting).
-        disk_gb: root volume size (at least the AMI's own size).
+        disk_gb: root volume size (at least the AMI's own size); always encrypted (EBS).
         idle_timeout: seconds without the client's SSH connection after which an instance
             powers itself off (and so is terminated).
         max_lifetime: seconds after boot at which an instance powers off regardless
@@ -104,7 +104,9 @@ class AWS(Provider):
         known_hosts: known_hosts file(s) to verify hosts against, for AMIs whose host keys you
             know; default: a host key made for the pool and installed at boot.
         ssh_cidr: the addresses SSH is allowed from (``"203.0.113.7/32"``); default: this
-            client's public address, looked up at ``ip_lookup_url``.
+            client's public address, looked up at ``ip_lookup_url``. Every address
+            (``"0.0.0.0/0"``, ``"::/0"``) is refused unless ``allow_ssh_from_anywhere=True``.
+        allow_ssh_from_anywhere: the explicit opt-in for an ``ssh_cidr`` of every address.
         ssh_via: connect to the ``"public"`` or ``"private"`` address; ``"auto"``: public
             when the instance has one.
         root: as for :class:`~skyward.SSH`: where environments live on each host.
@@ -140,6 +142,7 @@ class AWS(Provider):
         ssh_key: str | os.PathLike[str] | None = None,
         known_hosts: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
         ssh_cidr: str | None = None,
+        allow_ssh_from_anywhere: bool = False,
         ip_lookup_url: str = IP_LOOKUP_URL,
         ssh_via: Literal["auto", "public", "private"] = "auto",
         root: str = "~/.skyward",
@@ -156,7 +159,8 @@ class AWS(Provider):
         o = aws_options(region=region, instance_type=instance_type, vcpus=vcpus, memory_gb=memory_gb, arch=arch,
                         allocation=allocation, ami=ami, subnet_id=subnet_id, public_ip=public_ip, disk_gb=disk_gb,
                         idle_timeout=idle_timeout, max_lifetime=max_lifetime, user=user, known_hosts=known_hosts,
-                        ssh_cidr=ssh_cidr, ip_lookup_url=ip_lookup_url, ssh_via=ssh_via, root=root,
+                        ssh_cidr=ssh_cidr, allow_ssh_from_anywhere=allow_ssh_from_anywhere,
+                        ip_lookup_url=ip_lookup_url, ssh_via=ssh_via, root=root,
                         find_links=find_links, no_index=no_index, boot_timeout=boot_timeout,
                         bootstrap_timeout=bootstrap_timeout, connect_timeout=connect_timeout, session=session,
                         profile=profile)
@@ -174,6 +178,10 @@ class AWS(Provider):
                 if not os.path.isfile(path):
                     raise ConfigError("known_hosts", "existing known_hosts files", path, detail="not found")
 
+        if o.region is not None:  # a typo fails here, not as whatever an unknown endpoint answers
+            import botocore.session
+
+            api.check_region(botocore.session.get_session(), o.region)
         self.region = o.region
         self.instance_type = o.instance_type
         self.vcpus = o.vcpus
