@@ -8,6 +8,7 @@ what is accepted). docs/errors.md lists the same cases for readers.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -350,8 +351,18 @@ def test_bad_input_for_real_hosts_starts_nothing_on_them(test_hosts, parameter, 
     def everything() -> dict[str, set[int]]:  # sshd's sessions included: not even a connection
         return {h.name: set(testhosts._pids_in_netns(h.netns)) for h in hosts}
 
-    before = everything()
+    def settled() -> dict[str, set[int]]:  # (an earlier test's sshd session may still be ending)
+        last = everything()
+        for _ in range(50):
+            time.sleep(0.1)
+            now = everything()
+            if now == last:
+                return now
+            last = now
+        return last
+
+    before = settled()
     with pytest.raises(sky.ConfigError) as info:
         make(provider)
     assert info.value.parameter == parameter and shown in str(info.value)
-    assert everything() == before
+    assert settled() == before

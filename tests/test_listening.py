@@ -75,7 +75,7 @@ def test_on_ssh_hosts_the_rendezvous_store_listens_on_the_heads_address_only(tes
 
     hosts = test_hosts[:2]
     # torch is preinstalled in the hosts' Python: take it from there instead of installing it.
-    provider = ssh_provider(hosts, wheelhouse, system_site_packages=["torch"])
+    provider = ssh_provider(hosts, wheelhouse, system_site_packages=["torch", "numpy"])
     with sky.ComputePool(provider=provider, nodes=2, plugins=[sky.plugins.torch(backend="gloo")],
                          console=False) as pool:
         results = all_reduce_and_head_port() @ pool
