@@ -479,7 +479,11 @@ class NodeConnection:
 
     @property
     def pid(self) -> int | None:
-        """The worker's process id on its machine, when the transport knows it."""
+        """The worker's process id on its machine (the one that runs the tasks, as its READY
+        said; before that, the process the transport started), when known."""
+        ready = self.ready
+        if ready.done() and not ready.cancelled() and ready.exception() is None:
+            return ready.result()
         return getattr(self.channel, "pgid", None)
 
 
