@@ -107,13 +107,18 @@ class Agent:
         plugins = tuple(loads_payload(parts)) if parts else ()
         return control[1], plugins
 
-    def heartbeat_loop(self, interval: float, idle_timeout: float) -> None:
+    def heartbeat_loop(self, interval: float) -> None:
         while not self.stopping.wait(interval):
+            self.send((Kind.HEARTBEAT,))
+
+    def watch_client(self, interval: float, idle_timeout: float) -> None:
+        """The dead man's switch, on a thread that never writes: a write blocked on a dead link
+        (output filling the pipe to a cut-off client) must not keep the worker alive."""
+        while not self._done.wait(interval):
             silent_for = time.monotonic() - self.last_heard
             if silent_for > idle_timeout:
                 _log(f"no word from the client for {silent_for:.0f}s (idle_timeout={idle_timeout:g}s); exiting")
                 _kill_group_and_exit(4)
-            self.send((Kind.HEARTBEAT,))
 
     def run(self) -> int:
         setup, plugins = self.handshake()
@@ -122,10 +127,10 @@ class Agent:
         os.environ[runtime.ENV_VAR] = info.to_json()
         os.environ.update(setup.env)
 
-        threading.Thread(
-            target=self.heartbeat_loop, args=(setup.heartbeat_interval, setup.idle_timeout),
-            name="skyward-heartbeat", daemon=True,
-        ).start()
+        threading.Thread(target=self.heartbeat_loop, args=(setup.heartbeat_interval,),
+                         name="skyward-heartbeat", daemon=True).start()
+        threading.Thread(target=self.watch_client, args=(min(setup.heartbeat_interval, 1.0), setup.idle_timeout),
+                         name="skyward-watchdog", daemon=True).start()
 
         with contextlib.ExitStack() as app:
             with self._listening():  # the client's pings count while the hooks run
