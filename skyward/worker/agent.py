@@ -158,6 +158,8 @@ class Agent:
             watchdog = threading.Timer(15.0, lambda: (_log("plugin shutdown hung"), _kill_group_and_exit(6)))
             watchdog.daemon = True
             watchdog.start()
+            with self._listening():  # a client that vanishes meanwhile ends the worker at once
+                app.close()
         self.send((Kind.BYE,))
         return 0
 
