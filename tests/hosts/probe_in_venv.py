@@ -8,12 +8,12 @@ import os
 import sys
 
 import skyward as sky
-from tests.hosts.conftest_fixture import ssh_provider, test_hosts, wheelhouse  # noqa: F401  (fixtures)
+from tests.hosts.conftest_fixture import ssh_provider
 
 PROBE = os.environ["SKYWARD_VENV_PROBE"]  # a package only the virtual environment has
 
 
-def test_a_host_python_in_a_venv_lends_its_own_packages(test_hosts, wheelhouse) -> None:  # noqa: F811
+def test_a_host_python_in_a_venv_lends_its_own_packages(test_hosts, wheelhouse) -> None:
     assert sys.prefix != sys.base_prefix, "run me with a virtual environment's interpreter"
 
     @sky.compute
