@@ -82,8 +82,13 @@ def _keep(worker: int) -> None:
         os.dup2(devnull, 1)
         os.close(devnull)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client decides when we stop
-        signal.signal(signal.SIGTERM, lambda signum, frame: _kill(worker))
-        status = None
+        status: int | None = None
+
+        def on_sigterm(signum: int, frame: object) -> None:
+            if status is None:  # (once reaped, its pid may be someone else's)
+                _kill(worker)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
         while status is None:
             try:
                 pid, st = os.waitpid(-1, 0)  # reaps orphans handed to us on the way
