@@ -66,6 +66,10 @@ def main() -> None:
     image = sky.Image(env={"SKYWARD_FAULT_TAG": cfg["tag"]})
     if cfg["provider"] == "local":
         provider = None
+    elif cfg["provider"] == "aws":
+        from skyward.providers.aws.provider import AWS
+
+        provider = AWS(**cfg["aws"])
     else:
         ssh = cfg["ssh"]
         provider = sky.SSH(ssh["hosts"], user=ssh["user"], key=ssh["key"], known_hosts=ssh["known_hosts"],

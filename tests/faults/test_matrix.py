@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.aws_conftest import aws, moto_server  # noqa: F401  (fixtures)
 from tests.conftest import interactive_signals
 from tests.hosts import testhosts
 
@@ -54,6 +55,10 @@ PATHS = {
 CASES = [Case(provider, phase, path)
          for provider in ("local", "ssh") for phase, paths in PATHS.items() for path in paths
          if provider == "ssh" or (phase != "preparing" and path != "link-cut")]
+# AWS (moto's EC2, its instances the SSH test hosts): the paths on which the client itself
+# releases the machines. A client killed outright leaves that to the instances' own watchdog,
+# which powers the machine off: nothing moto or a test host can run.
+CASES += [Case("aws", "running", path) for path in ("return", "exception", "SIGINT", "SIGTERM", "worker-killed")]
 
 #: What the program's output must say (all of it), by exit path; None: nothing to say.
 EXPECTED = {
@@ -101,9 +106,24 @@ def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
 
 @pytest.fixture
 def hosts(request):
-    if request.node.callspec.params["case"].provider != "ssh":
+    if request.node.callspec.params["case"].provider == "local":
         return None
     return request.getfixturevalue("test_hosts")[:2]
+
+
+def aws_options(request, hosts, wheelhouse: str) -> dict:
+    """An AWS provider's options whose instances land on ``hosts`` (see tests/test_aws_e2e.py);
+    the ``aws`` fixture checks afterwards that no instance, key pair or security group is left."""
+    import ipaddress
+
+    from tests.test_aws_e2e import subnet_with_only
+
+    cloud = request.getfixturevalue("aws")
+    network = ipaddress.ip_interface(f"{hosts[0].bridge_ip}/24").network
+    subnet = subnet_with_only(cloud, network, [h.ip for h in hosts])
+    return {"subnet_id": subnet, "ami": cloud.ami, "user": hosts[0].user, "ssh_key": hosts[0].key_path,
+            "known_hosts": hosts[0].known_hosts_all, "ssh_cidr": f"{hosts[0].bridge_ip}/32",
+            "find_links": [wheelhouse], "no_index": True, "connect_timeout": 5, "boot_timeout": 60}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
@@ -112,7 +132,10 @@ def test_every_exit_path_leaves_nothing_and_names_the_node(case: Case, hosts, re
     marker = f"/tmp/{tag}"
     cfg = {"provider": case.provider, "phase": case.phase, "path": case.path, "tag": tag, "marker": marker}
     env = dict(os.environ, SKYWARD_FAULT_TAG=tag, PYTHONPATH=str(ROOT))
-    if hosts is not None:
+    if case.provider == "aws":
+        cfg["aws"] = aws_options(request, hosts, request.getfixturevalue("wheelhouse"))
+        env = dict(os.environ, SKYWARD_FAULT_TAG=tag, PYTHONPATH=str(ROOT))  # (with the aws fixture's)
+    elif hosts is not None:
         wheelhouse = request.getfixturevalue("wheelhouse")
         cfg["ssh"] = {"hosts": [h.ip for h in hosts], "user": hosts[0].user, "key": hosts[0].key_path,
                       "known_hosts": hosts[0].known_hosts_all, "wheelhouse": wheelhouse}
