@@ -3,8 +3,9 @@
 It opens a 2-node pool on the provider given and goes to the phase given, where it stays (a
 plugin hook or a task holds) until the test applies the exit path from outside (a signal to
 this program, a worker killed, a host cut off), or applies it itself (``return``,
-``exception``). Every process of the pool carries ``SKYWARD_FAULT_TAG=<tag>`` in its
-environment, so the test can find whatever is left, on any host. Reaching a phase, a node
+``exception``). The processes a task starts carry ``SKYWARD_FAULT_TAG=<tag>`` in their
+environment (on Local, the workers too: they inherit this program's), so the test can find
+whatever is left; on the SSH hosts it also looks for any skyward process. Reaching a phase, a node
 writes ``<marker>-<phase>-<node>`` holding its worker's pid (/tmp is shared with the hosts).
 """
 
@@ -30,9 +31,10 @@ def reached(marker: str, phase: str) -> None:
     os.replace(f"{marker}-{phase}-{node}.part", f"{marker}-{phase}-{node}")
 
 
-def hold_plugin(marker: str, phase: str, path: str) -> sky.Plugin:
+def hold_plugin(tag: str, marker: str, phase: str, path: str) -> sky.Plugin:
     @contextlib.contextmanager
     def around_app(info):
+        os.environ["SKYWARD_FAULT_TAG"] = tag  # for every process a task starts
         if phase == "starting":
             reached(marker, "starting")
             if path == "exception" and info.node == 1:
@@ -63,7 +65,7 @@ def run_then_hold(marker: str, phase: str, path: str) -> int:
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     phase, path, marker = cfg["phase"], cfg["path"], cfg["marker"]
-    image = sky.Image(env={"SKYWARD_FAULT_TAG": cfg["tag"]})
+    image = sky.Image()  # (the same for every case: the hosts' environment stays warm)
     if cfg["provider"] == "local":
         provider = None
     elif cfg["provider"] == "aws":
@@ -77,7 +79,7 @@ def main() -> None:
         if phase == "preparing":  # the image's setup holds (its command line carries the tag)
             image = image.with_setup(f"touch {marker}-preparing-$(hostname)",
                                      f"python3 -c 'import time; time.sleep(3600)' {cfg['tag']}")
-    with sky.ComputePool(provider=provider, nodes=2, image=image, plugins=[hold_plugin(marker, phase, path)],
+    with sky.ComputePool(provider=provider, nodes=2, image=image, plugins=[hold_plugin(cfg["tag"], marker, phase, path)],
                          idle_timeout=3, console=False) as pool:
         print("open", flush=True)
         assert run_then_hold(marker, phase, path) @ pool == [0, 1]
