@@ -95,6 +95,10 @@ def test_a_tasks_stdout_and_stderr_are_complete_text_files(pool: sky.ComputePool
         assert [line for _, line in output.lines(tag, stream=name)] == [f"{tag} {name} via buffer \u00e9"]
 
 
+#: The longest line a task's output reaches the client with (docs/runtime.md).
+MAX_LINE = 64 * 1024
+
+
 @sky.compute
 def prints_a_long_line(tag: str, length: int) -> int:
     print(tag + "x" * length)  # one write
@@ -106,8 +110,6 @@ def prints_a_long_line(tag: str, length: int) -> int:
 
 
 def test_a_very_long_line_is_cut_on_the_worker_saying_how_much(pool: sky.ComputePool, output: Output, tag: str) -> None:
-    from skyward.worker.output import MAX_LINE
-
     length = 10 * MAX_LINE
     prints_a_long_line(tag, length) >> pool
     (_, whole), (_, pieces) = output.lines(tag)
