@@ -110,6 +110,9 @@ class NodeConnection:
     closing: bool = False
     said_bye: bool = False
     last_heard: float = field(default_factory=time.monotonic)
+    #: The worker has sent a frame: silence counts from then on (before, start_timeout bounds
+    #: the start: a busy machine may take longer than idle_timeout to start a Python process).
+    heard: bool = False
     lost: WorkerLost | None = None
 
     def __post_init__(self) -> None:
@@ -341,6 +344,7 @@ class NodeConnection:
         if frame is None:
             return False
         self.last_heard = time.monotonic()
+        self.heard = True
         self._handle(*frame)
         return True
 
@@ -476,7 +480,7 @@ class NodeConnection:
             return
         self._ping_due.set()
         silent = time.monotonic() - self.last_heard
-        if silent > lost_after and self._silent is None:
+        if silent > lost_after and self.heard and self._silent is None:
             self._silent = threading.Thread(target=self._lose_silent, args=(silent,), daemon=True,
                                             name=f"skyward-node{self.node}-lost")
             self._silent.start()
