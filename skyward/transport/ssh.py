@@ -410,12 +410,19 @@ class SSHTransport(Transport):
         # while the command runs: the dead man's switch (the connection dropping ends it).
         wrapped = f"printf '%s%s\\n' {shlex.quote(_PID_MARKER)} \"$$\" && {guarded(command)}"
         try:
-            return self._exec(wrapped, emit("stdout"), emit("stderr"), timeout=timeout, lines=True, hold_stdin=True)
+            code = self._exec(wrapped, emit("stdout"), emit("stderr"), timeout=timeout, lines=True, hold_stdin=True)
         except TimeoutError:
             if pid:
                 with contextlib.suppress(ConnectionError):
                     self.kill_group(pid[0], 10.0)
             raise
+        # The command is over, but its dead man's switch (and whatever the command left in its
+        # group) ends only once the closed channel's end of input reaches the host: see to it
+        # that nothing of it is left when this returns.
+        if pid:
+            with contextlib.suppress(ConnectionError):
+                self.kill_group(pid[0], 10.0)
+        return code
 
     def kill_group(self, pgid: int, timeout: float = 5.0) -> bool:
         """``kill -9`` process group ``pgid`` on the host until it is gone; False if it is still
