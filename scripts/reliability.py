@@ -47,7 +47,7 @@ def outcomes(report: Path) -> dict[str, str]:
 
 def page(results: dict[str, str]) -> str:
     mark = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
-    paths = list(dict.fromkeys(p for ps in PATHS.values() for p in ps))
+    paths = list(dict.fromkeys([*PATHS["running"], *(p for ps in PATHS.values() for p in ps)]))
     tried = sum(1 for c in CASES if results.get(c.id) in ("clean", "failed"))
     clean = sum(1 for c in CASES if results.get(c.id) == "clean")
     lines = [
