@@ -116,3 +116,35 @@ def test_a_very_long_line_is_cut_on_the_worker_saying_how_much(pool: sky.Compute
     assert whole == (tag + "x" * length)[:MAX_LINE] + f" [... {len(tag) + length - MAX_LINE} characters cut]"
     head = tag + "-pieces " + "y" * (length // 1000 * 1000)
     assert pieces == head[:MAX_LINE] + f" [... {len(head) - MAX_LINE} characters cut]"
+
+
+@sky.compute
+def writes_a_long_line_to_descriptor_2(tag: str, length: int) -> int:
+    import os
+
+    os.write(2, (tag + "z" * length + "\n").encode())  # past Python: as C code or a subprocess would
+    return length
+
+
+def test_a_very_long_line_on_descriptor_2_is_cut_on_the_client_saying_how_much(pool: sky.ComputePool,
+                                                                                tag: str) -> None:
+    import threading
+
+    from skyward import events as ev
+
+    logs: list[str] = []
+    arrived = threading.Event()
+
+    def on_event(event: ev.Event) -> None:
+        if isinstance(event, ev.NodeLog) and tag in event.line:
+            logs.append(event.line)
+            arrived.set()
+
+    unsubscribe = pool.subscribe(on_event)
+    try:
+        length = 10 * MAX_LINE
+        writes_a_long_line_to_descriptor_2(tag, length) >> pool
+        assert arrived.wait(10), "the line never reached the node's log"
+    finally:
+        unsubscribe()
+    assert logs == [(tag + "z" * length)[:MAX_LINE] + f" [... {len(tag) + length - MAX_LINE} bytes cut]"]
