@@ -202,7 +202,11 @@ class WorkerLost(ConnectionLost):
 
 
 class RemoteError(SkywardError):
-    """A task raised an exception whose type cannot be rebuilt on the client."""
+    """A task raised an exception whose type cannot be rebuilt on the client, or ended by an
+    exception that is not an ``Exception``: ``sys.exit("msg")`` in a task is a RemoteError with
+    ``type_name == "builtins.SystemExit"`` and ``message == "msg"`` (never the client's own
+    exit), a KeyboardInterrupt raised by a task one with ``"builtins.KeyboardInterrupt"``
+    (never taken for the user's Ctrl-C)."""
 
     def __init__(self, type_name: str, message: str, traceback: str, *, node: int | None = None):
         self.type_name = type_name

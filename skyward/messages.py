@@ -8,7 +8,8 @@ skyward, so they unpickle on either side):
 * :class:`Setup`: client -> worker, the first frame: who the worker is and how it runs tasks.
 * :class:`Fatal`: worker -> client instead of READY: a plugin's ``around_app`` failed.
 * :class:`RemoteFailure`: in an ERROR frame, a task's exception, encoded on the worker and
-  rebuilt on the client as its own type when possible (else :class:`~skyward.RemoteError`).
+  rebuilt on the client as its own type when possible (else :class:`~skyward.RemoteError`,
+  and always for what is not an ``Exception``: ``SystemExit``, ``KeyboardInterrupt``...).
 """
 
 from __future__ import annotations
@@ -96,7 +97,10 @@ class RemoteFailure:
                 exc = pickle.loads(self.pickled)
             except Exception:
                 exc = None
-        if not isinstance(exc, BaseException):
+        if not isinstance(exc, Exception):
+            # Not rebuilt either: a SystemExit (sys.exit in a task) would end the client's
+            # program, and a KeyboardInterrupt would pass for the user's own Ctrl-C. Such an
+            # exit of the task is an error of the task, carried with its type and message.
             return RemoteError(self.type_name, self.message, self.traceback, node=node)
         where = f" (node {node})" if node is not None else ""
         try:

@@ -8,8 +8,10 @@ both re-exported here; output control is this module's own.
 
 from __future__ import annotations
 
+import codecs
 import contextvars
 import functools
+import io
 import sys
 import threading
 from collections.abc import Callable
@@ -49,13 +51,22 @@ _silenced: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("skyw
 _sink: contextvars.ContextVar[Callable[[str, str], None] | None] = contextvars.ContextVar("skyward_sink", default=None)
 
 
-class _Router:
+class _Router(io.TextIOBase):
     """A text stream that forwards to the current task's sink, drops silenced output, or
-    falls through to the original stream."""
+    falls through to the original stream.
+
+    A complete text file object, as code that inspects ``sys.stdout`` expects: ``closed``
+    (False: a task cannot close the stream the worker's other tasks share, so ``close()``
+    only flushes), ``encoding`` (utf-8 unless the original says otherwise), ``isatty()``
+    (False), ``fileno()`` (the original's descriptor), ``buffer`` (a binary stream whose
+    bytes, decoded as UTF-8, go the same way as text), ``writable()``...
+    """
 
     def __init__(self, name: Stream, original: Any):
+        super().__init__()
         self._name = name
         self._original = original
+        self._buffer: _BinaryRouter | None = None
 
     def write(self, text: str) -> int:
         if self._name in _silenced.get():
@@ -73,22 +84,108 @@ class _Router:
             return
         self._original.flush()
 
-    def writelines(self, lines) -> None:
+    def writelines(self, lines) -> None:  # type: ignore[override]
         for line in lines:
             self.write(line)
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        except Exception:
+            pass
+
+    @property
+    def closed(self) -> bool:  # type: ignore[override]
+        return False
 
     def isatty(self) -> bool:
         return False
 
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
     @property
-    def encoding(self) -> str:
-        return getattr(self._original, "encoding", "utf-8")
+    def name(self) -> str:
+        return f"<{self._name}>"
+
+    @property
+    def mode(self) -> str:
+        return "w"
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._original, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str:  # type: ignore[override]
+        return getattr(self._original, "errors", None) or "strict"
+
+    @property
+    def line_buffering(self) -> bool:
+        return True
+
+    @property
+    def buffer(self) -> _BinaryRouter:  # type: ignore[override]
+        if self._buffer is None:
+            self._buffer = _BinaryRouter(self)
+        return self._buffer
 
     def fileno(self) -> int:
         return self._original.fileno()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._original, name)
+
+
+class _BinaryRouter(io.BufferedIOBase):
+    """``sys.stdout.buffer`` on a worker: bytes, decoded as UTF-8 (a character split across
+    writes is kept whole), written to the text router."""
+
+    def __init__(self, text: _Router):
+        super().__init__()
+        self._text = text
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._lock = threading.Lock()
+
+    def write(self, data: Any) -> int:  # type: ignore[override]
+        view = memoryview(data)
+        with self._lock:
+            text = self._decoder.decode(bytes(view))
+        if text:
+            self._text.write(text)
+        return view.nbytes
+
+    def flush(self) -> None:
+        self._text.flush()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        except Exception:
+            pass
+
+    @property
+    def closed(self) -> bool:  # type: ignore[override]
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._text.fileno()
+
+    @property
+    def raw(self) -> Any:
+        return self
 
 
 _router_lock = threading.Lock()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +17,25 @@ def pool2() -> Iterator[sky.ComputePool]:
     """A 2-node Local pool shared by the tests of one module (tasks must leave it clean)."""
     with sky.ComputePool(nodes=2, console=False) as pool:
         yield pool
+
+
+@pytest.fixture
+def ctrl_c() -> Iterator[None]:
+    """Ctrl-C (SIGINT) raises KeyboardInterrupt during the test, as in an interactive program,
+    whatever this process inherited (a background job of a non-interactive shell, some CI
+    runners, start with SIGINT ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def interactive_signals() -> None:
+    """``preexec_fn`` for a client program a test interrupts: SIGINT and SIGTERM at their
+    defaults, as a program started from a terminal has them (not this process's state)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def pid_alive(pid: int) -> bool:

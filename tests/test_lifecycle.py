@@ -14,7 +14,7 @@ import pytest
 import skyward as sky
 from skyward.messages import Setup
 from skyward.protocol import FrameReader, FrameWriter, Kind, dumps_payload
-from tests.conftest import pid_alive, wait_gone
+from tests.conftest import interactive_signals, pid_alive, wait_gone
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,6 +42,7 @@ def start_client(idle: float = 30.0) -> tuple[subprocess.Popen[str], list[int]]:
     proc = subprocess.Popen(
         [sys.executable, "-c", CLIENT.format(idle=idle)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        preexec_fn=interactive_signals,  # Ctrl-C and SIGTERM as from a terminal, whatever ours are
     )
     assert proc.stdout is not None
     first = proc.stdout.readline()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import interactive_signals
 from tests.test_ssh import leftovers, wait_until
 
 CLIENT = """
@@ -37,7 +38,7 @@ def test_a_client_stopped_during_setup_leaves_no_process_on_the_hosts(test_hosts
     cfg = {"hosts": [h.ip for h in hosts], "user": hosts[0].user, "key": hosts[0].key_path,
            "known_hosts": hosts[0].known_hosts_all, "wheelhouse": wheelhouse, "tag": tag, "marker": marker}
     client = subprocess.Popen([sys.executable, str(script), json.dumps(cfg)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+                              stderr=subprocess.STDOUT, text=True, preexec_fn=interactive_signals)
     try:
         started = wait_until(lambda: all(Path(f"{marker}-{h.name}").exists() for h in hosts), 120)
         assert started, client.stdout.read() if client.poll() is not None else "setup did not start"

@@ -46,9 +46,13 @@ def test_one_rank_raising_ends_the_broadcast_promptly_and_the_pool_recovers() ->
         elapsed = time.monotonic() - started
         assert elapsed < 15, f"took {elapsed:.1f}s"
         assert info.value.node == 1  # type: ignore[attr-defined]
-        assert "every worker was restarted" in "\n".join(info.value.__notes__)
-        # Fresh workers with a fresh process group: collectives work again.
+        # Rank 0 is usually blocked in the collective, and then every worker is replaced; if
+        # the stop reached it between two collectives (a busy machine), it simply stopped.
+        # Either way the error says which happened, and collectives work again.
+        restarted = "every worker was restarted" in "\n".join(getattr(info.value, "__notes__", []))
         assert world() @ pool == [(0, 2, 3.0), (1, 2, 3.0)]
-        assert not any(pid_alive(p) for p in old)
         new = [p for p in pool.worker_pids() if p]
+        assert restarted == (set(new) != set(old))
+        if restarted:
+            assert not any(pid_alive(p) for p in old)
     assert not any(pid_alive(p) for p in new)

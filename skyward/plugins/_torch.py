@@ -9,7 +9,8 @@ Two hooks:
   the image and earlier plugins already had is kept, in order.
 * ``around_app`` (worker, once per worker process): on a pool of two or more nodes, exports
   the variables ``torchrun`` would (``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``,
-  ``RANK``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK``), calls
+  ``RANK``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK``) and
+  ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` (the interface that routes to the head), calls
   ``torch.distributed.init_process_group`` and, when the worker stops, destroys the group.
   The rendezvous store on rank 0 listens only on the address its peers use (``MASTER_ADDR``;
   loopback on the Local provider, where gloo and NCCL are kept on loopback too).
@@ -237,6 +238,7 @@ def setup_process_group(info: InstanceInfo, backend: Backend | None = None,
             # (gloo and NCCL otherwise listen on the address the hostname resolves to).
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
             os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+        _pin_interface(info.head_addr)  # elsewhere: the interface that routes to the head
         _share_cpus(torch, on_host)
         if devices and enough:
             torch.cuda.set_device(gpu)  # cuda:LOCAL_RANK, as under torchrun
@@ -294,6 +296,48 @@ def _listen(addr: str, port: int) -> Any:
           file=sys.stderr)
     sock = socket.create_server(("", port), reuse_port=False)
     return sock
+
+
+def _pin_interface(head_addr: str) -> None:
+    """Make gloo and NCCL use the network interface that routes to the head.
+
+    Left to themselves they take the interface of the address this host's name resolves to,
+    and Debian's ``/etc/hosts`` maps the name to 127.0.1.1: the ranks then advertise a
+    loopback address to each other and never meet. The interface that routes to the head
+    carries the address the pool reached this node at, whatever ``/etc/hosts`` says. A
+    variable the user (or the image) set is kept.
+    """
+    names = [n for n in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if not os.environ.get(n)]
+    if not names:
+        return
+    interface = interface_to(head_addr)
+    if interface is not None:
+        os.environ.update(dict.fromkeys(names, interface))
+
+
+def interface_to(addr: str) -> str | None:
+    """The name of this host's IPv4 interface whose address a packet to ``addr`` leaves from;
+    None where that cannot be told (IPv6, no such interface, not Linux)."""
+    import fcntl
+    import socket
+    import struct
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((addr, 9))  # a datagram socket sends nothing: only the route is looked up
+            local = probe.getsockname()[0]
+        interfaces = socket.if_nameindex()
+    except OSError:
+        return None
+    for _, name in interfaces:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as query:
+            try:  # SIOCGIFADDR: the interface's IPv4 address
+                raw = fcntl.ioctl(query.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+        if socket.inet_ntoa(raw[20:24]) == local:
+            return name
+    return None
 
 
 def _share_cpus(torch: Any, local_size: int) -> None:

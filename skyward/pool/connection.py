@@ -28,9 +28,13 @@ from skyward.messages import Fatal, RemoteFailure
 from skyward.pool.turns import Reply, Turns
 from skyward.protocol import FrameReader, FrameWriter, Kind, Payload, loads_payload
 from skyward.transport.base import Channel
+from skyward.worker.output import MAX_LINE, cut_marker
 
 _task_ids = itertools.count(1)
 LOG_TAIL = 30
+#: Seconds teardown waits for a worker that went silent to be stopped (its host may be cut off:
+#: each attempt to reach it waits for the connection's own timeouts).
+SILENT_STOP_LIMIT = 30.0
 
 
 @dataclass(eq=False)
@@ -62,6 +66,9 @@ class NodeConnection:
     closing: bool = False
     said_bye: bool = False
     last_heard: float = field(default_factory=time.monotonic)
+    #: The worker has sent a frame: silence counts from then on (before, start_timeout bounds
+    #: the start: a busy machine may take longer than idle_timeout to start a Python process).
+    heard: bool = False
     lost: WorkerLost | None = None
 
     def __post_init__(self) -> None:
@@ -69,9 +76,15 @@ class NodeConnection:
         self._writer = FrameWriter(self.channel.stdin)
         self._reader = FrameReader(self.channel.stdout)
         self._turns = Turns(self.channel.poll_fd(), self._reader, self._lock, self._pump, self.spin)
+        # Pings are written by a thread of this connection's own: a write that blocks (a link
+        # cut mid-send) stalls this connection only, never the pool's heartbeat loop.
+        self._ping_due = threading.Event()
+        self._silent: threading.Thread | None = None  # declares this worker lost and stops it
+        self._gone_problem: str | None = None  # what that could not confirm
         self._threads = [
             threading.Thread(target=self._read_loop, name=f"skyward-node{self.node}-reader", daemon=True),
             threading.Thread(target=self._stderr_loop, name=f"skyward-node{self.node}-stderr", daemon=True),
+            threading.Thread(target=self._ping_loop, name=f"skyward-node{self.node}-ping", daemon=True),
         ]
         for t in self._threads:
             t.start()
@@ -205,6 +218,7 @@ class NodeConnection:
         if frame is None:
             return False
         self.last_heard = time.monotonic()
+        self.heard = True
         self._handle(*frame)
         return True
 
@@ -254,22 +268,43 @@ class NodeConnection:
         return task
 
     def _stderr_loop(self) -> None:
-        for raw in iter(self.channel.stderr.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.tail.append(line)
-            self.emit(ev.NodeLog(self.node, line))
+        # What reaches the worker's descriptor 2 directly (C code, subprocesses) never passes
+        # the worker's line cap: cut it here, with the same marker, reading at most a line's
+        # worth at a time.
+        kept, cut = b"", 0
+        for raw in iter(lambda: self.channel.stderr.readline(MAX_LINE + 1), b""):
+            whole = raw.endswith(b"\n")
+            body = raw[:-1] if whole else raw
+            room = MAX_LINE - len(kept)
+            kept += body[:room]
+            cut += max(0, len(body) - room)
+            if whole:
+                self._log_line(kept, cut)
+                kept, cut = b"", 0
+        if kept or cut:
+            self._log_line(kept, cut)
+
+    def _log_line(self, raw: bytes, cut: int) -> None:
+        line = raw.decode("utf-8", "replace") + (cut_marker(cut, "bytes") if cut else "")
+        self.tail.append(line)
+        self.emit(ev.NodeLog(self.node, line))
 
     # -- loss ----------------------------------------------------------------------------------
-    def _lose(self, reason: str) -> None:
+    def _lose(self, reason: str, *, wait_exit: bool = True) -> None:
+        """Fail every in-flight task with WorkerLost; ``wait_exit``: wait briefly for the exit
+        code (and kill a worker that does not exit) first, to put it in the error."""
         with self._lock:
             if not self.alive:
                 return
             self.alive = False
             tasks, self._tasks = self._tasks, {}
-        exit_code = self.channel.wait(2.0) if not self.closing else self.channel.wait(0)
-        if exit_code is None and not self.closing:
-            self.channel.kill()
-            exit_code = self.channel.wait(1.0)
+        self._ping_due.set()  # (the pinger ends)
+        exit_code = None
+        if wait_exit:
+            exit_code = self.channel.wait(2.0) if not self.closing else self.channel.wait(0)
+            if exit_code is None and not self.closing:
+                self.channel.kill()
+                exit_code = self.channel.wait(1.0)
         # Let the stderr reader drain what the dying process wrote, for the error message.
         self._threads[1].join(0.5)
         what = f"{reason} while running {len(tasks)} task(s)" if tasks else reason
@@ -290,21 +325,47 @@ class NodeConnection:
         self.send((Kind.SETUP, settings), plugins)
 
     def keepalive(self, lost_after: float) -> None:
-        """Ping the worker (its dead man's switch) and declare it lost after ``lost_after``
-        seconds without a frame from it."""
+        """Have the worker pinged (its dead man's switch) and declare it lost after
+        ``lost_after`` seconds without a frame from it. Never blocks: the ping is written by
+        the connection's own thread, and a lost worker is failed and stopped on another, so a
+        dead or slow link delays nothing of the other connections."""
         if not self.alive or self.closing:
             return
-        with contextlib.suppress(OSError, ValueError):
-            self._writer.send((Kind.PING,))
+        self._ping_due.set()
         silent = time.monotonic() - self.last_heard
-        if self.alive and silent > lost_after:
-            self.channel.kill()
-            self._lose(f"no heartbeat for {silent:.0f}s")
+        if silent > lost_after and self.heard and self._silent is None:
+            self._silent = threading.Thread(target=self._lose_silent, args=(silent,), daemon=True,
+                                            name=f"skyward-node{self.node}-lost")
+            self._silent.start()
+
+    def _ping_loop(self) -> None:
+        while True:
+            self._ping_due.wait()
+            self._ping_due.clear()
+            if not self.alive or self.closing:
+                return
+            with contextlib.suppress(OSError, ValueError):
+                self._writer.send((Kind.PING,))
+
+    def _lose_silent(self, silent: float) -> None:
+        """The worker went silent: fail its tasks at once (its host may be unreachable: there
+        is no exit code to wait for), then stop it and find out whether that is confirmed."""
+        self._lose(f"no heartbeat for {silent:.0f}s", wait_exit=False)
+        self.channel.kill()
+        self._gone_problem = self._confirm_gone()
+
+    def _confirm_gone(self) -> str | None:
+        try:
+            return None if self.channel.confirm_gone(5.0) else "worker processes still running after kill"
+        except ConnectionError as exc:  # not the same thing as "still running": say which
+            return (f"not confirmed gone ({exc}); a worker that cannot hear the client stops "
+                    f"itself after idle_timeout")
 
     def begin_stop(self, *, graceful: bool) -> None:
         """Stop serving: from now on the end of the stream is expected (not a loss); a graceful
         stop asks the worker to finish (SHUTDOWN: plugins' exits run, BYE comes back)."""
         self.closing = True
+        self._ping_due.set()  # (the pinger ends)
         self.listen()
         if self.alive and graceful:
             with contextlib.suppress(OSError, ValueError):
@@ -313,13 +374,16 @@ class NodeConnection:
     def finish_stop(self, grace_end: float) -> str | None:
         """Make sure the worker is gone (killing it after ``grace_end``, a monotonic time) and
         fail whatever it still had; returns what could not be confirmed, or None."""
-        if self.channel.wait(max(0.0, grace_end - time.monotonic())) is None:
-            self.channel.kill()
-        try:
-            problem = None if self.channel.confirm_gone(5.0) else "worker processes still running after kill"
-        except ConnectionError as exc:  # not the same thing as "still running": say which
-            problem = (f"not confirmed gone ({exc}); a worker that cannot hear the client stops "
-                       f"itself after idle_timeout")
+        silent = self._silent
+        if silent is not None:  # went silent: it was stopped (or tried) when that was noticed
+            silent.join(SILENT_STOP_LIMIT)
+            problem = (self._gone_problem if not silent.is_alive() else
+                       f"not confirmed gone (its host did not answer within {SILENT_STOP_LIMIT:g}s); "
+                       f"a worker that cannot hear the client stops itself after idle_timeout")
+        else:
+            if self.channel.wait(max(0.0, grace_end - time.monotonic())) is None:
+                self.channel.kill()
+            problem = self._confirm_gone()
         self._threads[0].join(2.0)
         with self._lock:
             leftovers, self._tasks = self._tasks, {}
@@ -337,7 +401,11 @@ class NodeConnection:
 
     @property
     def pid(self) -> int | None:
-        """The worker's process id on its machine, when the transport knows it."""
+        """The worker's process id on its machine (the one that runs the tasks, as its READY
+        said; before that, the process the transport started), when known."""
+        ready = self.ready
+        if ready.done() and not ready.cancelled() and ready.exception() is None:
+            return ready.result()
         return getattr(self.channel, "pgid", None)
 
 

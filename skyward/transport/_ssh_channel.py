@@ -210,8 +210,14 @@ class SSHChannel(Channel):
 
     def kill(self) -> None:
         if self.pgid is not None:
+            # The keeper first (see LocalChannel.kill): on SIGTERM it kills the worker and every
+            # process below it, detached ones included; then whatever is left of the group.
+            pgid = self.pgid
+            command = (f"kill -TERM {pgid} 2>/dev/null; i=0; "
+                       f"while kill -0 {pgid} 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; "
+                       f"kill -9 -{pgid} 2>/dev/null; true")
             with contextlib.suppress(Exception):
-                self._transport.run(f"kill -9 -{self.pgid} 2>/dev/null; true", timeout=10)
+                self._transport.run(command, timeout=10)
             self._chan.status_event.wait(2.0)
         with contextlib.suppress(Exception):
             self._chan.close()

@@ -53,10 +53,16 @@ class LocalChannel(Channel):
             return None
 
     def kill(self) -> None:
-        try:
+        # The process started leads the group: the worker's keeper where there is one
+        # (skyward.worker.keeper), which on SIGTERM kills the worker and every process below
+        # it, detached ones included, and exits. Killing the group at once would kill the
+        # keeper before it could do that. The group is killed afterwards: whatever the keeper
+        # left (nothing, normally), or everything, where the worker runs without a keeper.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.pgid, signal.SIGTERM)
+        self.wait(KEEPER_GRACE)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         self.wait(5)
 
     def confirm_gone(self, timeout: float = 5.0) -> bool:
@@ -75,6 +81,9 @@ class LocalChannel(Channel):
                     pass
             time.sleep(0.05)
 
+
+#: Seconds the worker's keeper gets to clear the worker's process tree after SIGTERM.
+KEEPER_GRACE = 5.0
 
 #: Linux pipes hold 64 KiB by default; 1 MiB moves large payloads several times faster
 #: (measured: 2.8x for 64 MiB through a bare pipe) for 2 MiB of kernel memory per worker.

@@ -4,16 +4,19 @@ What runs the tasks is an executor (:mod:`skyward.worker.executors`); the agent 
 stream for it and handles everything else. Lifecycle:
 
 1. Take the protocol streams off fds 0/1 and point fd 1 at stderr, so stray writes from C
-   code (or a subprocess) can never corrupt a frame. Become a process-group leader so that
-   everything the tasks start can be stopped together.
+   code (or a subprocess) can never corrupt a frame. On Linux the worker runs under its
+   keeper (:mod:`skyward.worker.keeper`), which ends every process the tasks started,
+   however detached, once the worker is gone; elsewhere it leads its own process group, so
+   that everything the tasks start (in that group) can be stopped together.
 2. Wait for SETUP (a :class:`~skyward.messages.Setup`, the plugins as payload); export
    ``COMPUTE_POOL``; enter every plugin's ``around_app`` in order; answer READY (or FATAL,
    a :class:`~skyward.messages.Fatal` naming the plugin).
 3. Start the executor; its threads ask :meth:`Agent.next_task` for tasks, which handles
    PING, CANCEL and SHUTDOWN on the way. Heartbeats go out every ``heartbeat_interval``.
 4. Stop on SHUTDOWN (clean: hooks exited, BYE sent), on end of input or when the client has
-   been silent for ``idle_timeout`` seconds (dead man's switch): then the whole process group
-   is killed, so nothing the tasks started outlives the worker.
+   been silent for ``idle_timeout`` seconds (dead man's switch): then everything the tasks
+   started is killed (by the keeper, or with the process group), so nothing outlives the
+   worker.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from skyward._procs import group_members
 from skyward.messages import Fatal, Setup
 from skyward.plugins._base import Plugin
 from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload, spinner
+from skyward.worker import keeper
 from skyward.worker.executors import Executor, Task, make_executor
 from skyward.worker.output import route_output
 
@@ -48,9 +52,13 @@ def _log(msg: str) -> None:
 
 
 def _kill_group_and_exit(code: int) -> NoReturn:
-    """Stop everything this worker started, then exit without running more Python code."""
+    """Stop everything this worker started, then exit without running more Python code.
+
+    Under a keeper, exiting is enough: the keeper kills the whole tree once the worker is gone
+    (killing the group here would kill the keeper first)."""
     try:
-        os.killpg(os.getpgrp(), signal.SIGKILL)  # includes this process
+        if not keeper.kept:
+            os.killpg(os.getpgrp(), signal.SIGKILL)  # includes this process
     finally:
         os._exit(code)
 
@@ -99,13 +107,18 @@ class Agent:
         plugins = tuple(loads_payload(parts)) if parts else ()
         return control[1], plugins
 
-    def heartbeat_loop(self, interval: float, idle_timeout: float) -> None:
+    def heartbeat_loop(self, interval: float) -> None:
         while not self.stopping.wait(interval):
+            self.send((Kind.HEARTBEAT,))
+
+    def watch_client(self, interval: float, idle_timeout: float) -> None:
+        """The dead man's switch, on a thread that never writes: a write blocked on a dead link
+        (output filling the pipe to a cut-off client) must not keep the worker alive."""
+        while not self._done.wait(interval):
             silent_for = time.monotonic() - self.last_heard
             if silent_for > idle_timeout:
                 _log(f"no word from the client for {silent_for:.0f}s (idle_timeout={idle_timeout:g}s); exiting")
                 _kill_group_and_exit(4)
-            self.send((Kind.HEARTBEAT,))
 
     def run(self) -> int:
         setup, plugins = self.handshake()
@@ -114,10 +127,10 @@ class Agent:
         os.environ[runtime.ENV_VAR] = info.to_json()
         os.environ.update(setup.env)
 
-        threading.Thread(
-            target=self.heartbeat_loop, args=(setup.heartbeat_interval, setup.idle_timeout),
-            name="skyward-heartbeat", daemon=True,
-        ).start()
+        threading.Thread(target=self.heartbeat_loop, args=(setup.heartbeat_interval,),
+                         name="skyward-heartbeat", daemon=True).start()
+        threading.Thread(target=self.watch_client, args=(min(setup.heartbeat_interval, 1.0), setup.idle_timeout),
+                         name="skyward-watchdog", daemon=True).start()
 
         with contextlib.ExitStack() as app:
             with self._listening():  # the client's pings count while the hooks run
@@ -145,6 +158,8 @@ class Agent:
             watchdog = threading.Timer(15.0, lambda: (_log("plugin shutdown hung"), _kill_group_and_exit(6)))
             watchdog.daemon = True
             watchdog.start()
+            with self._listening():  # a client that vanishes meanwhile ends the worker at once
+                app.close()
         self.send((Kind.BYE,))
         return 0
 
@@ -246,7 +261,7 @@ def main() -> int:
     os.close(devnull)
     os.dup2(2, 1)
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-    if os.getpgrp() != os.getpid():
+    if not keeper.kept and os.getpgrp() != os.getpid():
         with contextlib.suppress(OSError):
             os.setsid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client decides when we stop
@@ -263,7 +278,7 @@ def main() -> int:
     except OSError:
         pass
     # Tasks may have started processes of their own; none may outlive the worker.
-    if _group_has_others():
+    if keeper.kept or _group_has_others():
         _kill_group_and_exit(code)
     os._exit(code)
 

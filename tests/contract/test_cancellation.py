@@ -85,7 +85,7 @@ def test_a_broadcast_failing_on_one_node_stops_the_others_promptly(pool: sky.Com
 
 
 def test_ctrl_c_while_blocked_in_rshift_raises_and_the_pool_stays_usable(pool: sky.ComputePool, tag: str,
-                                                                         tmp_path) -> None:
+                                                                         tmp_path, ctrl_c) -> None:
     release = tmp_path / "release"
 
     def interrupt_once_started(event: ev.Event) -> None:
@@ -103,7 +103,7 @@ def test_ctrl_c_while_blocked_in_rshift_raises_and_the_pool_stays_usable(pool: s
     assert node_soon() @ pool == [0, 1]
 
 
-def test_ctrl_c_landing_anywhere_in_large_replies_never_tears_the_stream(pool: sky.ComputePool) -> None:
+def test_ctrl_c_landing_anywhere_in_large_replies_never_tears_the_stream(pool: sky.ComputePool, ctrl_c) -> None:
     for delay in (0.0, 0.04, 0.12):  # where the interrupt lands: waiting, or mid-reply
         first_reply = threading.Event()
 

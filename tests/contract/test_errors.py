@@ -82,3 +82,33 @@ def test_an_unpicklable_result_is_a_serialization_error_naming_the_return_value(
         returns_a_lock() >> pool
     assert "lock" in str(info.value)
     assert echo("still usable") >> pool == "still usable"
+
+
+@sky.compute
+def exits(message: str) -> None:
+    sys.exit(message)
+
+
+@sky.compute
+def raises_keyboard_interrupt() -> None:
+    raise KeyboardInterrupt("raised by the task")
+
+
+def test_sys_exit_in_a_task_is_a_remote_error_carrying_system_exit_and_its_message(pool: sky.ComputePool) -> None:
+    with pytest.raises(sky.RemoteError) as info:
+        exits("the task gives up") >> pool
+    assert info.value.type_name == "builtins.SystemExit"
+    assert info.value.message == "the task gives up"
+    assert "sys.exit(message)" in info.value.traceback
+    with pytest.raises(sky.RemoteError, match="SystemExit: the task gives up on node"):
+        exits("the task gives up") @ pool
+    assert echo(1) >> pool == 1  # the client and the pool go on
+
+
+def test_a_keyboard_interrupt_raised_by_a_task_is_not_taken_for_the_users_ctrl_c(pool: sky.ComputePool) -> None:
+    with pytest.raises(sky.RemoteError) as info:
+        raises_keyboard_interrupt() >> pool
+    assert not isinstance(info.value, KeyboardInterrupt)
+    assert info.value.type_name == "builtins.KeyboardInterrupt"
+    assert info.value.message == "raised by the task"
+    assert echo(2) >> pool == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,33 @@ from tests.contract.tasks import announce_then_hold, echo
 def start_child() -> int:
     """Start a process that outlives the task (not detached: the worker's own group)."""
     return subprocess.Popen(["sleep", "3600"]).pid
+
+
+#: A daemon the classic way: fork, new session, fork again; the grandchild prints its pid.
+DAEMON = """
+import os, sys, time
+if os.fork():
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+sys.stdout.write(f"{os.getpid()}\\n")
+sys.stdout.flush()
+os.close(1)
+time.sleep(3600)
+"""
+
+
+@sky.compute
+def start_detached() -> list[int]:
+    """Start a process in a session of its own and a double-forked daemon; their pids."""
+    session = subprocess.Popen(["sleep", "3600"], start_new_session=True, stdin=subprocess.DEVNULL)
+    daemon = subprocess.Popen([sys.executable, "-c", DAEMON], stdout=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert daemon.stdout is not None
+    pid = int(daemon.stdout.readline())
+    daemon.wait()
+    return [session.pid, pid]
 
 
 def worker_command(pid: int) -> str:
@@ -145,3 +173,25 @@ def test_closing_the_pool_puts_back_the_signal_handlers_it_found(new_pool: Calla
     finally:
         signal.signal(signal.SIGINT, saved[0])
         signal.signal(signal.SIGTERM, saved[1])
+
+
+def test_no_process_a_task_started_outlives_the_pool_however_detached(
+        new_pool: Callable[..., sky.ComputePool]) -> None:
+    with new_pool() as pool:
+        detached = [pid for node in start_detached() @ pool for pid in node]
+        assert len(detached) == 4 and all(pid_alive(p) for p in detached)
+    # Teardown confirmed it: they are gone when the block is left, not some time later.
+    assert wait_gone(detached, 0.5) == []
+
+
+def test_a_killed_workers_detached_processes_end_with_it(new_pool: Callable[..., sky.ComputePool]) -> None:
+    with new_pool() as pool:
+        per_node = start_detached() @ pool
+        assert all(pid_alive(p) for p in per_node[1])
+        os.kill(pool.worker_pids()[1], signal.SIGKILL)
+        assert wait_gone(per_node[1], 5) == []
+        assert all(pid_alive(p) for p in per_node[0])  # the other node's are its own business
+        with pytest.raises(sky.WorkerLost) as info:
+            echo(0) @ pool
+        assert info.value.node == 1 and info.value.exit_code == -signal.SIGKILL
+    assert wait_gone(per_node[0], 0.5) == []

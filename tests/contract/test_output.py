@@ -64,3 +64,87 @@ def test_a_silent_task_prints_nothing_on_any_node(pool: sky.ComputePool, output:
     chatty(f"{tag}-after", 1) @ pool
     assert sorted(output.lines(f"{tag}-after")) == [(0, f"{tag}-after 0 line 0"), (1, f"{tag}-after 1 line 0")]
     assert output.lines(f"{tag} ") == [] and output.lines(f"{tag} ", stream="stderr") == []
+
+
+@sky.compute
+def describe_streams(tag: str) -> dict:
+    import io
+    import os
+
+    described = {}
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        fd = stream.fileno()
+        os.fstat(fd)  # a descriptor that is open
+        described[name] = {
+            "text": isinstance(stream, io.TextIOBase), "closed": stream.closed, "encoding": stream.encoding,
+            "isatty": stream.isatty(), "fd": fd, "writable": stream.writable(), "readable": stream.readable(),
+            "buffer": isinstance(stream.buffer, io.BufferedIOBase),
+        }
+        stream.buffer.write(f"{tag} {name} via buffer \u00e9".encode()[:-1])  # a character split across writes
+        stream.buffer.write(f"{tag} {name} via buffer \u00e9".encode()[-1:] + b"\n")
+        stream.flush()
+    return described
+
+
+def test_a_tasks_stdout_and_stderr_are_complete_text_files(pool: sky.ComputePool, output: Output, tag: str) -> None:
+    described = describe_streams(tag) >> pool
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        assert described[name] == {"text": True, "closed": False, "encoding": "utf-8", "isatty": False, "fd": fd,
+                                   "writable": True, "readable": False, "buffer": True}
+        assert [line for _, line in output.lines(tag, stream=name)] == [f"{tag} {name} via buffer \u00e9"]
+
+
+#: The longest line a task's output reaches the client with (docs/runtime.md).
+MAX_LINE = 64 * 1024
+
+
+@sky.compute
+def prints_a_long_line(tag: str, length: int) -> int:
+    print(tag + "x" * length)  # one write
+    sys.stdout.write(tag + "-pieces ")
+    for _ in range(length // 1000):  # a line of many writes
+        sys.stdout.write("y" * 1000)
+    print()
+    return length
+
+
+def test_a_very_long_line_is_cut_on_the_worker_saying_how_much(pool: sky.ComputePool, output: Output, tag: str) -> None:
+    length = 10 * MAX_LINE
+    prints_a_long_line(tag, length) >> pool
+    (_, whole), (_, pieces) = output.lines(tag)
+    assert whole == (tag + "x" * length)[:MAX_LINE] + f" [... {len(tag) + length - MAX_LINE} characters cut]"
+    head = tag + "-pieces " + "y" * (length // 1000 * 1000)
+    assert pieces == head[:MAX_LINE] + f" [... {len(head) - MAX_LINE} characters cut]"
+
+
+@sky.compute
+def writes_a_long_line_to_descriptor_2(tag: str, length: int) -> int:
+    import os
+
+    os.write(2, (tag + "z" * length + "\n").encode())  # past Python: as C code or a subprocess would
+    return length
+
+
+def test_a_very_long_line_on_descriptor_2_is_cut_on_the_client_saying_how_much(pool: sky.ComputePool,
+                                                                                tag: str) -> None:
+    import threading
+
+    from skyward import events as ev
+
+    logs: list[str] = []
+    arrived = threading.Event()
+
+    def on_event(event: ev.Event) -> None:
+        if isinstance(event, ev.NodeLog) and tag in event.line:
+            logs.append(event.line)
+            arrived.set()
+
+    unsubscribe = pool.subscribe(on_event)
+    try:
+        length = 10 * MAX_LINE
+        writes_a_long_line_to_descriptor_2(tag, length) >> pool
+        assert arrived.wait(10), "the line never reached the node's log"
+    finally:
+        unsubscribe()
+    assert logs == [(tag + "z" * length)[:MAX_LINE] + f" [... {len(tag) + length - MAX_LINE} bytes cut]"]

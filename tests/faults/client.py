@@ -1,0 +1,90 @@
+"""A user's program, as the fault matrix runs it: ``python client.py CONFIG`` (JSON).
+
+It opens a 2-node pool on the provider given and goes to the phase given, where it stays (a
+plugin hook or a task holds) until the test applies the exit path from outside (a signal to
+this program, a worker killed, a host cut off), or applies it itself (``return``,
+``exception``). The processes a task starts carry ``SKYWARD_FAULT_TAG=<tag>`` in their
+environment (on Local, the workers too: they inherit this program's), so the test can find
+whatever is left; on the SSH hosts it also looks for any skyward process. Reaching a phase, a node
+writes ``<marker>-<phase>-<node>`` holding its worker's pid (/tmp is shared with the hosts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+import skyward as sky
+
+#: A daemon the classic way (fork, new session, fork): it must end with its worker too.
+DAEMON = "import os, time\nif os.fork(): os._exit(0)\nos.setsid()\nif os.fork(): os._exit(0)\ntime.sleep(3600)\n"
+
+
+def reached(marker: str, phase: str) -> None:
+    node = sky.instance_info().node
+    with open(f"{marker}-{phase}-{node}.part", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(f"{marker}-{phase}-{node}.part", f"{marker}-{phase}-{node}")
+
+
+def hold_plugin(tag: str, marker: str, phase: str, path: str) -> sky.Plugin:
+    @contextlib.contextmanager
+    def around_app(info):
+        os.environ["SKYWARD_FAULT_TAG"] = tag  # for every process a task starts
+        if phase == "starting":
+            reached(marker, "starting")
+            if path == "exception" and info.node == 1:
+                raise RuntimeError("node 1 cannot start")
+            time.sleep(3600)
+        yield
+        if phase == "teardown":
+            reached(marker, "teardown")
+            time.sleep(3600)
+
+    return sky.Plugin("hold", around_app=around_app)
+
+
+@sky.compute
+def run_then_hold(marker: str, phase: str, path: str) -> int:
+    subprocess.Popen([sys.executable, "-c", DAEMON], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL).wait()
+    subprocess.Popen(["sleep", "3600"], start_new_session=True, stdin=subprocess.DEVNULL)
+    reached(marker, "running")
+    node = sky.instance_info().node
+    if path == "exception" and node == 1:
+        raise ValueError("node 1 fails")
+    if phase == "running" and path != "return":
+        time.sleep(3600)
+    return node
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    phase, path, marker = cfg["phase"], cfg["path"], cfg["marker"]
+    image = sky.Image()  # (the same for every case: the hosts' environment stays warm)
+    if cfg["provider"] == "local":
+        provider = None
+    elif cfg["provider"] == "aws":
+        from skyward.providers.aws.provider import AWS
+
+        provider = AWS(**cfg["aws"])
+    else:
+        ssh = cfg["ssh"]
+        provider = sky.SSH(ssh["hosts"], user=ssh["user"], key=ssh["key"], known_hosts=ssh["known_hosts"],
+                           find_links=[ssh["wheelhouse"]], no_index=True, connect_timeout=5)
+        if phase == "preparing":  # the image's setup holds (its command line carries the tag)
+            image = image.with_setup(f"touch {marker}-preparing-$(hostname)",
+                                     f"python3 -c 'import time; time.sleep(3600)' {cfg['tag']}")
+    with sky.ComputePool(provider=provider, nodes=2, image=image, plugins=[hold_plugin(cfg["tag"], marker, phase, path)],
+                         idle_timeout=3, console=False) as pool:
+        print("open", flush=True)
+        assert run_then_hold(marker, phase, path) @ pool == [0, 1]
+    print("closed", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""The fault matrix: every exit path of a user's program, on every provider, in every phase of
+a pool's life, leaves no process of the pool on any host, and an error names the right node.
+
+Each case runs :mod:`tests.faults.client` (a user's program) in a process of its own, waits
+until every node has reached the phase, applies the exit path, then checks what the program
+said and that nothing carrying the case's tag is left: no worker, no keeper, no process a
+task started (a task of the ``running`` phase starts a daemon and a process in a session of
+its own), no bootstrap or setup command. ``scripts/reliability.py`` runs this module and
+writes the counts to docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.aws_conftest import aws, moto_server  # noqa: F401  (fixtures)
+from tests.conftest import interactive_signals
+from tests.hosts import testhosts
+
+CLIENT = Path(__file__).with_name("client.py")
+ROOT = Path(__file__).parents[2]
+#: The pool's idle_timeout in the client (seconds), and how long the test then waits for
+#: everything of the pool to be gone.
+IDLE_TIMEOUT = 3.0
+SETTLE = IDLE_TIMEOUT + 7
+
+
+@dataclass(frozen=True)
+class Case:
+    provider: str  # "local" | "ssh"
+    phase: str  # "preparing" | "starting" | "running" | "teardown"
+    path: str  # how the program ends (see EXPECTED)
+
+    @property
+    def id(self) -> str:
+        return f"{self.provider}-{self.phase}-{self.path}"
+
+
+PATHS = {
+    "preparing": ("SIGINT", "SIGKILL"),
+    "starting": ("exception", "SIGINT", "SIGKILL", "worker-killed"),
+    "running": ("return", "exception", "SIGINT", "SIGTERM", "SIGKILL", "worker-killed", "link-cut"),
+    "teardown": ("return", "SIGKILL"),
+}
+CASES = [Case(provider, phase, path)
+         for provider in ("local", "ssh") for phase, paths in PATHS.items() for path in paths
+         if provider == "ssh" or (phase != "preparing" and path != "link-cut")]
+# AWS (moto's EC2, its instances the SSH test hosts): the paths on which the client itself
+# releases the machines. A client killed outright leaves that to the instances' own watchdog,
+# which powers the machine off: nothing moto or a test host can run.
+CASES += [Case("aws", "running", path) for path in ("return", "exception", "SIGINT", "SIGTERM", "worker-killed")]
+
+#: What the program's output must say (all of it), by exit path; None: nothing to say.
+EXPECTED = {
+    "return": ["closed"],
+    "exception": {"starting": ["PluginError", "on node 1", "node 1 cannot start"],
+                  "running": ["ValueError: node 1 fails", "(node 1)"]},
+    "SIGINT": ["KeyboardInterrupt"],
+    "SIGTERM": None,
+    "SIGKILL": None,
+    "worker-killed": ["WorkerLost: node 1", "killed by SIGKILL"],
+    "link-cut": ["WorkerLost: node 1", "no heartbeat"],
+}
+
+
+def tagged(tag: str) -> dict[int, str]:
+    """Every process on this machine (the test hosts share its process ids) whose environment
+    or command line carries ``tag``: pid -> command line."""
+    needle = tag.encode()
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read()
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != b"Z" and (needle in cmdline or needle in environ):
+            found[int(entry)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
+    return found
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+@pytest.fixture
+def hosts(request):
+    if request.node.callspec.params["case"].provider == "local":
+        return None
+    return request.getfixturevalue("test_hosts")[:2]
+
+
+def aws_options(request, hosts, wheelhouse: str) -> dict:
+    """An AWS provider's options whose instances land on ``hosts`` (see tests/test_aws_e2e.py);
+    the ``aws`` fixture checks afterwards that no instance, key pair or security group is left."""
+    import ipaddress
+
+    from tests.test_aws_e2e import subnet_with_only
+
+    cloud = request.getfixturevalue("aws")
+    network = ipaddress.ip_interface(f"{hosts[0].bridge_ip}/24").network
+    subnet = subnet_with_only(cloud, network, [h.ip for h in hosts])
+    return {"subnet_id": subnet, "ami": cloud.ami, "user": hosts[0].user, "ssh_key": hosts[0].key_path,
+            "known_hosts": hosts[0].known_hosts_all, "ssh_cidr": f"{hosts[0].bridge_ip}/32",
+            "find_links": [wheelhouse], "no_index": True, "connect_timeout": 5, "boot_timeout": 60}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_every_exit_path_leaves_nothing_and_names_the_node(case: Case, hosts, request, tmp_path) -> None:
+    tag = f"skyfault{uuid.uuid4().hex[:10]}"
+    marker = f"/tmp/{tag}"
+    cfg = {"provider": case.provider, "phase": case.phase, "path": case.path, "tag": tag, "marker": marker}
+    env = dict(os.environ, SKYWARD_FAULT_TAG=tag, PYTHONPATH=str(ROOT))
+    if case.provider == "aws":
+        cfg["aws"] = aws_options(request, hosts, request.getfixturevalue("wheelhouse"))
+        env = dict(os.environ, SKYWARD_FAULT_TAG=tag, PYTHONPATH=str(ROOT))  # (with the aws fixture's)
+    elif hosts is not None:
+        wheelhouse = request.getfixturevalue("wheelhouse")
+        cfg["ssh"] = {"hosts": [h.ip for h in hosts], "user": hosts[0].user, "key": hosts[0].key_path,
+                      "known_hosts": hosts[0].known_hosts_all, "wheelhouse": wheelhouse}
+    client = subprocess.Popen([sys.executable, str(CLIENT), json.dumps(cfg)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+                              preexec_fn=interactive_signals)
+    cut: testhosts.TestHost | None = None
+    try:
+        names = [h.name for h in hosts] if case.phase == "preparing" else [0, 1]
+        reached = wait_for(lambda: client.poll() is not None
+                           or all(Path(f"{marker}-{case.phase}-{n}").exists() for n in names), 90)
+        self_applied = case.path in ("return", "exception")  # (the program may be over by now)
+        assert reached and (self_applied or client.poll() is None), (
+            f"the phase was never reached:\n{client.stdout.read() if client.poll() is not None else ''}")
+        if case.path.startswith("SIG"):
+            if case.phase == "preparing":  # (and setup is running on the hosts)
+                assert wait_for(lambda: len(tagged(tag)) >= 3, 10)
+            client.send_signal(signal.Signals[case.path])
+        elif case.path == "worker-killed":
+            os.kill(int(Path(f"{marker}-{case.phase}-1").read_text()), signal.SIGKILL)
+        elif case.path == "link-cut":
+            cut = hosts[1]
+            cut.set_link(False)
+        out, _ = client.communicate(timeout=60)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.communicate()
+        if cut is not None:
+            cut.set_link(True)
+        for f in Path("/tmp").glob(f"{tag}*"):
+            f.unlink(missing_ok=True)
+    def left() -> dict:
+        found = {"this machine": tagged(tag)}
+        for h in hosts or ():  # (their own network namespaces: only this session's pools run there)
+            found[h.name] = h.process_cmdlines("skyward")
+        return {where: procs for where, procs in found.items() if procs}
+
+    left_behind = {} if wait_for(lambda: not left(), SETTLE) else left()
+    expected = EXPECTED[case.path]
+    if isinstance(expected, dict):
+        expected = expected[case.phase]
+    missing = [text for text in expected or () if text not in out]
+    assert not left_behind and not missing, (
+        f"left behind: {left_behind}\nnot said: {missing}\nthe program's output:\n{out[-3000:]}")
