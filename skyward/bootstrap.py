@@ -354,24 +354,6 @@ _VENV = r"""  step venv
   for pkg in ${HOST_PKGS[@]+"${HOST_PKGS[@]}"}; do
     printf '%s ; python_version < "0"\n' "$pkg"
   done > "$ENV_DIR/.skyward-host-packages"
-  # uv makes the environment from a base interpreter: when the host's Python (the first one
-  # on PATH) is itself a virtual environment, its own packages are not the base's. A .pth
-  # file puts them after the environment's own (same Python version only).
-  if [ ${#VENV_ARGS[@]} -gt 0 ]; then
-    HOST_PY="$(command -v "python$PYTHON_VERSION" 2>/dev/null || command -v python3 2>/dev/null || true)"
-    if [ -n "$HOST_PY" ]; then
-      "$HOST_PY" - "$PY" <<'PYEOF' || fail "could not read the site-packages of $HOST_PY"
-import site, subprocess, sys
-if sys.prefix != sys.base_prefix:
-    ask = "import sys, sysconfig; print(sys.version_info[:2]); print(sysconfig.get_path('purelib'))"
-    version, purelib = subprocess.run([sys.argv[1], "-c", ask], capture_output=True, text=True,
-                                      check=True).stdout.splitlines()
-    if version == str(sys.version_info[:2]):
-        with open(purelib + "/_skyward_host_python.pth", "w") as pth:
-            pth.write("".join(path + "\n" for path in site.getsitepackages()))
-PYEOF
-    fi
-  fi
 """
 
 _PIP = r"""  step pip

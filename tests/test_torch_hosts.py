@@ -45,7 +45,7 @@ def test_ranks_meet_on_hosts_whose_name_resolves_to_loopback(debian_hosts, wheel
         return dist.get_rank(), dist.get_world_size(), float(t.item()), os.environ.get("GLOO_SOCKET_IFNAME")
 
     # torch is preinstalled in the hosts' Python; the resolver has no route (see test_ssh.py).
-    provider = ssh_provider(debian_hosts, wheelhouse, system_site_packages=["torch"])
+    provider = ssh_provider(debian_hosts, wheelhouse, system_site_packages=["torch", "numpy"])
     image = sky.Image(env={"RES_OPTIONS": "timeout:1 attempts:1"})
     plugins = [sky.plugins.torch(backend="gloo", timeout=20)]
     with pool_on(debian_hosts, wheelhouse, image, provider=provider, plugins=plugins, start_timeout=60) as pool:
