@@ -139,6 +139,7 @@ def main() -> None:
     if rank == 0:
         print(f"mingpt: done: {steps} steps across {world} rank(s), final loss {loss.item():.4f}, "
               "weights identical on every rank", flush=True)
+    dist.barrier()  # no rank tears down its connections while another still uses them
     dist.destroy_process_group()
 
 

@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
+from skyward._optional import require
 from skyward.errors import ConfigError, ProvisionError
 from skyward.providers.aws import catalog, watchdog
 from skyward.providers.aws import ec2 as api
@@ -179,9 +180,8 @@ class AWS(Provider):
                     raise ConfigError("known_hosts", "existing known_hosts files", path, detail="not found")
 
         if o.region is not None:  # a typo fails here, not as whatever an unknown endpoint answers
-            import botocore.session
-
-            api.check_region(botocore.session.get_session(), o.region)
+            session = require("botocore.session", "sky.AWS")
+            api.check_region(session.get_session(), o.region)
         self.region = o.region
         self.instance_type = o.instance_type
         self.vcpus = o.vcpus
