@@ -1,4 +1,6 @@
-"""Which processes belong to a process group (Linux /proc), for confirming that none is left."""
+"""Which processes belong to a process group, or lie below a process (Linux /proc), for
+confirming that none is left. (``worker/_reaper.py`` keeps a copy of :func:`descendants`:
+it runs as a stand-alone script that imports nothing of skyward.)"""
 
 from __future__ import annotations
 
@@ -23,3 +25,28 @@ def group_members(pgid: int) -> list[int] | None:
         if int(fields[2]) == pgid and fields[0] != b"Z":
             members.append(int(entry))
     return members
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (Linux /proc), zombies included."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found

@@ -30,6 +30,8 @@ import signal
 import sys
 import time
 
+from skyward._procs import descendants
+
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 #: Seconds the keeper keeps killing before it gives up on a process that will not die (one
@@ -127,31 +129,6 @@ def _clear() -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.005)
-
-
-def descendants(root: int) -> list[int]:
-    """Every process below ``root`` (Linux /proc), zombies included."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found: list[int] = []
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def _exit_as(status: int) -> None:
