@@ -51,7 +51,28 @@ _silenced: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("skyw
 _sink: contextvars.ContextVar[Callable[[str, str], None] | None] = contextvars.ContextVar("skyward_sink", default=None)
 
 
-class _Router(io.TextIOBase):
+class _SharedStream:
+    """What a task's stdout/stderr (text or binary) say of themselves: an open, writable,
+    non-terminal stream that ``close`` only flushes (the worker's tasks share it)."""
+
+    def close(self) -> None:
+        try:
+            self.flush()  # type: ignore[attr-defined]
+        except Exception:
+            pass
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+
+class _Router(_SharedStream, io.TextIOBase):
     """A text stream that forwards to the current task's sink, drops silenced output, or
     falls through to the original stream.
 
@@ -87,22 +108,6 @@ class _Router(io.TextIOBase):
     def writelines(self, lines) -> None:  # type: ignore[override]
         for line in lines:
             self.write(line)
-
-    def close(self) -> None:
-        try:
-            self.flush()
-        except Exception:
-            pass
-
-    @property
-    def closed(self) -> bool:  # type: ignore[override]
-        return False
-
-    def isatty(self) -> bool:
-        return False
-
-    def writable(self) -> bool:
-        return True
 
     def readable(self) -> bool:
         return False
@@ -143,7 +148,7 @@ class _Router(io.TextIOBase):
         return getattr(self._original, name)
 
 
-class _BinaryRouter(io.BufferedIOBase):
+class _BinaryRouter(_SharedStream, io.BufferedIOBase):
     """``sys.stdout.buffer`` on a worker: bytes, decoded as UTF-8 (a character split across
     writes is kept whole), written to the text router."""
 
@@ -163,22 +168,6 @@ class _BinaryRouter(io.BufferedIOBase):
 
     def flush(self) -> None:
         self._text.flush()
-
-    def close(self) -> None:
-        try:
-            self.flush()
-        except Exception:
-            pass
-
-    @property
-    def closed(self) -> bool:  # type: ignore[override]
-        return False
-
-    def writable(self) -> bool:
-        return True
-
-    def isatty(self) -> bool:
-        return False
 
     def fileno(self) -> int:
         return self._text.fileno()
