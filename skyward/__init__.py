@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     )
     from skyward._secrets import Secret
     from skyward.image import Image
-    from skyward.plugins._base import Cluster, Plugin
+    from skyward.plugins._base import PoolInfo, Plugin
     from skyward.pool import ComputePool
     from skyward.providers.aws import AWS
     from skyward.providers.local import Local
@@ -69,7 +69,7 @@ _WHERE: dict[str, str] = {
     "Image": "skyward.image",
     **dict.fromkeys(["CommandResult", "shell"], "skyward.shell"),
     "Secret": "skyward._secrets",
-    "Cluster": "skyward.plugins._base",
+    "PoolInfo": "skyward.plugins._base",
     "Plugin": "skyward.plugins._base",
     "ComputePool": "skyward.pool",
     "AWS": "skyward.providers.aws",

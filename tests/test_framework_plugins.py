@@ -50,7 +50,7 @@ def test_building_every_plugin_imports_no_framework() -> None:
                    sky.plugins.huggingface(token="x"), sky.plugins.joblib(), sky.plugins.sklearn()]
         image = sky.Image()
         for p in plugins:
-            image = p.transform(image, sky.Cluster(nodes=2))
+            image = p.transform(image, sky.PoolInfo(nodes=2))
         heavy = ("jax", "keras", "tensorflow", "torch", "transformers", "joblib", "sklearn")
         print(sorted(m for m in heavy if m in sys.modules))
         """
@@ -65,15 +65,15 @@ def test_building_every_plugin_imports_no_framework() -> None:
 
 def test_jax_transform_picks_cuda_or_cpu_wheels_and_keeps_what_was_there() -> None:
     base = sky.Image(pip=["numpy"])
-    cuda = sky.plugins.jax().transform(base, sky.Cluster(nodes=2, accelerator=CUDA))
-    cpu = sky.plugins.jax().transform(base, sky.Cluster(nodes=2, accelerator=CPU))
-    none = sky.plugins.jax().transform(base, sky.Cluster(nodes=2))
+    cuda = sky.plugins.jax().transform(base, sky.PoolInfo(nodes=2, accelerator=CUDA))
+    cpu = sky.plugins.jax().transform(base, sky.PoolInfo(nodes=2, accelerator=CPU))
+    none = sky.plugins.jax().transform(base, sky.PoolInfo(nodes=2))
     assert cuda.pip == ("numpy", "jax[cuda12]")
     assert cpu.pip == none.pip == ("numpy", "jax")
     assert base.pip == ("numpy",)  # images are values
     # An explicit choice wins over the pool's accelerator.
-    assert sky.plugins.jax(cuda=False).transform(base, sky.Cluster(nodes=2, accelerator=CUDA)).pip[-1] == "jax"
-    assert sky.plugins.jax(cuda=True).transform(base, sky.Cluster(nodes=2)).pip[-1] == "jax[cuda12]"
+    assert sky.plugins.jax(cuda=False).transform(base, sky.PoolInfo(nodes=2, accelerator=CUDA)).pip[-1] == "jax"
+    assert sky.plugins.jax(cuda=True).transform(base, sky.PoolInfo(nodes=2)).pip[-1] == "jax[cuda12]"
 
 
 @pytest.mark.parametrize(
@@ -170,10 +170,10 @@ def test_jax_missing_on_a_node_fails_the_pool_start_naming_the_plugin(
 
 
 def test_keras_transform_adds_keras_and_the_backend_variable() -> None:
-    image = sky.plugins.keras(backend="torch").transform(sky.Image(pip=["numpy"]), sky.Cluster(nodes=2))
+    image = sky.plugins.keras(backend="torch").transform(sky.Image(pip=["numpy"]), sky.PoolInfo(nodes=2))
     assert image.pip == ("numpy", "keras")
     assert dict(image.env) == {"KERAS_BACKEND": "torch"}
-    assert sky.plugins.keras().transform(sky.Image(), sky.Cluster(nodes=1)).env["KERAS_BACKEND"] == "jax"
+    assert sky.plugins.keras().transform(sky.Image(), sky.PoolInfo(nodes=1)).env["KERAS_BACKEND"] == "jax"
 
 
 @pytest.mark.parametrize("backend", ["theano", "JAX", "", None, 3])
@@ -233,7 +233,7 @@ def test_keras_backend_is_set_before_keras_is_imported_on_every_node(
 
 def test_huggingface_transform_installs_packages_and_sets_the_token() -> None:
     plugin = sky.plugins.huggingface(token=f"  {TOKEN}\n")
-    image = plugin.transform(sky.Image(pip=["numpy"]), sky.Cluster(nodes=2))
+    image = plugin.transform(sky.Image(pip=["numpy"]), sky.PoolInfo(nodes=2))
     assert image.pip == ("numpy", "transformers", "datasets", "tokenizers")
     assert image.env["HF_TOKEN"] == TOKEN  # stripped
     assert TOKEN not in repr(image)
@@ -241,10 +241,10 @@ def test_huggingface_transform_installs_packages_and_sets_the_token() -> None:
     assert "***" in repr(plugin)
 
     public = sky.plugins.huggingface(packages=["transformers==4.44.0"])
-    image = public.transform(sky.Image(), sky.Cluster(nodes=1))
+    image = public.transform(sky.Image(), sky.PoolInfo(nodes=1))
     assert image.pip == ("transformers==4.44.0",)
     assert "HF_TOKEN" not in image.env
-    assert sky.plugins.huggingface(token=TOKEN, packages=()).transform(sky.Image(), sky.Cluster(1)).pip == ()
+    assert sky.plugins.huggingface(token=TOKEN, packages=()).transform(sky.Image(), sky.PoolInfo(1)).pip == ()
 
 
 @pytest.mark.parametrize("token", [TOKEN.encode(), 12345678901234, "   ", [TOKEN]])
@@ -316,8 +316,8 @@ def fail_on_three(i: int) -> int:
 
 def test_joblib_and_sklearn_transforms_add_their_packages() -> None:
     base = sky.Image(pip=["numpy"])
-    assert sky.plugins.joblib().transform(base, sky.Cluster(nodes=2)).pip == ("numpy", "joblib")
-    assert sky.plugins.sklearn().transform(base, sky.Cluster(nodes=2)).pip == ("numpy", "scikit-learn", "joblib")
+    assert sky.plugins.joblib().transform(base, sky.PoolInfo(nodes=2)).pip == ("numpy", "joblib")
+    assert sky.plugins.sklearn().transform(base, sky.PoolInfo(nodes=2)).pip == ("numpy", "scikit-learn", "joblib")
     # sklearn reuses the joblib plugin's backend hook rather than a copy of it.
     assert sky.plugins.sklearn().around_client is sky.plugins.joblib().around_client is joblib_plugin.use_pool
 

@@ -40,7 +40,7 @@ def _task(name: str, path: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def _transform(name: str, image: sky.Image, cluster: sky.Cluster) -> sky.Image:
+def _transform(name: str, image: sky.Image, cluster: sky.PoolInfo) -> sky.Image:
     CLIENT_LOG.append(f"transform {name} nodes={cluster.nodes}")
     return image.with_env(ORDER=image.env.get("ORDER", "") + name)
 
@@ -92,7 +92,7 @@ def _broken_app(info: sky.InstanceInfo) -> Iterator[None]:
     yield
 
 
-def _broken_transform(image: sky.Image, cluster: sky.Cluster) -> sky.Image:
+def _broken_transform(image: sky.Image, cluster: sky.PoolInfo) -> sky.Image:
     raise KeyError("missing setting")
 
 

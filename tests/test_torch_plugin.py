@@ -12,18 +12,18 @@ import pytest
 
 import skyward as sky
 from skyward.accelerators import Accelerator
-from skyward.plugins._base import Cluster, Plugin
+from skyward.plugins._base import PoolInfo, Plugin
 from skyward.plugins._torch import distributed_env, host_share, node_devices, requirement, setup_process_group
 from skyward.runtime import InstanceInfo, Peer
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 OTHER_INDEX = "https://pypi.example.org/simple"
 
-CPU = Cluster(nodes=2)
-GPU = Cluster(nodes=2, accelerator=Accelerator("A100"))
+CPU = PoolInfo(nodes=2)
+GPU = PoolInfo(nodes=2, accelerator=Accelerator("A100"))
 
 
-def transform(plugin: Plugin, cluster: Cluster = CPU, image: sky.Image | None = None) -> sky.Image:
+def transform(plugin: Plugin, cluster: PoolInfo = CPU, image: sky.Image | None = None) -> sky.Image:
     assert plugin.transform is not None
     return plugin.transform(image or sky.Image(), cluster)
 
@@ -83,7 +83,7 @@ def test_requirement_helper() -> None:
     ],
 )
 def test_index_follows_the_accelerator(accelerator, index) -> None:
-    image = transform(sky.plugins.torch(), Cluster(nodes=1, accelerator=accelerator))
+    image = transform(sky.plugins.torch(), PoolInfo(nodes=1, accelerator=accelerator))
     assert image.pip_indexes == (index,)
 
 
@@ -266,9 +266,9 @@ def test_single_node_sets_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_importing_and_using_the_plugin_on_the_client_does_not_import_torch() -> None:
     code = (
         "import sys, skyward as sky, skyward.plugins._torch, skyward.integrations\n"
-        "from skyward.plugins._base import Cluster\n"
+        "from skyward.plugins._base import PoolInfo\n"
         "p = sky.plugins.torch(vision='latest')\n"
-        "p.transform(sky.Image(), Cluster(nodes=4))\n"
+        "p.transform(sky.Image(), PoolInfo(nodes=4))\n"
         "@skyward.integrations.torch\n"
         "def f(): return 1\n"
         "assert f() == 1\n"  # outside a pool: node 0 of 1, nothing to initialise

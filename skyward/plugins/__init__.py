@@ -1,4 +1,4 @@
-"""Plugins: the types (:class:`Plugin`, :class:`Cluster`, in ``_base``) and the plugins that ship
+"""Plugins: the types (:class:`Plugin`, :class:`PoolInfo`, in ``_base``) and the plugins that ship
 with Skyward, each a function returning a :class:`~skyward.Plugin`.
 
 >>> import skyward as sky
@@ -13,9 +13,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from skyward.plugins._base import Cluster, Plugin
+from skyward.plugins._base import PoolInfo, Plugin
 
-__all__ = ["Cluster", "Plugin", "huggingface", "jax", "joblib", "keras", "sklearn", "torch"]
+__all__ = ["PoolInfo", "Plugin", "huggingface", "jax", "joblib", "keras", "sklearn", "torch"]
 
 _FACTORIES = {
     "torch": "skyward.plugins._torch",

@@ -1,6 +1,6 @@
 """The plugin types: :class:`Plugin` (a value with optional hooks, applied by the pool on the
-client and by the worker) and :class:`Cluster` (what ``transform`` is told about the pool).
-Re-exported by :mod:`skyward.plugins` and as ``sky.Plugin`` / ``sky.Cluster``.
+client and by the worker) and :class:`PoolInfo` (what ``transform`` is told about the pool).
+Re-exported by :mod:`skyward.plugins` and as ``sky.Plugin`` / ``sky.PoolInfo``.
 
 Hooks, all optional (an absent hook is a no-op):
 
@@ -32,11 +32,11 @@ if TYPE_CHECKING:
     from skyward.image import Image
     from skyward.runtime import InstanceInfo
 
-__all__ = ["Cluster", "Plugin"]
+__all__ = ["PoolInfo", "Plugin"]
 
 
 @dataclass(frozen=True, slots=True)
-class Cluster:
+class PoolInfo:
     """What a plugin's ``transform`` knows about the pool being built.
 
     Attributes:
@@ -81,7 +81,7 @@ class Plugin:
     """
 
     name: str
-    transform: Callable[[Image, Cluster], Image] | None = None
+    transform: Callable[[Image, PoolInfo], Image] | None = None
     around_app: Callable[[InstanceInfo], AbstractContextManager[Any]] | None = None
     around_task: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
     around_client: Callable[[Any], AbstractContextManager[Any]] | None = None

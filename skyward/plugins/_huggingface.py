@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from skyward.errors import ConfigError
-from skyward.plugins._base import Cluster, Plugin
+from skyward.plugins._base import PoolInfo, Plugin
 from skyward.plugins._jax import exported_env
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Token:
         return (Token, (self._value,))
 
 
-def _transform(image: Image, cluster: Cluster, *, token: Token | None, packages: tuple[str, ...]) -> Image:
+def _transform(image: Image, cluster: PoolInfo, *, token: Token | None, packages: tuple[str, ...]) -> Image:
     image = image.with_pip(*packages) if packages else image
     if token is not None:
         image = image.with_env({TOKEN_VARS[0]: token.reveal()})

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from skyward.errors import ConfigError
-from skyward.plugins._base import Cluster, Plugin
+from skyward.plugins._base import PoolInfo, Plugin
 
 if TYPE_CHECKING:
     from skyward.image import Image
@@ -74,7 +74,7 @@ def requirement(cuda: bool) -> str:
     return _CUDA if cuda else _CPU
 
 
-def _transform(image: Image, cluster: Cluster, *, cuda: bool | None) -> Image:
+def _transform(image: Image, cluster: PoolInfo, *, cuda: bool | None) -> Image:
     use_cuda = cluster.cuda if cuda is None else cuda
     return image.with_pip(requirement(use_cuda))
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from skyward.compute import PendingCompute, TaskOptions
 from skyward.errors import ConfigError
-from skyward.plugins._base import Cluster, Plugin
+from skyward.plugins._base import PoolInfo, Plugin
 
 if TYPE_CHECKING:
     from skyward.image import Image
@@ -188,7 +188,7 @@ def use_pool(pool: ComputePool) -> Iterator[None]:
                     break
 
 
-def _transform(image: Image, cluster: Cluster) -> Image:
+def _transform(image: Image, cluster: PoolInfo) -> Image:
     return image.with_pip("joblib")
 
 

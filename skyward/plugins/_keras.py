@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
 from skyward.errors import ConfigError
-from skyward.plugins._base import Cluster, Plugin
+from skyward.plugins._base import PoolInfo, Plugin
 from skyward.plugins._jax import exported_env
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ BACKENDS: tuple[str, ...] = ("jax", "torch", "tensorflow")
 ENV_VAR = "KERAS_BACKEND"
 
 
-def _transform(image: Image, cluster: Cluster, *, backend: str) -> Image:
+def _transform(image: Image, cluster: PoolInfo, *, backend: str) -> Image:
     return image.with_pip("keras").with_env({ENV_VAR: backend})
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from skyward.plugins._base import Cluster, Plugin
+from skyward.plugins._base import PoolInfo, Plugin
 from skyward.plugins._joblib import use_pool
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["sklearn"]
 
 
-def _transform(image: Image, cluster: Cluster) -> Image:
+def _transform(image: Image, cluster: PoolInfo) -> Image:
     return image.with_pip("scikit-learn", "joblib")
 
 

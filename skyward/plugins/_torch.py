@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from skyward._optional import require
 from skyward.errors import ConfigError
-from skyward.plugins._base import Cluster, Plugin
+from skyward.plugins._base import PoolInfo, Plugin
 
 if TYPE_CHECKING:
     from skyward.image import Image
@@ -111,7 +111,7 @@ def _names_numpy(requirement: str) -> bool:
     return re.split(r"[\s<>=!~;\[@]", requirement.strip(), maxsplit=1)[0].lower() == "numpy"
 
 
-def _transform(image: Image, cluster: Cluster, *, packages: tuple[str, ...], cuda: str) -> Image:
+def _transform(image: Image, cluster: PoolInfo, *, packages: tuple[str, ...], cuda: str) -> Image:
     index = _WHEELS.format(cuda if cluster.cuda else "cpu")
     # torch does not depend on numpy but warns on import without it ("Failed to initialize
     # NumPy") and tensor.numpy() fails: every node gets numpy unless the image pins its own.

@@ -30,7 +30,7 @@ from skyward._instance import node_environment
 from skyward.compute import ComputeFunction, PendingCompute, TaskOptions
 from skyward.errors import ConfigError, PluginError, SkywardError
 from skyward.messages import Setup
-from skyward.plugins._base import Cluster, Plugin
+from skyward.plugins._base import PoolInfo, Plugin
 from skyward.pool.connection import NodeConnection
 from skyward.pool.dispatch import Dispatcher, check_pending
 from skyward.pool.lifecycle import Nodes
@@ -174,7 +174,7 @@ class ComputePool:
         self._state = "starting"
         # (the console counts a node's task slots: every worker process's)
         self._emit(ev.PoolStarting(self.id, self.nodes, self.provider.name, self.concurrency * self.processes_per_node))
-        cluster = Cluster(self.nodes, self.accelerator, self.provider.name, self.concurrency, self.processes_per_node)
+        cluster = PoolInfo(self.nodes, self.accelerator, self.provider.name, self.concurrency, self.processes_per_node)
         image = self.image
         for plugin in self.plugins:
             if plugin.transform is not None:

@@ -87,7 +87,7 @@ class Provider(ABC):
     """Acquires, describes and releases machines. Nothing else: the pool reaches and prepares
     every machine the same way, from what its :class:`Instance` says."""
 
-    #: Short name used in messages and by plugins (``Cluster.provider``).
+    #: Short name used in messages and by plugins (``PoolInfo.provider``).
     name: str = "provider"
 
     def validate(self, spec: PoolSpec) -> None:  # noqa: B027 - optional
