@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         CommandFailed,
         ConfigError,
         ConnectionLost,
+        DeviceError,
         PluginError,
         ProvisionError,
         RemoteError,
@@ -60,7 +61,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(["ComputeFunction", "PendingCompute", "PendingGather", "compute", "gather"], "skyward.compute"),
     **dict.fromkeys(
         [
-            "BootstrapError", "CapacityError", "CommandFailed", "ConfigError", "ConnectionLost", "PluginError",
+            "BootstrapError", "CapacityError", "CommandFailed", "ConfigError", "ConnectionLost", "DeviceError", "PluginError",
             "ProvisionError", "RemoteError", "SerializationError", "SkywardError", "TaskCancelled",
             "TaskTimeout", "WorkerLost",
         ],

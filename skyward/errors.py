@@ -15,6 +15,7 @@
     │   └── WorkerLost         the worker process died or went silent
     ├── RemoteError            a task raised an exception that cannot be rebuilt here
     ├── TaskCancelled          a task was stopped before it finished
+    ├── DeviceError            an operation on a remote ``sky`` torch device failed
     └── TaskTimeout            a task ran past its ``timeout``
 
 Each error keeps its data as attributes (``node``, ``host``, ``step``, ``exit_code``,
@@ -222,6 +223,25 @@ class RemoteError(SkywardError):
 
 def _rebuild_remote_error(type_name, message, traceback, node):
     return RemoteError(type_name, message, traceback, node=node)
+
+
+class DeviceError(SkywardError):
+    """An operation on a remote ``sky`` torch device (:mod:`skyward.torch`) failed, or the
+    device asked for is not there. ``op`` names the aten operation (``"aten.mm.default"``),
+    ``device`` the node's real device; the node's traceback is in the message."""
+
+    def __init__(self, message: str, *, op: str = "", device: str = "", node: int | None = None):
+        self.op = op
+        self.device = device
+        self.node = node
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (_rebuild_device_error, (self.args[0], self.op, self.device, self.node))
+
+
+def _rebuild_device_error(message, op, device, node):
+    return DeviceError(message, op=op, device=device, node=node)
 
 
 class TaskTimeout(SkywardError, TimeoutError):

@@ -136,6 +136,9 @@ class ComputePool:
                             self._subscribers, self._spin)
         self._dispatch = Dispatcher(self._require_open, self.restart_workers, lambda: self._stop(clean=False))
         self._client_stack = contextlib.ExitStack()
+        #: Called first when the pool stops (remote torch devices close here).
+        self._on_stop: list[Callable[[], None]] = []
+        self._sky_devices: dict[tuple[int, str], Any] = {}
         self._restore_signals: list[Callable[[], None]] = []
 
     # -- events ----------------------------------------------------------------------------------
@@ -215,6 +218,9 @@ class ComputePool:
         was_open = self._state == "open"
         self._state = "closed"
         problems: list[str] = []
+        for close in self._on_stop:
+            close()
+        self._on_stop.clear()
         try:
             self._client_stack.close()
         except Exception as exc:
@@ -303,6 +309,26 @@ class ComputePool:
         else:
             raise ConfigError("fn", "a @sky.compute function or a callable", fn)
         return self.gather(*pending)
+
+    def device(self, kind: str = "cpu", node: int = 0) -> Any:
+        """A remote torch device on node ``node``: ``torch.device("sky:N")``.
+
+        ``kind`` is the node's device to use (``"cpu"``, ``"cuda"``, ``"cuda:1"``). Tensors moved
+        to the returned device live on that node's worker; the operations on them are streamed
+        there (see :mod:`skyward.torch`). The same (node, kind) gives the same device; the device
+        closes with the pool. Raises :class:`~skyward.DeviceError` listing the node's devices
+        when it has no ``kind``.
+        """
+        from skyward.torch._compute import open_device
+
+        return open_device(self, kind, node)
+
+    def _connection(self, node: int) -> NodeConnection:
+        """Node ``node``'s first worker process."""
+        for c in self._require_open():
+            if c.node == node and c.local_rank == 0:
+                return c
+        raise ConfigError("node", f"a node of this pool (0..{self.nodes - 1})", node)
 
     # -- operators the wrong way round -------------------------------------------------------
     # ``pending >> pool`` is PendingCompute's own operator; these catch ``pool >> pending``

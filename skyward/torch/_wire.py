@@ -1,0 +1,94 @@
+"""What travels between the client's ``sky`` tensors and a node's device server.
+
+A batch is a list of operations, pickled with the C pickler (protocol 5, large tensor bytes
+out of band). One operation is ``(op, args, kwargs, outs)``:
+
+- ``op``: the aten overload's name (``"aten.add.Tensor"``), or one of the ``OP_*`` names below;
+- ``args``/``kwargs``: the call's arguments, where a ``sky`` tensor is a :class:`Ref` to the
+  server's table, a ``sky`` device a :class:`DeviceRef` and a client tensor a :class:`Blob`;
+- ``outs``: for each tensor the call returns (in ``torch.utils._pytree`` leaf order), the id the
+  client gave its handle, or ``None`` where the output is one of the inputs (an in-place op).
+
+Imported by the client and by the worker: nothing here may import the client's backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+#: Drop these ids from the table (batched frees).
+OP_FREE = "$free"
+#: Seed every generator of the node's device (``torch.manual_seed`` on the client).
+OP_SEED = "$seed"
+
+#: Client tensors smaller than this travel inside the batch's pickle; larger ones as buffers.
+INLINE_BYTES = 64 * 1024
+
+
+class Ref(int):
+    """A ``sky`` tensor: its id in the device server's table."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Ref, (int(self),))
+
+
+class DeviceRef(int):
+    """A ``sky`` device (``torch.device("sky:N")``), by its index N."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DeviceRef, (int(self),))
+
+
+class Blob:
+    """A tensor's bytes with its dtype and shape (contiguous, on the CPU)."""
+
+    __slots__ = ("data", "dtype", "shape")
+
+    def __init__(self, data: np.ndarray, dtype: torch.dtype, shape: tuple[int, ...]):
+        self.data = data
+        self.dtype = dtype
+        self.shape = shape
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor, *, copy: bool) -> Blob:
+        """The bytes of a CPU ``tensor`` (a copy if ``copy``: the caller may change it later)."""
+        flat = tensor.detach().contiguous().reshape(-1)
+        data = flat.view(torch.uint8).numpy() if flat.numel() else np.empty(0, np.uint8)
+        return cls(data.copy() if copy else data, tensor.dtype, tuple(tensor.shape))
+
+    def tensor(self) -> torch.Tensor:
+        """A CPU tensor over these bytes (sharing them when they can be written to)."""
+        data = self.data if self.data.flags.writeable else self.data.copy()
+        return torch.from_numpy(data).view(self.dtype).reshape(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Blob, (self.data, self.dtype, self.shape))
+
+
+class Described:
+    """A tensor an operation produced, described by the server (for operations whose output
+    shape only the data decides, such as ``nonzero``): the id it was stored under and its
+    metadata."""
+
+    __slots__ = ("dtype", "offset", "size", "stride", "tid")
+
+    def __init__(self, tid: int, size: tuple[int, ...], stride: tuple[int, ...], offset: int, dtype: torch.dtype):
+        self.tid = tid
+        self.size = size
+        self.stride = stride
+        self.offset = offset
+        self.dtype = dtype
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Described, (self.tid, self.size, self.stride, self.offset, self.dtype))
