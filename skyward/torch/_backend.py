@@ -259,6 +259,18 @@ class SkyTensor(torch.Tensor):
         with torch.autograd.set_multithreading_enabled(False):
             super().backward(*args, **kwargs)
 
+    def tolist(self) -> Any:
+        return self.detach().cpu().tolist()
+
+    def numpy(self, *, force: bool = False) -> Any:
+        raise TypeError(f"can't convert {self.device} device type tensor to numpy: use Tensor.cpu() to copy "
+                        "the tensor to host memory first")
+
+    def __format__(self, spec: str) -> str:
+        if self.dim() == 0 and not self.requires_grad:
+            return self.item().__format__(spec)
+        return self.detach().cpu().__format__(spec)
+
     def data_ptr(self) -> int:
         raise NotImplementedError("data_ptr() is not supported on a sky device: the data lives on a node "
                                   "(copy it with .cpu() first)")
@@ -354,8 +366,10 @@ def _plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     meta_args, meta_kwargs = pytree.tree_map(_to_meta, (args, kwargs))
     try:
         out = func(*meta_args, **meta_kwargs)
-    except Exception:  # data-dependent (nonzero, item...) or no meta kernel: ask the node
+    except NotImplementedError:  # data-dependent (nonzero, unique...) or no meta kernel: ask the node
         return _SYNC
+    # (any other error is the call's own fault, such as mismatched shapes: raised here, at once,
+    # as torch raises it for a local tensor)
     leaves, spec = pytree.tree_flatten(out)
     meta_leaves = [v for v in pytree.tree_leaves((meta_args, meta_kwargs)) if isinstance(v, torch.Tensor)]
     index_of = {id(v): i for i, v in enumerate(meta_leaves)}

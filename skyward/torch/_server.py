@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pickle
 import threading
-import traceback
 from typing import Any
 
 import torch
@@ -106,13 +105,10 @@ class Session:
                 fn = _ops.get(name) or _op(name)
                 result = fn(*self._decode(args), **self._decode(kwargs))
             except DeviceError as exc:
-                exc.op = name
                 raise DeviceError(f"{name} failed: {exc.args[0]}", op=name, device=str(self.device)) from None
             except Exception as exc:
-                raise DeviceError(
-                    f"{name} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
-                    op=name, device=str(self.device),
-                ) from None
+                raise DeviceError(f"{name} failed: {type(exc).__name__}: {exc}", op=name,
+                                  device=str(self.device)) from exc
             if outs:
                 if len(outs) == 1 and isinstance(result, torch.Tensor):
                     if outs[0] is not None:
