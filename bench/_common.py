@@ -98,3 +98,26 @@ def machine() -> dict[str, Any]:
                                                "cloudpickle")},
         "loadavg_at_start": loadavg(),
     }
+
+
+PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks.md")
+
+
+def section_markers(owner: str) -> tuple[str, str]:
+    """The comments around the section of docs/benchmarks.md that ``owner`` (a script) writes."""
+    return f"<!-- {owner}: begin -->", f"<!-- {owner}: end -->"
+
+
+def write_section(owner: str, section: str) -> None:
+    """Put ``section`` between ``owner``'s markers in docs/benchmarks.md (appended the first time);
+    the rest of the page is left as it is (bench/run.py keeps such sections when it rewrites it)."""
+    begin_mark, end_mark = section_markers(owner)
+    block = f"{begin_mark}\n{section}\n{end_mark}"
+    text = open(PAGE).read() if os.path.exists(PAGE) else "# Benchmarks\n"
+    begin, end = text.find(begin_mark), text.find(end_mark)
+    if 0 <= begin < end:
+        text = text[:begin] + block + text[end + len(end_mark):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    with open(PAGE, "w") as f:
+        f.write(text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any
 
 from _common import by_system, percentile
@@ -11,8 +12,6 @@ from _common import by_system, percentile
 # -- formatting -------------------------------------------------------------------------------------
 
 
-KEPT_BEGIN = "<!-- bench/console.py: begin -->"
-KEPT_END = "<!-- bench/console.py: end -->"
 
 
 def num(x: float, unit: str = "") -> str:
@@ -280,12 +279,13 @@ def write_report(path: str, meta: dict[str, Any], data: dict[str, Any], figs: di
     add("## Method notes")
     add(METHOD_NOTES + "- Section seconds in this run: "
         + ", ".join(f"{k} {v:.0f}" for k, v in meta["section_seconds"].items()) + ".")
-    # Sections other benchmarks own (bench/console.py), kept across a rewrite of the page.
+    # Sections other benchmarks own (bench/console.py, bench/remote_device.py...), kept across a
+    # rewrite of the page: everything from the first owner's begin marker on.
     kept = ""
     if os.path.exists(path):
         text = open(path).read()
-        begin, end = text.find(KEPT_BEGIN), text.find(KEPT_END)
-        if 0 <= begin < end:
-            kept = text[begin:end + len(KEPT_END)]
+        owned = re.search(r"<!-- bench/[\w.]+: begin -->", text)
+        if owned:
+            kept = text[owned.start():].rstrip("\n")
     with open(path, "w") as f:
         f.write("\n\n".join(L) + "\n" + (f"\n{kept}\n" if kept else ""))

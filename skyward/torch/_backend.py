@@ -90,7 +90,6 @@ class RemoteDevice:
         self._since = 0.0
         self._tid = 0
         self._seq = 0
-        self._inflight: list[Future[Any]] = []
         self._run = _server().run
         #: Operations sent and batches sent (for benchmarks and tests).
         self.sent_ops = 0
@@ -158,10 +157,9 @@ class RemoteDevice:
         seq = self._seq
         self._seq += 1
         self.sent_batches += 1
-        inflight = self._inflight
-        if len(inflight) > 64:  # (keep only those not known to have succeeded)
-            inflight[:] = [f for f in inflight if not f.done() or f.exception() is not None]
-        inflight.append(self.link.submit(self._run, (self.key, seq, blob, None, *buffers)))
+        # (answered at once: a failure on the node is reported by the next sync point's answer,
+        # a lost node by the next sync point's call)
+        self.link.submit(self._run, (self.key, seq, blob, None, *buffers))
 
     def sync(self, request: tuple[Any, ...]) -> Any:
         """Send what is queued with ``request`` and wait for its answer: one round trip."""
@@ -171,20 +169,7 @@ class RemoteDevice:
             seq = self._seq
             self._seq += 1
             self.sent_batches += 1
-            try:
-                result = self.link.call(self._run, (self.key, seq, blob, request, *buffers))
-            except BaseException:
-                self._raise_earlier()
-                raise
-            self._raise_earlier()
-            return result
-
-    def _raise_earlier(self) -> None:
-        """Raise the first failure of a batch sent before (they are all answered by now)."""
-        inflight, self._inflight = self._inflight, []
-        for f in inflight:
-            if f.done() and f.exception() is not None:
-                raise f.exception()  # type: ignore[misc]
+            return self.link.call(self._run, (self.key, seq, blob, request, *buffers))
 
     def seed(self, seed: int) -> None:
         with self._lock:

@@ -56,15 +56,117 @@ def _resolve_kind(kind: str) -> torch.device:
     )
 
 
+class _Job:
+    """One batch, and the answer its sender waits for (when it asked for one)."""
+
+    __slots__ = ("done", "error", "ops", "request", "value")
+
+    def __init__(self, ops: Any, request: tuple[Any, ...] | None):
+        self.ops = ops
+        self.request = request
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+#: Batches a device may have waiting before a sender waits for room (bounds the worker's memory
+#: when the client queues faster than the device runs).
+MAX_WAITING = 64
+
+
 class Session:
-    """One client device's tensors on this worker, and the order its batches run in."""
+    """One client device's tensors on this worker, and the thread that runs its operations.
+
+    Every operation of the device runs on that one thread, in the order the client sent them
+    (batches carry sequence numbers): the same thread each time, as a training loop's ops run
+    on one thread locally (a new calling thread costs OpenMP and oneDNN their warm state).
+    """
 
     def __init__(self, index: int, device: torch.device):
         self.index = index
         self.device = device
         self.tensors: dict[int, torch.Tensor] = {}
-        self.next_seq = 0
-        self.turn = threading.Condition()
+        self._waiting: dict[int, _Job] = {}
+        self._next = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        #: The first failure since the last answer: later operations are skipped (their inputs
+        #: may be missing) until a sync point reports it.
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name=f"skyward-sky{index}", daemon=True)
+        self._thread.start()
+
+    def put(self, seq: int, job: _Job) -> None:
+        with self._cond:
+            while len(self._waiting) >= MAX_WAITING and seq != self._next and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                raise DeviceError("this device was closed", op="", device=str(self.device))
+            self._waiting[seq] = job
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10)
+        self.tensors.clear()
+
+    def _loop(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        torch.set_grad_enabled(False)  # (autograd runs on the client: these are its kernels)
+        while True:
+            with self._cond:
+                while self._next not in self._waiting and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    for job in self._waiting.values():
+                        job.error = DeviceError("this device was closed", op="", device=str(self.device))
+                        job.done.set()
+                    return
+                job = self._waiting.pop(self._next)
+                self._next += 1
+                self._cond.notify_all()
+            self._serve(job)
+
+    def _serve(self, job: _Job) -> None:
+        try:
+            if job.ops:
+                if self._failure is None:
+                    self.run_ops(job.ops)
+                else:
+                    self.free_only(job.ops)
+        except BaseException as exc:
+            self._failure = exc
+        if job.request is None:
+            return
+        try:
+            if self._failure is not None:
+                job.error, self._failure = self._failure, None
+            else:
+                job.value = self.answer(job.request)
+        except BaseException as exc:
+            job.error = exc
+        finally:
+            job.done.set()
+
+    def answer(self, request: tuple[Any, ...]) -> Any:
+        kind = request[0]
+        if kind == "fetch":
+            return self.fetch(request[1])
+        if kind == "item":
+            return self.scalar(request[1])
+        if kind == "noop":
+            return None
+        return self.describe(request[1], request[2])
+
+    def free_only(self, ops: Any) -> None:
+        for name, args, _, _ in ops:
+            if name == OP_FREE:
+                for tid in args:
+                    self.tensors.pop(tid, None)
 
     # -- decoding ----------------------------------------------------------------------------
     def _decode(self, x: Any) -> Any:
@@ -180,7 +282,9 @@ def open_session(key: str, index: int, kind: str) -> dict[str, Any]:
 
 def close_session(key: str) -> None:
     with _sessions_lock:
-        _sessions.pop(key, None)
+        session = _sessions.pop(key, None)
+    if session is not None:
+        session.close()
 
 
 def _session(key: str) -> Session:
@@ -192,27 +296,16 @@ def _session(key: str) -> Session:
 
 
 def run(key: str, seq: int, blob: bytes, request: tuple[Any, ...] | None, *buffers: Any) -> Any:
-    """Run one batch (the ``seq``-th of its device), then answer ``request`` if there is one:
-    ``("fetch", tid)`` (the tensor's bytes), ``("item", tid)`` (its Python scalar) or
-    ``("describe", op, first_tid)`` (run ``op`` and describe its outputs)."""
+    """Queue one batch (the ``seq``-th of its device) for the device's thread; if it carries a
+    ``request``, wait for the answer: ``("fetch", tid)`` (the tensor's bytes), ``("item", tid)``
+    (its Python scalar), ``("describe", op, first_tid)`` (run ``op``, describe its outputs) or
+    ``("noop",)``. A failure of an earlier batch is raised here, by the first request after it."""
     session = _session(key)
-    ops = pickle.loads(blob, buffers=buffers) if blob else ()
-    with session.turn:
-        while session.next_seq != seq:
-            session.turn.wait()
-        try:
-            if ops:
-                session.run_ops(ops)
-            if request is None:
-                return None
-            kind = request[0]
-            if kind == "fetch":
-                return session.fetch(request[1])
-            if kind == "item":
-                return session.scalar(request[1])
-            if kind == "noop":
-                return None
-            return session.describe(request[1], request[2])
-        finally:
-            session.next_seq += 1
-            session.turn.notify_all()
+    job = _Job(pickle.loads(blob, buffers=buffers) if blob else (), request)
+    session.put(seq, job)
+    if request is None:
+        return None
+    job.done.wait()
+    if job.error is not None:
+        raise job.error
+    return job.value
