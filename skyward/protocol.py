@@ -190,6 +190,8 @@ class FrameReader:
         self._view = memoryview(self._buf)
         self._lo = 0  # the unread bytes are _buf[_lo:_hi]
         self._hi = 0
+        #: Bytes of the frames read so far (headers included).
+        self.received = 0
 
     def buffered(self) -> int:
         """Bytes readable without waiting (here, or held by the stream)."""
@@ -246,6 +248,7 @@ class FrameReader:
         else:  # a frame with thousands of buffers
             self._lo += _COUNT.size
             lens = _layout(f"!{count}Q").unpack(self._take(head - _COUNT.size))
+        self.received += head + sum(lens)
         first = lens[0]
         if first <= _CHUNK and self._fill(first):  # the control part, unpickled in place
             control = pickle.loads(self._view[self._lo:self._lo + first])

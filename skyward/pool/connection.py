@@ -395,6 +395,11 @@ class NodeConnection:
         return problem
 
     @property
+    def received_bytes(self) -> int:
+        """Bytes read from this worker's stream so far (frames, headers included)."""
+        return self._reader.received
+
+    @property
     def where(self) -> str:
         """How messages name this worker: "node 1", or "node 1, local rank 0" with several."""
         return f"node {self.node}" + (f", local rank {self.local_rank}" if self.processes > 1 else "")

@@ -24,6 +24,6 @@ require("torch", "skyward.torch (the remote device)")
 require("numpy", "skyward.torch (the remote device)", extra="torch")
 
 from skyward.torch._backend import SkyTensor  # noqa: E402
-from skyward.torch._compute import Compute, compute  # noqa: E402
+from skyward.torch._compute import Cluster, Compute, compute  # noqa: E402
 
-__all__ = ["Compute", "SkyTensor", "compute"]
+__all__ = ["Cluster", "Compute", "SkyTensor", "compute"]

@@ -19,6 +19,8 @@ which describes what it made. Handles freed here are freed there, in the next ba
 from __future__ import annotations
 
 import collections
+import itertools
+import os
 import pickle
 import threading
 import time
@@ -32,7 +34,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from skyward.errors import DeviceError
-from skyward.torch._wire import INLINE_BYTES, OP_FREE, OP_SEED, Blob, DeviceRef, Described, Ref
+from skyward.torch._wire import INLINE_BYTES, OP_FREE, OP_RECV, OP_SEED, OP_SEND, Blob, DeviceRef, Described, Ref
 
 BACKEND = "sky"
 #: A batch goes out when it holds this many operations...
@@ -43,6 +45,12 @@ BATCH_AGE = 0.005
 
 _devices: dict[int, RemoteDevice] = {}
 _registry_lock = threading.Lock()
+#: What a node's worker asks of a peer before it accepts a node-to-node copy from it. Made
+#: here, per client process; it reaches the workers over the pool's own channels only.
+SECRET = os.urandom(32)
+_transfers = itertools.count(1)
+#: (sending worker, receiving worker) -> None (direct) or why the sender cannot reach the other.
+_routes: dict[tuple[str, str], str | None] = {}
 
 # Operations that always need the node's answer (their result is a value, not a tensor).
 _SYNC_OPS = frozenset({"aten._local_scalar_dense.default", "aten.equal.default", "aten.is_nonzero.default"})
@@ -65,6 +73,10 @@ class Link:
     def call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         raise NotImplementedError
 
+    def lost(self) -> BaseException | None:
+        """The error the node was lost with, or None while it runs."""
+        raise NotImplementedError
+
 
 def _server() -> Any:
     from skyward.torch import _server
@@ -83,6 +95,8 @@ class RemoteDevice:
         self.key = key  # the session's name on the worker
         self.torch_device = torch.device(BACKEND, index)
         self.closed: str | None = None
+        #: Where this device's worker takes node-to-node copies: address, port, worker id.
+        self.peer: dict[str, Any] = {}
         self._lock = threading.RLock()
         self._ops: list[tuple[Any, ...]] = []
         self._frees: collections.deque[int] = collections.deque()
@@ -169,7 +183,14 @@ class RemoteDevice:
             seq = self._seq
             self._seq += 1
             self.sent_batches += 1
-            return self.link.call(self._run, (self.key, seq, blob, request, *buffers))
+            try:
+                return self.link.call(self._run, (self.key, seq, blob, request, *buffers))
+            except DeviceError as exc:
+                if exc.op == OP_RECV:  # a copy from another node broke: was that node lost?
+                    lost = _lost_peer()
+                    if lost is not None:
+                        raise lost from exc
+                raise
 
     def seed(self, seed: int) -> None:
         with self._lock:
@@ -490,18 +511,63 @@ def _copy_(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         dst.copy_(_fetch(src), **kwargs)
         return dst
     if type(src) is SkyTensor and src._dev is not dst._dev:
-        dst.copy_(_cross_copy(src, dst._dev, {}))
-        return dst
+        return _cross_copy(src, dst._dev, {}, into=dst)
     return _generic(func, args, kwargs)
 
 
-def _cross_copy(src: SkyTensor, dst: RemoteDevice, kwargs: dict[str, Any]) -> Any:
-    warnings.warn(f"copying {src.device} -> {dst.torch_device} through the client", stacklevel=4)
-    local = {k: v for k, v in kwargs.items() if k != "device"}
-    data = _fetch(src)
+def _route(a: RemoteDevice, b: RemoteDevice) -> str | None:
+    """None when ``a``'s worker can send to ``b``'s directly, else why not (asked once a pair)."""
+    pair = (a.peer["worker"], b.peer["worker"])
+    if pair not in _routes:
+        _routes[pair] = a.sync(("probe", b.peer["address"], b.peer["port"]))
+    return _routes[pair]
+
+
+def _cross_copy(src: SkyTensor, dst: RemoteDevice, kwargs: dict[str, Any], into: SkyTensor | None = None) -> Any:
+    """``src`` (on one node) to ``dst`` (another node's device): worker to worker when the two
+    can reach each other (no byte through the client), else through the client, with a warning.
+    ``into``: copy into this tensor of ``dst`` (``copy_``); otherwise a new tensor (``.to``)."""
+    a = src._dev
+    why = _route(a, dst)
+    local = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking", "copy")}
+    if why is not None:
+        warnings.warn(f"copying {src.device} -> {dst.torch_device} through the client: the nodes cannot "
+                      f"reach each other ({why})", stacklevel=4)
+        data = _fetch(src)
+        if local:
+            data = torch.ops.aten._to_copy.default(data, **local)
+        if into is not None:
+            return into.copy_(data)
+        return data.to(dst.torch_device)
+    xid = next(_transfers)
+    shape, dtype = tuple(src.shape), src.dtype
+    with a._lock:
+        a.check_open()
+        a.queue((OP_SEND, (Ref(src._tid), xid, dst.peer["address"], dst.peer["port"]), None, None))
+        a.flush()  # (now: the receiving node waits for these bytes)
+    with dst._lock:
+        dst.check_open()
+        if into is not None:
+            dst.queue((OP_RECV, (Ref(into._tid), xid, a.peer["worker"], shape, dtype, False), None, None))
+            return into
+        h = dst.handle(shape, _contiguous_strides(shape), 0, dtype)
+        dst.queue((OP_RECV, (h._tid, xid, a.peer["worker"], shape, dtype, True), None, None))
     if local:
-        data = torch.ops.aten._to_copy.default(data, **local)
-    return data.to(dst.torch_device)
+        return torch.ops.aten._to_copy.default(h, **local)
+    return h
+
+
+def _lost_peer(wait: float = 5.0) -> BaseException | None:
+    """The loss of a node that went away (waiting a little for the pool to notice it)."""
+    deadline = time.monotonic() + wait
+    while True:
+        for dev in list(_devices.values()):
+            lost = dev.link.lost()
+            if lost is not None:
+                return lost
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
 
 
 def _generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

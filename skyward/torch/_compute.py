@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -13,12 +14,12 @@ from typing import Any
 import torch
 
 from skyward.compute import function_blob
-from skyward.errors import ConfigError
+from skyward.errors import ConfigError, WorkerLost
 from skyward.plugins._base import Plugin, PoolInfo
 from skyward.protocol import dumps_payload
 from skyward.torch import _backend, _server
 
-__all__ = ["Compute", "compute", "open_device"]
+__all__ = ["Cluster", "Compute", "compute", "open_device"]
 
 
 class PoolLink(_backend.Link):
@@ -33,6 +34,10 @@ class PoolLink(_backend.Link):
 
     def call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         return self.connection.call(dumps_payload((function_blob(fn), args, {})), "sky", None)
+
+    def lost(self) -> BaseException | None:
+        c = self.connection
+        return None if c.alive else (c.lost or WorkerLost(c.node, "worker is not running"))
 
 
 def open_device(pool: Any, kind: str, node: int) -> torch.device:
@@ -49,13 +54,16 @@ def open_device(pool: Any, kind: str, node: int) -> torch.device:
         return known.torch_device
     link = PoolLink(pool._connection(node))
     key = uuid.uuid4().hex
+    # (node-to-node copies arrive at the address the pool's other nodes reach this one at)
+    address = pool.instances[node].private_addr
     dev = _backend.attach(link, kind, "?", key)
     try:
-        info = link.call(_server.open_session, (key, dev.index, kind))
+        info = link.call(_server.open_session, (key, dev.index, kind, address, _backend.SECRET))
     except BaseException:
         _backend.detach(dev, "it could not be opened")
         raise
     dev.real = info["device"]
+    dev.peer = info["peer"]
     remote_torch = info["torch"]
     if remote_torch.split("+")[0] != torch.__version__.split("+")[0]:
         import warnings
@@ -125,6 +133,63 @@ class Compute:
 
     def __repr__(self) -> str:
         return f"Compute(name={self.name!r}, provider={self.pool.provider!r}, state={self.pool._state})"
+
+
+class Cluster:
+    """Several :class:`Compute` at once: ``with Cluster(a, b) as (a, b)`` starts each one (in
+    order) and leaves them all, on every exit path, the last started first.
+
+    Their devices can be used together in one program; a copy between two of them
+    (``q.copy_(p)``, ``t.to(other)``) goes from node to node, not through the client (see
+    :mod:`skyward.torch`). The computes may use different providers.
+    """
+
+    def __init__(self, *computes: Compute):
+        if not computes:
+            raise ConfigError("computes", "one or more Compute", computes)
+        for i, c in enumerate(computes):
+            if not isinstance(c, Compute):
+                raise ConfigError(f"computes[{i}]", "a skyward.torch.Compute", c)
+        if len({id(c) for c in computes}) != len(computes):
+            raise ConfigError("computes", "distinct Compute objects (each one is its own node)",
+                              [c.name for c in computes])
+        self.computes = computes
+
+    def __enter__(self) -> tuple[Compute, ...]:
+        started: list[Compute] = []
+        try:
+            for c in self.computes:
+                c.__enter__()
+                started.append(c)
+        except BaseException:
+            self._leave(started, sys.exc_info())
+            raise
+        return self.computes
+
+    def __exit__(self, *exc: Any) -> None:
+        self._leave(list(self.computes), exc)
+
+    @staticmethod
+    def _leave(started: list[Compute], exc: Any) -> None:
+        """Leave every compute in ``started`` (last first) even when one fails; raise the first
+        failure afterwards (unless an exception is already on its way out)."""
+        failure: BaseException | None = None
+        for c in reversed(started):
+            try:
+                c.__exit__(*exc)
+            except BaseException as e:  # (the others are still left)
+                failure = failure or e
+        if failure is not None and exc[0] is None:
+            raise failure
+
+    async def __aenter__(self) -> tuple[Compute, ...]:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.__exit__(*exc)
+
+    def __repr__(self) -> str:
+        return f"Cluster({', '.join(repr(c) for c in self.computes)})"
 
 
 def compute(fn: Callable[..., Any] | None = None, /, *, name: str | None = None, **pool_options: Any) -> Any:

@@ -19,7 +19,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from skyward.errors import DeviceError
-from skyward.torch._wire import OP_FREE, OP_SEED, Blob, DeviceRef, Described, Ref
+from skyward.torch import _peer
+from skyward.torch._wire import OP_FREE, OP_RECV, OP_SEED, OP_SEND, Blob, DeviceRef, Described, Ref
 
 _sessions: dict[str, Session] = {}
 _sessions_lock = threading.Lock()
@@ -160,6 +161,12 @@ class Session:
             return self.scalar(request[1])
         if kind == "noop":
             return None
+        if kind == "probe":
+            try:
+                _peer.current().connect(request[1], request[2])
+            except _peer.PeerError as exc:
+                return str(exc)
+            return None
         return self.describe(request[1], request[2])
 
     def free_only(self, ops: Any) -> None:
@@ -203,6 +210,9 @@ class Session:
             if name == OP_SEED:
                 _seed(self.device, args[0])
                 continue
+            if name == OP_SEND or name == OP_RECV:
+                self._transfer(name, args)
+                continue
             try:
                 fn = _ops.get(name) or _op(name)
                 result = fn(*self._decode(args), **self._decode(kwargs))
@@ -220,6 +230,24 @@ class Session:
                     for tid, value in zip(outs, leaves, strict=True):
                         if tid is not None:
                             self.tensors[tid] = value
+
+    def _transfer(self, name: str, args: tuple[Any, ...]) -> None:
+        try:
+            if name == OP_SEND:
+                src, xid, address, port = args
+                _peer.current().send(address, port, xid, self.tensors[src])
+                return
+            dst, xid, sender, shape, dtype, new = args
+            data = _peer.current().take(xid, sender).view(dtype).reshape(shape)
+            if new:
+                self.tensors[dst] = data.to(self.device)
+            else:
+                self.tensors[dst].copy_(data)
+        except KeyError:
+            raise DeviceError(f"{name} failed: a tensor of the copy is missing (the operation that made it "
+                              "failed earlier)", op=name, device=str(self.device)) from None
+        except _peer.PeerError as exc:
+            raise DeviceError(f"{name} failed: {exc}", op=name, device=str(self.device)) from exc
 
     def describe(self, op: tuple[Any, ...], first_tid: int) -> Any:
         """Run one operation whose outputs the client could not infer; return them described."""
@@ -272,12 +300,16 @@ def _seed(device: torch.device, seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def open_session(key: str, index: int, kind: str) -> dict[str, Any]:
-    """Start serving device ``sky:index`` here on the device ``kind`` names."""
+def open_session(key: str, index: int, kind: str, address: str, secret: bytes) -> dict[str, Any]:
+    """Start serving device ``sky:index`` here on the device ``kind`` names. ``address`` is where
+    the pool's other nodes reach this one: node-to-node copies are accepted there only, from
+    peers that hold ``secret``."""
     device = _resolve_kind(kind)
+    ex = _peer.exchange(address, secret)
     with _sessions_lock:
         _sessions[key] = Session(index, device)
-    return {"device": str(device), "devices": available_devices(), "torch": torch.__version__}
+    return {"device": str(device), "devices": available_devices(), "torch": torch.__version__,
+            "peer": _peer.peer_info(ex)}
 
 
 def close_session(key: str) -> None:

@@ -23,6 +23,11 @@ import torch
 OP_FREE = "$free"
 #: Seed every generator of the node's device (``torch.manual_seed`` on the client).
 OP_SEED = "$seed"
+#: ``(src, xid, address, port)``: send tensor ``src``'s bytes to the worker at address:port.
+OP_SEND = "$send"
+#: ``(dst, xid, sender, shape, dtype, new)``: take transfer ``xid`` from worker ``sender`` as a
+#: tensor of ``shape``/``dtype``; store it as ``dst`` (``new``) or copy it into ``dst``.
+OP_RECV = "$recv"
 
 #: Client tensors smaller than this travel inside the batch's pickle; larger ones as buffers.
 INLINE_BYTES = 64 * 1024
