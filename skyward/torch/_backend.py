@@ -379,11 +379,17 @@ def _plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     leaves, spec = pytree.tree_flatten(out)
     meta_leaves = [v for v in pytree.tree_leaves((meta_args, meta_kwargs)) if isinstance(v, torch.Tensor)]
     index_of = {id(v): i for i, v in enumerate(meta_leaves)}
+    originals = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
     plan = []
     for v in leaves:
         if isinstance(v, torch.Tensor):
             if id(v) in index_of:
-                plan.append(("in", index_of[id(v)]))
+                i = index_of[id(v)]
+                was = originals[i]
+                now = (tuple(v.shape), v.stride(), v.storage_offset())
+                # an out= or in-place op that changed the tensor's shape (resize, t_, squeeze_...)
+                changed = now != (tuple(was.shape), was.stride(), was.storage_offset())
+                plan.append(("in", i, now if changed else None))
             else:
                 plan.append(("new", tuple(v.shape), v.stride(), v.storage_offset(), v.dtype))
         else:
@@ -430,7 +436,10 @@ def _dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generic:
                 results.append(h)
             elif kind == "in":
                 outs.append(None)
-                results.append(tensors[step[1]])
+                t = tensors[step[1]]
+                if step[2] is not None:
+                    _reshape(t, *step[2])
+                results.append(t)
             else:
                 results.append(step[1])
         dev.queue((name, enc_args, enc_kwargs, outs), nbytes)
@@ -439,6 +448,14 @@ def _dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generic:
     if single:
         return results[0]
     return pytree.tree_unflatten(results, spec)
+
+
+def _reshape(t: SkyTensor, size: Any, stride: Any, offset: int) -> None:
+    """Give handle ``t`` new metadata in place (its node's tensor was resized or restrided)."""
+    shell = torch.Tensor._make_wrapper_subclass(  # (no id: its end frees nothing)
+        SkyTensor, size, strides=stride, storage_offset=offset, dtype=t.dtype, device=t.device
+    )
+    t.data = shell
 
 
 def _blobs(found: list[Any], enc_args: Any, enc_kwargs: Any) -> tuple[int, bool]:
@@ -528,6 +545,9 @@ def _cross_copy(src: SkyTensor, dst: RemoteDevice, kwargs: dict[str, Any], into:
     can reach each other (no byte through the client), else through the client, with a warning.
     ``into``: copy into this tensor of ``dst`` (``copy_``); otherwise a new tensor (``.to``)."""
     a = src._dev
+    if into is not None and torch.broadcast_shapes(into.shape, src.shape) != into.shape:
+        raise RuntimeError(f"the size of the source {tuple(src.shape)} must match the destination's "
+                           f"{tuple(into.shape)} (or broadcast to it)")
     why = _route(a, dst)
     local = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking", "copy")}
     if why is not None:
@@ -577,6 +597,8 @@ def _generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 _SPECIAL: dict[str, Callable[..., Any]] = {
     "aten._to_copy.default": _to_copy,
     "aten.copy_.default": _copy_,
+    # (asked by ``t.data = other``: a question about the two handles, answered here)
+    "aten._has_compatible_shallow_copy_type.default": lambda func, args, kwargs: type(args[0]) is type(args[1]),
 }
 
 
@@ -629,6 +651,18 @@ def _empty_strided(size: Any, stride: Any, dtype: Any = None, layout: Any = None
         dev.queue(("aten.empty_strided.default", (tuple(size), tuple(stride)),
                    {"dtype": dtype, "device": DeviceRef(dev.index)}, [h._tid]))
     return h
+
+
+def _copy_from(src: Any, dst: Any, non_blocking: bool = False) -> Any:
+    """``aten::_copy_from`` (torch's copy between two backends, as ``torch.tensor(..., device=)``
+    makes it): the same as ``dst.copy_(src)``."""
+    return _copy_(torch.ops.aten.copy_.default, (dst, src), {})
+
+
+def _copy_from_and_resize(src: Any, dst: Any) -> Any:
+    if tuple(dst.shape) != tuple(src.shape):
+        dst.resize_(src.shape)
+    return _copy_(torch.ops.aten.copy_.default, (dst, src), {})
 
 
 class _DeviceModule:
@@ -687,6 +721,8 @@ def register() -> None:
         lib = torch.library.Library("aten", "IMPL")
         lib.impl("empty.memory_format", _empty, "PrivateUse1")
         lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+        lib.impl("_copy_from", _copy_from, "PrivateUse1")
+        lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
         globals()["_lib"] = lib  # (the registrations live as long as the library object)
         _registered = True
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from skyward.compute import function_blob
-from skyward.errors import ConfigError, WorkerLost
+from skyward.errors import ConfigError
 from skyward.plugins._base import Plugin, PoolInfo
 from skyward.protocol import dumps_payload
 from skyward.torch import _backend, _server
@@ -36,8 +36,7 @@ class PoolLink(_backend.Link):
         return self.connection.call(dumps_payload((function_blob(fn), args, {})), "sky", None)
 
     def lost(self) -> BaseException | None:
-        c = self.connection
-        return None if c.alive else (c.lost or WorkerLost(c.node, "worker is not running"))
+        return self.connection.lost  # (set once the loss is known, with its cause)
 
 
 def open_device(pool: Any, kind: str, node: int) -> torch.device:

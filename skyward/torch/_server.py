@@ -248,6 +248,9 @@ class Session:
                               "failed earlier)", op=name, device=str(self.device)) from None
         except _peer.PeerError as exc:
             raise DeviceError(f"{name} failed: {exc}", op=name, device=str(self.device)) from exc
+        except Exception as exc:
+            raise DeviceError(f"{name} failed: {type(exc).__name__}: {exc}", op=name,
+                              device=str(self.device)) from exc
 
     def describe(self, op: tuple[Any, ...], first_tid: int) -> Any:
         """Run one operation whose outputs the client could not infer; return them described."""
