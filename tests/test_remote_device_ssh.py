@@ -32,3 +32,52 @@ def test_mnist_steps_on_an_ssh_hosts_device_equal_the_cpu(test_hosts, wheelhouse
         with pytest.raises(sky.DeviceError, match="has no 'cuda' device; it has: cpu"):
             node.device("cuda")
     assert not leftovers(host)
+
+
+def test_copies_between_two_hosts_go_host_to_host(test_hosts, wheelhouse) -> None:
+    from skyward.torch import Cluster
+    from skyward.torch import _backend
+
+    hosts = test_hosts[:2]
+    computes = [Compute(provider=ssh_provider([h], wheelhouse, system_site_packages=["torch", "numpy"]),
+                        start_timeout=90) for h in hosts]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a copy through the client would warn)
+        with Cluster(*computes) as (a, b):
+            da, db = a.device(), b.device()
+            peer_b = _backend._devices[db.index].peer
+            assert peer_b["address"] == hosts[1].ip  # b takes copies on the address a reaches it at
+            x = torch.randn(1 << 20)  # 4 MiB
+            sa = x.to(da)
+            torch.sky.synchronize()
+            before = sum(c.pool._connection(0).received_bytes for c in (a, b))
+            sb = sa.to(db)
+            sb.mul_(2)
+            sa.copy_(sb)
+            total = sa.sum().item()
+            moved = sum(c.pool._connection(0).received_bytes for c in (a, b)) - before
+            assert moved < 64 << 10, moved  # the 8 MiB copied went host to host
+            assert total == pytest.approx(float(x.sum() * 2), rel=1e-4)
+    assert not leftovers(hosts)
+
+
+def test_a_host_that_cannot_reach_the_local_node_copies_through_the_client(test_hosts, wheelhouse) -> None:
+    from skyward.torch import Cluster
+
+    host = test_hosts[:1]
+    remote = Compute(provider=ssh_provider(host, wheelhouse, system_site_packages=["torch", "numpy"]),
+                     start_timeout=90)
+    with Cluster(Compute(provider=sky.Local()), remote) as (local, ssh):
+        dl, ds = local.device(), ssh.device()
+        x = torch.arange(10.0)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            on_host = x.to(dl).to(ds)  # local -> host: direct (the Local worker reaches the host)
+        with pytest.warns(UserWarning, match="through the client: the nodes cannot reach each other"):
+            back = on_host.to(dl)  # host -> local: 127.0.0.1 is the host's own loopback
+        assert back.tolist() == x.tolist() and back.device == dl
+    assert not leftovers(host)
