@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ov
 import cloudpickle
 
 from skyward.errors import ConfigError, SerializationError
-from skyward.protocol import Payload, dumps_payload
+from skyward.protocol import Payload, dumps_by_value, dumps_payload
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -116,7 +116,7 @@ class PendingCompute(Generic[T]):
     def __reduce__(self) -> tuple[Any, ...]:
         # The decorated function is usually not reachable by its name (the name now holds the
         # ComputeFunction), so plain pickle can't store it by reference: use cloudpickle.
-        state = cloudpickle.dumps((self.fn, self.args, self.kwargs, self.options), protocol=5)
+        state = dumps_by_value((self.fn, self.args, self.kwargs, self.options))
         return (_rebuild_pending, (state,))
 
     # -- operators ---------------------------------------------------------------------------
@@ -266,7 +266,7 @@ def function_blob(fn: Callable[..., Any]) -> bytes:
         return _blobs[fn]
     except (KeyError, TypeError):
         pass
-    blob = cloudpickle.dumps(fn, protocol=5)
+    blob = dumps_by_value(fn)
     try:
         _blobs[fn] = blob
     except TypeError:  # not weak-referenceable (a builtin): just don't cache

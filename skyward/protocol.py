@@ -18,6 +18,7 @@ reads happen on one thread per stream.
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import pickle
@@ -26,6 +27,7 @@ import select
 import struct
 import threading
 import time
+import types
 from collections.abc import Sequence
 from typing import Any, BinaryIO, Protocol
 
@@ -102,6 +104,29 @@ def _plain(value: Any, depth: int = 0) -> bool:
     return False
 
 
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle's pickler, except that code keeps the file it came from.
+
+    cloudpickle 3.1.3 renames the file of every function it stores by value to
+    ``<dynamic-code>`` (for reproducible bytes); a task's remote traceback then shows neither the
+    file nor the failing line. Skyward keeps the name: the worker's traceback points at the
+    user's own source.
+    """
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is types.CodeType:
+            fn, args = cloudpickle.cloudpickle._code_reduce(obj)
+            return fn, tuple(obj.co_filename if a == "<dynamic-code>" else a for a in args)
+        return super().reducer_override(obj)
+
+
+def dumps_by_value(value: Any, buffer_callback: Any = None) -> bytes:
+    """``cloudpickle.dumps(value, protocol=5)``, keeping functions' file names (see _Pickler)."""
+    out = io.BytesIO()
+    _Pickler(out, protocol=5, buffer_callback=buffer_callback).dump(value)
+    return out.getvalue()
+
+
 def dumps_payload(value: Any) -> Payload:
     """Pickle ``value`` with protocol 5, keeping large buffers out of band (no copy).
 
@@ -117,8 +142,10 @@ def dumps_payload(value: Any) -> Payload:
         buffers.append(view)
         return False
 
-    dumps = pickle.dumps if _plain(value) else cloudpickle.dumps
-    data = dumps(value, protocol=5, buffer_callback=keep)
+    if _plain(value):
+        data = pickle.dumps(value, protocol=5, buffer_callback=keep)
+    else:
+        data = dumps_by_value(value, buffer_callback=keep)
     return Payload(data, buffers)
 
 

@@ -23,6 +23,8 @@ EXPECT = {
     "ddp_basic.py": "same weights on every rank: True",
     "ddp_distributed.py": "global val accuracy",
     "mnist_cnn.py": "test accuracy",
+    "remote_cluster.py": "reference equals the trained model: True",
+    "remote_mnist.py": "same parameters as the local run: True",
     "runtime_patterns.py": "every value exactly once: True",
     "sklearn_grid_search.py": "held-out accuracy",
 }
