@@ -183,6 +183,23 @@ def test_a_node_lost_before_its_copy_arrives_raises_worker_lost() -> None:
         assert time.monotonic() - started < 15
 
 
+def test_a_receiver_lost_mid_copy_raises_worker_lost_on_both_sides() -> None:
+    with Cluster(Compute(), Compute()) as (a, b):
+        da, db = a.device(), b.device()
+        big = torch.ones(64 << 20, device=da)  # 256 MiB
+        small = torch.zeros(4, device=db)
+        small.copy_(big[:4])  # the route is set up
+        torch.sky.synchronize()
+        for _ in range(8):
+            big.to(db)  # 2 GiB on their way to b (some 2 s of sending here)
+        time.sleep(0.2)
+        os.kill(b.pool.worker_pids()[0], signal.SIGKILL)
+        with pytest.raises(sky.WorkerLost, match="SIGKILL"):
+            small.sum().item()  # on b itself
+        with pytest.raises(sky.WorkerLost, match="SIGKILL"):
+            big.sum().item()  # on a, whose sends to b broke
+
+
 def test_leaving_the_cluster_tears_every_compute_down_on_every_exit_path() -> None:
     first, second = Compute(), Compute()
     with pytest.raises(ZeroDivisionError):

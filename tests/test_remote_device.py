@@ -8,7 +8,9 @@ import asyncio
 import copy
 import io
 import os
+import pathlib
 import signal
+import sys
 import time
 
 import pytest
@@ -20,21 +22,9 @@ import skyward as sky  # noqa: E402
 from skyward.torch import Compute, compute  # noqa: E402
 from skyward.torch import _backend  # noqa: E402
 
-
-class MNISTNet(nn.Module):
-    """Seed 000's network."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.pool = nn.MaxPool2d(2)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):  # type: ignore[no-untyped-def]
-        x = self.pool(nn.functional.relu(self.conv2(nn.functional.relu(self.conv1(x)))))
-        return self.fc2(nn.functional.relu(self.fc1(torch.flatten(x, 1))))
+# Seed 000's network, as the guide defines it (guides/remote_mnist.py; its main() runs only as a script)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "guides"))
+from remote_mnist import MNISTNet  # noqa: E402
 
 
 def mnist_batches(n: int, batch: int = 32, seed: int = 1) -> list[tuple]:

@@ -186,7 +186,7 @@ class RemoteDevice:
             try:
                 return self.link.call(self._run, (self.key, seq, blob, request, *buffers))
             except DeviceError as exc:
-                if exc.op == OP_RECV:  # a copy from another node broke: was that node lost?
+                if exc.op in (OP_RECV, OP_SEND):  # a copy with another node broke: was it lost?
                     lost = _lost_peer()
                     if lost is not None:
                         raise lost from exc
