@@ -258,3 +258,38 @@ def test_cluster_rejects_bad_input() -> None:
         return str(node.device())
 
     assert plain().startswith("sky:")
+
+
+CTRL_C_CLIENT = """
+import torch, skyward as sky
+from skyward.torch import Cluster, Compute
+with Cluster(Compute(), Compute()) as (a, b):
+    print("PIDS", a.pool.worker_pids()[0], b.pool.worker_pids()[0], flush=True)
+    da, db = a.device(), b.device()
+    m = torch.randn(400, 400, device=da)
+    print("RUNNING", flush=True)
+    while True:
+        m = (m @ m).tanh_()
+        m.to(db).sum().item()
+"""
+
+
+def test_ctrl_c_while_two_nodes_compute_and_copy_leaves_nothing_running() -> None:
+    import subprocess
+    import sys
+
+    from tests.test_lifecycle import ROOT, interactive_signals, wait_gone
+
+    proc = subprocess.Popen([sys.executable, "-c", CTRL_C_CLIENT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, preexec_fn=interactive_signals)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    assert first.startswith("PIDS"), first + proc.stderr.read()  # type: ignore[union-attr]
+    pids = [int(p) for p in first.split()[1:]]
+    assert proc.stdout.readline().startswith("RUNNING")
+    time.sleep(1.0)  # mid-loop: ops queued on a, copies in flight to b
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode in (-signal.SIGINT, 130), err
+    assert err.count("stopped, nothing left running") == 2 and "Traceback" not in err, err  # one line per compute
+    assert wait_gone(pids, 5) == []
