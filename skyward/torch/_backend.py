@@ -113,10 +113,6 @@ class RemoteDevice:
         return f"<sky:{self.index} = node {self.link.node}'s {self.real}>"
 
     # -- handles ---------------------------------------------------------------------------------
-    def new_id(self) -> int:
-        self._tid += 1
-        return self._tid
-
     def handle(self, size: Any, stride: Any, offset: int, dtype: torch.dtype) -> SkyTensor:
         self._tid += 1
         return SkyTensor(self, self._tid, size, stride, offset, dtype)
@@ -187,7 +183,7 @@ class RemoteDevice:
                 return self.link.call(self._run, (self.key, seq, blob, request, *buffers))
             except DeviceError as exc:
                 if exc.op in (OP_RECV, OP_SEND):  # a copy with another node broke: was it lost?
-                    lost = _lost_peer()
+                    lost = _lost_peer(str(exc))
                     if lost is not None:
                         raise lost from exc
                 raise
@@ -577,12 +573,14 @@ def _cross_copy(src: SkyTensor, dst: RemoteDevice, kwargs: dict[str, Any], into:
     return h
 
 
-def _lost_peer(wait: float = 5.0) -> BaseException | None:
-    """The loss of a node that went away (waiting a little for the pool to notice it)."""
+def _lost_peer(message: str, wait: float = 5.0) -> BaseException | None:
+    """The loss of the node a failed copy's ``message`` names (its worker id, or its address and
+    port), waiting a little for the pool to notice it."""
     deadline = time.monotonic() + wait
     while True:
         for dev in list(_devices.values()):
-            lost = dev.link.lost()
+            named = dev.peer and (dev.peer["worker"] in message or f"{dev.peer['address']}:{dev.peer['port']}" in message)
+            lost = dev.link.lost() if named else None
             if lost is not None:
                 return lost
         if time.monotonic() > deadline:
@@ -700,7 +698,7 @@ class _DeviceModule:
         """Wait until every operation queued for ``device`` (all sky devices if None) has run."""
         devs = list(_devices.values()) if device is None else [_device(torch.device(device).index)]
         for dev in devs:
-            dev.sync(("noop",))
+            dev.wait()
 
 
 _registered = False
