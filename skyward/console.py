@@ -64,6 +64,10 @@ _MODES = ("auto", "live", "plain", "off")
 
 REFRESH_PER_SECOND = 8
 FLUSH_PER_SECOND = 10  # batches of output lines printed above the live view
+#: Bytes of output lines the live view may hold waiting for the terminal. Past this, whoever
+#: adds lines (a connection's reader) waits until the terminal has taken some: the task's own
+#: output then waits in its pipe. Nothing is dropped, and client memory stays bounded.
+MAX_PENDING_BYTES = 4 << 20
 PLAIN_PROGRESS_EVERY = 5.0  # seconds between two prints of a node's progress line in plain mode
 _BAR_MIN_TASKS = 8  # a batch of at least this many tasks gets a progress bar in the live view
 _STEP_PREFIX = "::step:: "  # skyward.bootstrap.STEP_PREFIX (not imported: bootstrap is heavier)
@@ -275,6 +279,8 @@ class Console:
         self._live_console: RichConsole | None = None
         self._stderr_on_screen = False  # stderr lines go through the view (same terminal)
         self._pending: list[_Msg] = []  # live: lines waiting for the next batch (under _lock)
+        self._pending_bytes = 0
+        self._drained = threading.Condition(self._lock)  # notified when a batch has been taken
         self._flusher: threading.Thread | None = None
         self._flusher_stop = threading.Event()
         self._log_streams: list[tuple[Any, Any]] = []  # (logging handler, its own stream) while live
@@ -462,6 +468,11 @@ class Console:
             msgs = self._apply(event, now)
             if msgs:
                 self._pending.extend(msgs)
+                self._pending_bytes += sum(len(text) for _, text in msgs)
+                # Bounded: wait for the terminal (never past the view's end: then nobody drains).
+                while (self._pending_bytes > MAX_PENDING_BYTES and self._live is not None
+                       and self._flusher is not None and self._flusher.is_alive()):
+                    self._drained.wait(0.1)
         # Never call rich while holding self._lock: the view's refresh thread takes it to render.
         if isinstance(event, ev.PoolStopped):
             self._stop_live()
@@ -485,6 +496,8 @@ class Console:
         with self._flush_lock:
             with self._lock:
                 batch, self._pending = self._pending, []
+                self._pending_bytes = 0
+                self._drained.notify_all()
             if not batch:
                 return
             rc = self._live_console
@@ -535,6 +548,7 @@ class Console:
     def _log(self, line: str) -> None:
         with self._lock:
             self._pending.append(("log", line))
+            self._pending_bytes += len(line)
 
     # -- the live view ---------------------------------------------------------------------------
     def _start_live(self) -> None:
@@ -597,6 +611,8 @@ class Console:
                     atexit.unregister(self._stop_live)
                     with self._lock:  # lines queued while the view was going: printed plainly
                         late, self._pending = self._pending, []
+                        self._pending_bytes = 0
+                        self._drained.notify_all()
                         for channel, text in late:
                             if channel not in ("stage", "log"):
                                 self._write_plain(channel, text)

@@ -607,3 +607,46 @@ def test_tqdm_in_a_task_is_one_line_per_node_not_one_per_refresh(capsys: pytest.
         assert 1 <= len(bars) <= 3, err  # the first state, maybe one more after 5 s, the last
         assert "200/200" in bars[-1]
         assert all(ln.strip() != f"[node {n}]" for ln in mine)  # tqdm's closing newline: no empty line
+
+
+class _SlowTerminal(io.StringIO):
+    """A terminal that takes 2 MB/s: slower than a task can print."""
+
+    def write(self, text: str) -> int:
+        time.sleep(len(text) / 2e6)
+        return super().write(text)
+
+
+def test_live_view_holds_a_bounded_backlog_and_loses_no_line(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import skyward.console as console_module
+
+    monkeypatch.setattr(console_module, "MAX_PENDING_BYTES", 256 << 10)
+    terminal = _SlowTerminal()
+    c = Console(rich_console=RichConsole(file=terminal, force_terminal=True, width=200))
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], c._pending_bytes)
+            time.sleep(0.002)
+
+    @sky.compute
+    def flood(lines: int) -> int:
+        pad = "x" * 90
+        for k in range(lines):
+            print(f"line {k} {pad}")
+        return lines
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with sky.ComputePool(console=False, on_event=c) as pool:
+            assert flood(40_000) >> pool == 40_000  # about 4 MB of output
+    finally:
+        done.set()
+        sampler.join()
+    text = strip(terminal.getvalue())
+    assert all(f"line {k} " in text for k in (0, 19_999, 39_999))
+    assert text.count(" xxxxxxxxxx") == 40_000  # every line reached the terminal
+    assert peak[0] < (256 << 10) + (64 << 10), peak[0]  # the backlog stayed near its bound
