@@ -27,6 +27,33 @@ def group_members(pgid: int) -> list[int] | None:
     return members
 
 
+#: The variable every process of a worker's tree inherits (set by the transport that starts the
+#: worker): teardown finds what the keeper could not clear by it (see :func:`tagged`).
+TREE_VARIABLE = "SKYWARD_TREE"
+
+
+def tagged(tag: str) -> list[int]:
+    """Live processes whose environment holds ``SKYWARD_TREE=<tag>``: a worker's whole tree,
+    detached processes included (a process started with an environment of its own is not)."""
+    want = f"{TREE_VARIABLE}={tag}".encode()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    me = os.getpid()
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if want in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
 def descendants(root: int) -> list[int]:
     """Every process below ``root`` (Linux /proc), zombies included."""
     children: dict[int, list[int]] = {}

@@ -181,17 +181,18 @@ class Host(Protocol):
 
     def run(self, command: str, *, timeout: float | None = None) -> CommandResult: ...
 
-    def kill_group(self, pgid: int, timeout: float = 5.0) -> bool: ...
+    def kill_group(self, pgid: int, timeout: float = 5.0, tree: str = "") -> bool: ...
 
 
 class SSHChannel(Channel):
     """A worker started over SSH. ``pgid`` is its process group on the host (None if unknown)."""
 
     def __init__(self, transport: Host, chan: Any, pgid: int | None, stdout_prefix: bytes,
-                 stderr_prefix: bytes):
+                 stderr_prefix: bytes, tree: str = ""):
         self._transport = transport
         self._chan = chan
         self.pgid = pgid
+        self.tree = tree  # SKYWARD_TREE of every process the worker's tree holds
         self.stdin = io.BufferedWriter(ChannelWriter(chan), _BUFFER)  # type: ignore[assignment]
         self.stdout = ChannelReader(chan.recv, stdout_prefix)  # type: ignore[assignment]  # the frame reader buffers
         self.stderr = io.BufferedReader(ChannelReader(chan.recv_stderr, stderr_prefix), _BUFFER)  # type: ignore[assignment]
@@ -228,7 +229,7 @@ class SSHChannel(Channel):
         if self.pgid is None:
             # It never reported a pid, so it never reached the worker: gone once the channel is.
             return self.wait(max(0.0, deadline - time.monotonic())) is not None
-        gone = self._transport.kill_group(self.pgid, max(0.0, deadline - time.monotonic()))
+        gone = self._transport.kill_group(self.pgid, max(0.0, deadline - time.monotonic()), self.tree)
         if gone:
             with contextlib.suppress(Exception):
                 self._chan.close()

@@ -9,11 +9,12 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from skyward._files import write_atomically
-from skyward._procs import group_members
+from skyward._procs import TREE_VARIABLE, group_members, tagged
 from skyward.transport.base import (
     Channel,
     CommandResult,
@@ -35,8 +36,9 @@ def _group_members(pgid: int) -> list[int]:
 
 
 class LocalChannel(Channel):
-    def __init__(self, process: subprocess.Popen[bytes]):
+    def __init__(self, process: subprocess.Popen[bytes], tree: str = ""):
         self.process = process
+        self.tree = tree  # SKYWARD_TREE of every process the worker's tree holds
         assert process.stdin and process.stdout and process.stderr
         self.stdin = process.stdin
         self.stdout = process.stdout.raw  # type: ignore[attr-defined]  # unbuffered: the frame reader buffers
@@ -69,7 +71,9 @@ class LocalChannel(Channel):
         deadline = time.monotonic() + timeout
         self.wait(max(0.0, deadline - time.monotonic()))
         while True:
-            members = _group_members(self.pgid)
+            # The group, and what left it (a detached process) but still carries the tree's tag:
+            # normally the keeper has cleared both; not when the keeper itself was killed.
+            members = _group_members(self.pgid) + (tagged(self.tree) if self.tree else [])
             if not members:
                 return True
             if time.monotonic() >= deadline:
@@ -108,6 +112,7 @@ class LocalTransport(Transport):
     def start(self, launch: WorkerLaunch) -> Channel:
         env = dict(os.environ)
         env.update(launch.env)
+        tree = env[TREE_VARIABLE] = uuid.uuid4().hex
         process = subprocess.Popen(
             list(launch.argv),
             stdin=subprocess.PIPE,
@@ -119,7 +124,7 @@ class LocalTransport(Transport):
         )
         for stream in (process.stdin, process.stdout):
             _widen_pipe(stream)
-        return LocalChannel(process)
+        return LocalChannel(process, tree)
 
     def run(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
         out: list[str] = []

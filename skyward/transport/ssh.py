@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from skyward._optional import require
+from skyward._procs import TREE_VARIABLE
 from skyward._retry import Backoff
 from skyward.errors import BootstrapError
 from skyward.providers.base import SSHAddress
@@ -253,12 +254,19 @@ class SSHTransport(Transport):
                 with contextlib.suppress(ConnectionError):
                     self.kill_group(pid[0], 10.0)
 
-    def kill_group(self, pgid: int, timeout: float = 5.0) -> bool:
-        """``kill -9`` process group ``pgid`` on the host until it is gone; False if it is still
-        there after ``timeout``. Raises ConnectionError if the host cannot be asked."""
+    def kill_group(self, pgid: int, timeout: float = 5.0, tree: str = "") -> bool:
+        """``kill -9`` process group ``pgid`` on the host until it is gone, and every process
+        whose environment carries ``SKYWARD_TREE=<tree>`` (detached ones the worker's keeper
+        could not clear: it was killed itself); False if any is still there after ``timeout``.
+        Raises ConnectionError if the host cannot be asked."""
         deadline = time.monotonic() + timeout
         # `kill -9 -PGID`, not `kill -9 -- -PGID`: dash's kill does not take "--".
-        check = f"if kill -0 -{pgid} 2>/dev/null; then kill -9 -{pgid} 2>/dev/null; echo alive; else echo gone; fi"
+        check = f"a=; if kill -0 -{pgid} 2>/dev/null; then kill -9 -{pgid} 2>/dev/null; a=1; fi; "
+        if tree:  # one grep over every environ (NUL-separated lines): the pids of the tree's processes
+            check += (f"p=$(grep -lzx {shlex.quote(f'{TREE_VARIABLE}={tree}')} /proc/[0-9]*/environ 2>/dev/null "
+                      f"| cut -d/ -f3); if [ -n \"$p\" ]; then kill -9 $p 2>/dev/null; a=1; fi; ")
+        check += 'if [ -n "$a" ]; then echo alive; else echo gone; fi'
+
         for _ in Backoff(timeout=timeout, delay=0.05, factor=1.0):
             try:
                 result = self.run(check, timeout=max(1.0, deadline - time.monotonic()))
@@ -390,7 +398,8 @@ class SSHTransport(Transport):
         host's process list for an instant: put secrets in the image's env file instead.
         """
         parts = ["printf '\\n%s%s\\n' " + shlex.quote(START_MARKER.decode()) + ' "$$"']
-        parts += [f"export {k}={shlex.quote(v)}" for k, v in launch.env.items()]
+        tree = uuid.uuid4().hex  # every process of the worker's tree inherits it (see kill_group)
+        parts += [f"export {k}={shlex.quote(v)}" for k, v in {**launch.env, TREE_VARIABLE: tree}.items()]
         if launch.cwd:
             parts.append("cd " + shlex.quote(self.expand(launch.cwd)))
         parts.append("exec " + shlex.join(launch.argv))
@@ -408,7 +417,7 @@ class SSHTransport(Transport):
                 raise
             raise BootstrapError(self.host, "starting worker", f"{type(exc).__name__}: {exc}") from exc
         # Anything a login script printed before the marker goes to diagnostics, not the protocol.
-        return SSHChannel(self, chan, pgid, stdout_rest, noise)
+        return SSHChannel(self, chan, pgid, stdout_rest, noise, tree)
 
     def close(self) -> None:
         with self._lock:

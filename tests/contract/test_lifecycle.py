@@ -184,6 +184,25 @@ def test_no_process_a_task_started_outlives_the_pool_however_detached(
     assert wait_gone(detached, 0.5) == []
 
 
+def test_detached_processes_end_with_the_pool_even_when_the_keeper_is_killed(
+        new_pool: Callable[..., sky.ComputePool]) -> None:
+    """The keeper clears a worker's tree; killed itself (SIGKILL, no chance to), it leaves its
+    detached processes to init: teardown finds them by the tree's tag and ends them."""
+    with new_pool() as pool:
+        per_node = start_detached() @ pool
+        worker = pool.worker_pids()[1]
+        with open(f"/proc/{worker}/stat", "rb") as f:
+            keeper = int(f.read().rsplit(b")", 1)[1].split()[1])  # the worker's parent
+        assert "skyward.worker" in worker_command(keeper)
+        os.kill(keeper, signal.SIGKILL)
+        with pytest.raises(sky.WorkerLost):
+            for _ in range(100):
+                echo(0) @ pool
+                time.sleep(0.05)
+        # (orphaned: the keeper could not end them; the pool does, at the latest when it closes)
+    assert wait_gone([*per_node[0], *per_node[1]], 0.5) == []
+
+
 def test_a_killed_workers_detached_processes_end_with_it(new_pool: Callable[..., sky.ComputePool]) -> None:
     with new_pool() as pool:
         per_node = start_detached() @ pool

@@ -76,9 +76,9 @@ def main() -> None:
         ssh = cfg["ssh"]
         provider = sky.SSH(ssh["hosts"], user=ssh["user"], key=ssh["key"], known_hosts=ssh["known_hosts"],
                            find_links=[ssh["wheelhouse"]], no_index=True, connect_timeout=5)
-        if phase == "preparing":  # the image's setup holds (its command line carries the tag)
-            image = image.with_setup(f"touch {marker}-preparing-$(hostname)",
-                                     f"python3 -c 'import time; time.sleep(3600)' {cfg['tag']}")
+    if phase == "preparing" and provider is not None:  # the image's setup holds (its command line
+        image = image.with_setup(f"touch {marker}-preparing-$(hostname)",  # carries the tag)
+                                 f"python3 -c 'import time; time.sleep(3600)' {cfg['tag']}")
     with sky.ComputePool(provider=provider, nodes=2, image=image, plugins=[hold_plugin(cfg["tag"], marker, phase, path)],
                          idle_timeout=3, console=False) as pool:
         print("open", flush=True)

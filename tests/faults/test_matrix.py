@@ -55,10 +55,11 @@ PATHS = {
 CASES = [Case(provider, phase, path)
          for provider in ("local", "ssh") for phase, paths in PATHS.items() for path in paths
          if provider == "ssh" or (phase != "preparing" and path != "link-cut")]
-# AWS (moto's EC2, its instances the SSH test hosts): the paths on which the client itself
-# releases the machines. A client killed outright leaves that to the instances' own watchdog,
-# which powers the machine off: nothing moto or a test host can run.
-CASES += [Case("aws", "running", path) for path in ("return", "exception", "SIGINT", "SIGTERM", "worker-killed")]
+# AWS (moto's EC2, its instances the SSH test hosts): every phase, on the paths on which the
+# client itself releases the machines. A client killed outright leaves that to the instances'
+# own watchdog, which powers the machine off: nothing moto or a test host can run.
+CASES += [Case("aws", phase, path) for phase, paths in PATHS.items() for path in paths
+          if path not in ("SIGKILL", "link-cut")]
 
 #: What the program's output must say (all of it), by exit path; None: nothing to say.
 EXPECTED = {
