@@ -107,10 +107,12 @@ class Compute:
             raise ConfigError("name", "a non-empty string (or None)", name)
         from skyward.pool import ComputePool
 
-        self.name = name or "compute"
         plugins = list(pool_options.pop("plugins", ()) or ())
         pool_options.setdefault("console", False)
+        self.name = name or "compute"
+        """What this compute is called in messages."""
         self.pool = ComputePool(nodes=1, plugins=[_DEVICE_PLUGIN, *plugins], **pool_options)
+        """The one-node :class:`~skyward.ComputePool` behind it (open while the compute is)."""
 
     def device(self, kind: str = "cpu") -> torch.device:
         """The node's ``kind`` device (``"cpu"``, ``"cuda"``, ``"cuda:1"``) as a ``sky`` device."""
@@ -153,6 +155,7 @@ class Cluster:
             raise ConfigError("computes", "distinct Compute objects (each one is its own node)",
                               [c.name for c in computes])
         self.computes = computes
+        """The computes, in the order given (and entered)."""
 
     def __enter__(self) -> tuple[Compute, ...]:
         started: list[Compute] = []
