@@ -285,3 +285,17 @@ def test_a_node_killed_during_a_step_raises_worker_lost() -> None:
         with pytest.raises(sky.WorkerLost, match="SIGKILL"):
             while time.monotonic() < deadline:
                 model(x).sum().item()
+
+
+def test_a_compute_gives_its_node_the_clients_torch() -> None:
+    from skyward.accelerators import Accelerator
+    from skyward.plugins._base import PoolInfo
+    from skyward.torch._compute import _torch_in_image
+
+    version = torch.__version__.split("+")[0]
+    cpu = _torch_in_image(sky.Image(), PoolInfo(nodes=1))
+    assert cpu.pip == (f"torch=={version}", "numpy") and cpu.pip_indexes == ("https://download.pytorch.org/whl/cpu",)
+    gpu = _torch_in_image(sky.Image(), PoolInfo(nodes=1, accelerator=Accelerator("A100")))
+    assert gpu.pip[0] == f"torch=={version}" and gpu.pip_indexes == ("https://download.pytorch.org/whl/cu128",)
+    own = sky.Image(pip=["torch==2.5.1"])
+    assert _torch_in_image(own, PoolInfo(nodes=1)) is own  # the image's own pin is left alone

@@ -58,6 +58,8 @@ _CUDA_RE = re.compile(r"^cu\d{3}$")
 _BARE_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!*\-]*$")
 _OPERATORS = ("===", "==", "!=", "~=", ">=", "<=", ">", "<")
 _WHEELS = "https://download.pytorch.org/whl/{}"
+#: The CUDA wheel flavour installed on CUDA nodes unless told otherwise.
+DEFAULT_CUDA = "cu128"
 
 
 # -- validation (shared with skyward.integrations) ------------------------------------------------
@@ -373,7 +375,7 @@ def _process_group(info: InstanceInfo, *, backend: Backend | None, timeout: floa
 
 def torch(
     backend: Backend | None = None,
-    cuda: str = "cu128",
+    cuda: str = DEFAULT_CUDA,
     version: str = "latest",
     vision: str | None = None,
     audio: str | None = None,

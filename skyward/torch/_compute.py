@@ -76,13 +76,13 @@ def open_device(pool: Any, kind: str, node: int) -> torch.device:
 
 def _torch_in_image(image: Any, info: PoolInfo) -> Any:
     """Every node needs the client's torch (the same version: operations must agree) and numpy."""
-    from skyward.plugins._torch import _transform, requirement
+    from skyward.plugins._torch import DEFAULT_CUDA, _transform, requirement
 
     names = {p.split("=")[0].split(">")[0].split("<")[0].strip().lower() for p in image.pip}
     if "torch" in names:
         return image
     version = torch.__version__.split("+")[0]
-    return _transform(image, info, packages=(requirement("torch", version),), cuda="cu121")
+    return _transform(image, info, packages=(requirement("torch", version),), cuda=DEFAULT_CUDA)
 
 
 _DEVICE_PLUGIN = Plugin("sky-device", transform=_torch_in_image)
