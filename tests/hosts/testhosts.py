@@ -69,6 +69,8 @@ WORK_MOUNT = "/opt/skyward-work"
 SSH_PORT = 22
 HOST_OFFSET = 10  # host N gets <network> + 10 + N
 SSHD = "/usr/sbin/sshd"
+# The private link of TestHost.behind: a /30 inside two hosts' namespaces, never in the root one.
+_BEHIND_NET = "10.214.0"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 __all__ = [
@@ -401,6 +403,34 @@ class TestHost:
     def set_link(self, up: bool) -> None:
         """Take the host's network link down (a partition) or back up."""
         _sh(["ip", "link", "set", self.veth, "up" if up else "down"])
+
+    @contextlib.contextmanager
+    def behind(self, bastion: "TestHost") -> Iterator[str]:
+        """Make this host reachable only through ``bastion``, for the ``with`` block.
+
+        This host's link to the bridge goes down (nothing in the root namespace, the tests
+        included, reaches it any more) and a private link, a veth pair that exists only between
+        the two hosts' namespaces, joins it to the bastion, which routes this host's address
+        over it. The host keeps its address (its sshd and host key stay as they are), so
+        ``ssh -J bastion <ip>`` works and ``ssh <ip>`` does not. Yields the bastion's address
+        on the private link (the one this host's sshd sees connecting). Everything is undone
+        on exit; the private link also goes with either namespace.
+        """
+        link = "behind0"
+        near, far = f"{_BEHIND_NET}.1", f"{_BEHIND_NET}.2"
+        _sh(["ip", "link", "add", link, "netns", bastion.netns, "type", "veth",
+             "peer", "name", link, "netns", self.netns])  # fmt: skip
+        try:
+            _sh(["ip", "-n", bastion.netns, "addr", "add", f"{near}/30", "dev", link])
+            _sh(["ip", "-n", self.netns, "addr", "add", f"{far}/30", "dev", link])
+            _sh(["ip", "-n", bastion.netns, "link", "set", link, "up"])
+            _sh(["ip", "-n", self.netns, "link", "set", link, "up"])
+            _sh(["ip", "-n", bastion.netns, "route", "add", f"{self.ip}/32", "via", far, "dev", link])
+            self.set_link(False)
+            yield near
+        finally:
+            _quiet(["ip", "-n", bastion.netns, "link", "del", link])  # (both ends, and the route)
+            self.set_link(True)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
