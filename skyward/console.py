@@ -24,7 +24,10 @@ wrote it.
 Keeping up (the live view never slows the tasks): events only update state and queue lines
 under a leaf lock; the lines are printed above the view in one batch per refresh (about 10
 times a second) by the console's own thread, so tens of thousands of lines a second cost the
-pool's reader threads nothing but an append. While the view is shown, the client's own
+pool's reader threads nothing but an append. The queue is bounded: past ``MAX_PENDING_BYTES`` a
+reader waits for the terminal, and a terminal that takes nothing for ``STALL_SECONDS`` gets
+task output dropped, counted on screen and in the summary, rather than a reader that stops
+hearing its worker. While the view is shown, the client's own
 ``logging`` records (handlers that write to the terminal) go through the same batches, above
 the view, instead of being drawn over. A progress line a task redraws with carriage returns
 (tqdm and friends) is one updating line per node: in the view's row while it runs, printed once
@@ -64,10 +67,19 @@ _MODES = ("auto", "live", "plain", "off")
 
 REFRESH_PER_SECOND = 8
 FLUSH_PER_SECOND = 10  # batches of output lines printed above the live view
-#: Bytes of output lines the live view may hold waiting for the terminal. Past this, whoever
-#: adds lines (a connection's reader) waits until the terminal has taken some: the task's own
-#: output then waits in its pipe. Nothing is dropped, and client memory stays bounded.
+#: Characters of lines the live view may hold waiting for the terminal. Past this, whoever adds
+#: lines (a connection's reader) waits until the terminal has taken some (the task's own output
+#: then waits in its pipe), so client memory stays bounded and a slow terminal loses nothing.
 MAX_PENDING_BYTES = 4 << 20
+#: The flusher prints the queue in chunks of about this size: each one taken is progress.
+FLUSH_CHUNK_BYTES = 256 << 10
+#: Seconds a full queue waits for a terminal that takes no chunk at all (frozen, Ctrl-S) before
+#: output lines are dropped instead: a reader blocked longer would stop reading the worker's
+#: results and heartbeats (and the worker would be declared lost). Dropped lines are counted,
+#: on screen where they were dropped and in the pool's summary.
+STALL_SECONDS = 2.0
+#: The channels whose lines may be dropped (the pool's own lines never are).
+_DROPPABLE = ("stdout", "stderr", "log")
 PLAIN_PROGRESS_EVERY = 5.0  # seconds between two prints of a node's progress line in plain mode
 _BAR_MIN_TASKS = 8  # a batch of at least this many tasks gets a progress bar in the live view
 _STEP_PREFIX = "::step:: "  # skyward.bootstrap.STEP_PREFIX (not imported: bootstrap is heavier)
@@ -280,7 +292,9 @@ class Console:
         self._stderr_on_screen = False  # stderr lines go through the view (same terminal)
         self._pending: list[_Msg] = []  # live: lines waiting for the next batch (under _lock)
         self._pending_bytes = 0
-        self._drained = threading.Condition(self._lock)  # notified when a batch has been taken
+        self._drained = threading.Condition(self._lock)  # notified when a chunk has been taken
+        self._taken_at = 0.0  # when the flusher last took a chunk (progress of the terminal)
+        self._dropping = False  # a stalled terminal: output is dropped until it takes a chunk
         self._flusher: threading.Thread | None = None
         self._flusher_stop = threading.Event()
         self._log_streams: list[tuple[Any, Any]] = []  # (logging handler, its own stream) while live
@@ -296,6 +310,8 @@ class Console:
         self._ready_after: float | None = None
         self._stopping = False
         self._nodes: dict[int, _Node] = {}
+        self._dropped_run = 0  # live: output lines dropped since the last marker on screen
+        self._dropped_total = 0  # live: the pool's dropped lines that a marker has counted
         # The current batch of tasks (from the moment none was in flight): for the progress bar.
         self._in_flight = 0
         self._batch_total = 0
@@ -443,6 +459,9 @@ class Console:
         lost = [n for n, node in sorted(self._nodes.items()) if node.was_lost]
         if lost:
             parts.append(f"{'node' if len(lost) == 1 else 'nodes'} {', '.join(map(str, lost))} lost")
+        dropped = self._dropped_total + self._dropped_run
+        if dropped:
+            parts.append(f"{dropped:,} output {'line' if dropped == 1 else 'lines'} not shown (the terminal stalled)")
         if not event.clean:
             parts.append("teardown incomplete")
         return ", ".join(parts)
@@ -467,15 +486,60 @@ class Console:
         with self._lock:  # live: only state and a queue; the flusher thread prints
             msgs = self._apply(event, now)
             if msgs:
-                self._pending.extend(msgs)
-                self._pending_bytes += sum(len(text) for _, text in msgs)
-                # Bounded: wait for the terminal (never past the view's end: then nobody drains).
-                while (self._pending_bytes > MAX_PENDING_BYTES and self._live is not None
-                       and self._flusher is not None and self._flusher.is_alive()):
-                    self._drained.wait(0.1)
+                self._queue(msgs)
         # Never call rich while holding self._lock: the view's refresh thread takes it to render.
         if isinstance(event, ev.PoolStopped):
             self._stop_live()
+
+    def _queue(self, msgs: list[_Msg]) -> None:
+        """Add lines for the flusher, within the bound (under the lock, which waiting releases).
+
+        Past ``MAX_PENDING_BYTES`` this waits while the terminal takes chunks; once it has taken
+        none for ``STALL_SECONDS``, output lines are dropped and counted until it takes one.
+        """
+        size = sum(len(text) for _, text in msgs)
+        waited_from = time.monotonic()
+        # (An empty queue takes anything: a batch bigger than the bound is not a stall.)
+        while (self._pending and self._pending_bytes + size > MAX_PENDING_BYTES and not self._dropping
+               and self._draining()):
+            if time.monotonic() - max(waited_from, self._taken_at) >= STALL_SECONDS:
+                self._dropping = True
+                break
+            self._drained.wait(0.1)
+        if self._dropping:
+            kept = [m for m in msgs if m[0] not in _DROPPABLE]
+            self._dropped_run += len(msgs) - len(kept)
+            msgs = kept
+        if self._dropped_run and any(channel != "stage" for channel, _ in msgs):
+            n, self._dropped_run = self._dropped_run, 0
+            self._dropped_total += n
+            msgs.insert(0, ("notice", f"skyward: {n:,} {'line' if n == 1 else 'lines'} of output not shown "
+                                      f"here: the terminal took nothing for {STALL_SECONDS:g}s"))
+        self._pending.extend(msgs)
+        self._pending_bytes += sum(len(text) for _, text in msgs)
+
+    def _draining(self) -> bool:
+        """Whether the flusher is there to take lines (not past the view's end). Under the lock."""
+        flusher = self._flusher
+        return (self._live is not None and flusher is not None and flusher.is_alive()
+                and flusher is not threading.current_thread())
+
+    def _take(self, most: int) -> list[_Msg]:
+        """The first queued lines, about ``most`` characters (at least one line). Under the lock."""
+        size = count = 0
+        for _, text in self._pending:
+            if count and size + len(text) > most:
+                break
+            size += len(text)
+            count += 1
+        chunk = self._pending[:count]
+        del self._pending[:count]
+        self._pending_bytes -= size
+        if chunk:
+            self._taken_at = time.monotonic()
+            self._dropping = False
+            self._drained.notify_all()
+        return chunk
 
     def _write_plain(self, channel: str, text: str) -> None:
         if channel == "stdout":
@@ -492,27 +556,36 @@ class Console:
         out.flush()
 
     def _flush(self) -> None:
-        """Live mode: print the queued lines above the view, in one batch."""
+        """Live mode: print the queued lines above the view, a chunk at a time (what was queued
+        when it began: a steady stream of new lines cannot keep it here)."""
         with self._flush_lock:
             with self._lock:
-                batch, self._pending = self._pending, []
-                self._pending_bytes = 0
-                self._drained.notify_all()
-            if not batch:
-                return
-            rc = self._live_console
-            screen: list[_Msg] = []
-            for channel, text in batch:
-                if channel == "stage":  # the table shows stages
-                    continue
-                if rc is None or (channel == "stderr" and not self._stderr_on_screen):
-                    with self._lock:  # a stream that is not on screen gets the line as it is
-                        self._write_plain(channel, text)
-                else:
-                    screen.append((channel, text))
-            if screen and rc is not None:
-                rc.print(self._batch_text(screen), soft_wrap=True, highlight=False, markup=False, emoji=False,
-                         end="")
+                left = self._pending_bytes
+            while True:
+                with self._lock:
+                    batch = self._take(FLUSH_CHUNK_BYTES)
+                if not batch:
+                    return
+                left -= sum(len(text) for _, text in batch)
+                self._print_batch(batch)
+                if left <= 0:
+                    return
+
+    def _print_batch(self, batch: list[_Msg]) -> None:
+        """Print one chunk above the view (a stream not on screen gets its lines as they are)."""
+        rc = self._live_console
+        screen: list[_Msg] = []
+        for channel, text in batch:
+            if channel == "stage":  # the table shows stages
+                continue
+            if rc is None or (channel == "stderr" and not self._stderr_on_screen):
+                with self._lock:  # a stream that is not on screen gets the line as it is
+                    self._write_plain(channel, text)
+            else:
+                screen.append((channel, text))
+        if screen and rc is not None:
+            rc.print(self._batch_text(screen), soft_wrap=True, highlight=False, markup=False, emoji=False,
+                     end="")
 
     @staticmethod
     def _batch_text(lines: list[_Msg]) -> Any:
@@ -547,8 +620,7 @@ class Console:
 
     def _log(self, line: str) -> None:
         with self._lock:
-            self._pending.append(("log", line))
-            self._pending_bytes += len(line)
+            self._queue([("log", line)])
 
     # -- the live view ---------------------------------------------------------------------------
     def _start_live(self) -> None:
@@ -610,9 +682,7 @@ class Console:
                     _live_slot.release()
                     atexit.unregister(self._stop_live)
                     with self._lock:  # lines queued while the view was going: printed plainly
-                        late, self._pending = self._pending, []
-                        self._pending_bytes = 0
-                        self._drained.notify_all()
+                        late = self._take(self._pending_bytes)
                         for channel, text in late:
                             if channel not in ("stage", "log"):
                                 self._write_plain(channel, text)

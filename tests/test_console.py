@@ -650,3 +650,57 @@ def test_live_view_holds_a_bounded_backlog_and_loses_no_line(monkeypatch) -> Non
     assert all(f"line {k} " in text for k in (0, 19_999, 39_999))
     assert text.count(" xxxxxxxxxx") == 40_000  # every line reached the terminal
     assert peak[0] < (256 << 10) + (64 << 10), peak[0]  # the backlog stayed near its bound
+
+
+class _StalledTerminal(io.StringIO):
+    """A terminal that takes nothing while ``stalled`` is set (a frozen SSH session, Ctrl-S)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stalled = threading.Event()
+        self.resumed = threading.Event()
+
+    def write(self, text: str) -> int:
+        if self.stalled.is_set():
+            self.resumed.wait(60)
+        return super().write(text)
+
+    def stall(self) -> None:
+        self.resumed.clear()
+        self.stalled.set()
+
+    def resume(self) -> None:
+        self.stalled.clear()
+        self.resumed.set()
+
+
+def test_a_stalled_terminal_costs_lines_counted_on_screen_not_the_worker_or_its_results(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import skyward.console as console_module
+
+    monkeypatch.setattr(console_module, "MAX_PENDING_BYTES", 256 << 10)
+    terminal = _StalledTerminal()
+    c = Console(rich_console=RichConsole(file=terminal, force_terminal=True, width=200))
+    lines = 30_000  # about 3 MB: far past the bound
+
+    @sky.compute
+    def flood(n: int) -> int:
+        for k in range(n):
+            print(f"line {k} " + "x" * 90)
+        return n
+
+    # idle_timeout: a worker whose frames the client stops reading for 5 s counts as lost.
+    with sky.ComputePool(console=False, on_event=c, idle_timeout=5, heartbeat_interval=0.5) as pool:
+        terminal.stall()
+        try:
+            started = time.monotonic()
+            assert flood(lines) >> pool == lines  # neither lost nor waiting for the terminal
+            took = time.monotonic() - started
+            assert terminal.stalled.is_set() and took < 20, took
+        finally:
+            terminal.resume()
+    text = strip(terminal.getvalue())
+    shown = text.count(" xxxxxxxxxx")
+    markers = [int(m.replace(",", "")) for m in re.findall(r"skyward: ([\d,]+) lines? of output not shown", text)]
+    assert markers and shown + sum(markers) == lines, (shown, markers)  # every line shown or counted
+    summary = [ln for ln in text.splitlines() if " stopped: " in ln]
+    assert summary and f"{sum(markers):,} output lines not shown" in summary[-1], text[-500:]
