@@ -609,6 +609,11 @@ def test_tqdm_in_a_task_is_one_line_per_node_not_one_per_refresh(capsys: pytest.
         assert all(ln.strip() != f"[node {n}]" for ln in mine)  # tqdm's closing newline: no empty line
 
 
+def queued(c: Console) -> int:
+    """Characters of the lines the live view holds for the terminal."""
+    return sum(len(text) for _, text in list(c._pending))
+
+
 class _SlowTerminal(io.StringIO):
     """A terminal that takes 2 MB/s: slower than a task can print."""
 
@@ -620,7 +625,7 @@ class _SlowTerminal(io.StringIO):
 def test_live_view_holds_a_bounded_backlog_and_loses_no_line(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import skyward.console as console_module
 
-    monkeypatch.setattr(console_module, "MAX_PENDING_BYTES", 256 << 10)
+    monkeypatch.setattr(console_module, "MAX_PENDING_BYTES", 256 << 10, raising=False)
     terminal = _SlowTerminal()
     c = Console(rich_console=RichConsole(file=terminal, force_terminal=True, width=200))
     peak = [0]
@@ -628,7 +633,7 @@ def test_live_view_holds_a_bounded_backlog_and_loses_no_line(monkeypatch) -> Non
 
     def sample() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], c._pending_bytes)
+            peak[0] = max(peak[0], queued(c))
             time.sleep(0.002)
 
     @sky.compute
@@ -677,7 +682,7 @@ class _StalledTerminal(io.StringIO):
 def test_a_stalled_terminal_costs_lines_counted_on_screen_not_the_worker_or_its_results(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import skyward.console as console_module
 
-    monkeypatch.setattr(console_module, "MAX_PENDING_BYTES", 256 << 10)
+    monkeypatch.setattr(console_module, "MAX_PENDING_BYTES", 256 << 10, raising=False)
     terminal = _StalledTerminal()
     c = Console(rich_console=RichConsole(file=terminal, force_terminal=True, width=200))
     lines = 30_000  # about 3 MB: far past the bound
@@ -696,6 +701,7 @@ def test_a_stalled_terminal_costs_lines_counted_on_screen_not_the_worker_or_its_
             assert flood(lines) >> pool == lines  # neither lost nor waiting for the terminal
             took = time.monotonic() - started
             assert terminal.stalled.is_set() and took < 20, took
+            assert queued(c) < (256 << 10) + (64 << 10)  # what waits for the terminal stays bounded
         finally:
             terminal.resume()
     text = strip(terminal.getvalue())
