@@ -21,7 +21,8 @@ starts with the directory of that interpreter, so ``python3`` over SSH is the
 same interpreter the tests run with.
 
 Nothing is forwarded or NATed to the outside: hosts reach the bridge address
-(this machine) and each other, nothing else.
+(this machine) and each other, nothing else.  ``with host.behind(bastion):``
+leaves a host only a private link to another one (a host behind a jump host).
 
 Use as a module::
 
