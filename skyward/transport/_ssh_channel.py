@@ -211,7 +211,7 @@ class SSHChannel(Channel):
 
     def kill(self) -> None:
         if self.pgid is not None:
-            # The keeper first (see LocalChannel.kill): on SIGTERM it kills the worker and every
+            # The guard first (see LocalChannel.kill): on SIGTERM it kills the worker and every
             # process below it, detached ones included; then whatever is left of the group.
             pgid = self.pgid
             command = (f"kill -TERM {pgid} 2>/dev/null; i=0; "

@@ -55,11 +55,11 @@ class LocalChannel(Channel):
             return None
 
     def kill(self) -> None:
-        # The process started leads the group: the worker's keeper where there is one
-        # (skyward.worker.keeper), which on SIGTERM kills the worker and every process below
-        # it, detached ones included, and exits. Killing the group at once would kill the
-        # keeper before it could do that. The group is killed afterwards: whatever the keeper
-        # left (nothing, normally), or everything, where the worker runs without a keeper.
+        # The process started leads the group: the worker's guard where there is one
+        # (skyward.worker.keeper), which on SIGTERM kills the keeper below it and every process
+        # below that, worker and detached ones included, and exits. Killing the group at once
+        # would kill both keepers before they could do that. The group is killed afterwards:
+        # whatever they left (nothing, normally), or everything, where the worker runs without.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(self.pgid, signal.SIGTERM)
         self.wait(KEEPER_GRACE)
@@ -72,7 +72,7 @@ class LocalChannel(Channel):
         self.wait(max(0.0, deadline - time.monotonic()))
         while True:
             # The group, and what left it (a detached process) but still carries the tree's tag:
-            # normally the keeper has cleared both; not when the keeper itself was killed.
+            # normally the keepers have cleared both; not when both were killed at once.
             members = _group_members(self.pgid) + (tagged(self.tree) if self.tree else [])
             if not members:
                 return True

@@ -256,8 +256,8 @@ class SSHTransport(Transport):
 
     def kill_group(self, pgid: int, timeout: float = 5.0, tree: str = "") -> bool:
         """``kill -9`` process group ``pgid`` on the host until it is gone, and every process
-        whose environment carries ``SKYWARD_TREE=<tree>`` (detached ones the worker's keeper
-        could not clear: it was killed itself); False if any is still there after ``timeout``.
+        whose environment carries ``SKYWARD_TREE=<tree>`` (detached ones the worker's keepers
+        could not clear: both were killed at once); False if any is still there after ``timeout``.
         Raises ConnectionError if the host cannot be asked."""
         deadline = time.monotonic() + timeout
         # `kill -9 -PGID`, not `kill -9 -- -PGID`: dash's kill does not take "--".

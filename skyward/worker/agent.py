@@ -5,7 +5,7 @@ stream for it and handles everything else. Lifecycle:
 
 1. Take the protocol streams off fds 0/1 and point fd 1 at stderr, so stray writes from C
    code (or a subprocess) can never corrupt a frame. On Linux the worker runs under its
-   keeper (:mod:`skyward.worker.keeper`), which ends every process the tasks started,
+   keepers (:mod:`skyward.worker.keeper`), which end every process the tasks started,
    however detached, once the worker is gone; elsewhere it leads its own process group, so
    that everything the tasks start (in that group) can be stopped together.
 2. Wait for SETUP (a :class:`~skyward.messages.Setup`, the plugins as payload); export

@@ -1,23 +1,32 @@
-"""The worker's keeper: the process that outlives the worker just long enough to end every
+"""The worker's keepers: the processes that outlive the worker just long enough to end every
 process the worker's tasks started, however detached.
 
 A task may start a process in a session of its own (``start_new_session=True``) or
 double-fork a daemon: neither is in the worker's process group, so killing the group misses
 it, and once its parent is gone Linux hands it to init. So ``python -m skyward.worker``
-splits in two before anything else runs (:func:`split`):
+splits in three before anything else runs (:func:`split`), a chain of processes each the
+parent of the next:
 
-* the **keeper** (the process the transport started: its pid is the channel's process
-  group) becomes a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``): every process below
-  it whose parent dies is re-parented to it instead of init, so every descendant stays in
-  its tree, detached or not. It only waits. When the worker ends, by any means (its own
-  exit, a signal, SIGKILL from outside), the keeper kills every process in its tree, again
-  and again until it has no child left (a process forking meanwhile is caught on the next
-  round), then exits the way the worker did (the same exit code, or the same signal), so
-  the client reports the worker's end. SIGTERM to the keeper means "stop": it kills the
-  worker, then does the same.
-* the **worker** (its child, in the same process group) runs the agent and talks to the
-  client over the inherited stdin/stdout. It dies with the keeper
+* the **guard** (the process the transport started: its pid is the channel's process group)
+  and, below it, the **keeper** are both child subreapers (``prctl(PR_SET_CHILD_SUBREAPER)``):
+  a process whose parent dies is re-parented to the nearest subreaper above it instead of
+  init, so every descendant of the worker stays in the guard's tree, detached or not. Each
+  only waits for its one child. When that child ends, by any means (its own exit, a signal,
+  SIGKILL from outside), it kills every process in its tree, again and again until it has
+  no child left (a process forking meanwhile is caught on the next round), then exits the
+  way the child did (the same exit code, or the same signal), so the client reports the
+  worker's end. SIGTERM to either means "stop": it kills its child, then does the same.
+* the **worker** (the keeper's child, in the same process group) runs the agent and talks
+  to the client over the inherited stdin/stdout. It dies with the keeper
   (``PR_SET_PDEATHSIG``), and leaves the clean-up of its tree to the keeper.
+
+Why two: a process killed with SIGKILL can do nothing, and whatever it was holding goes
+up the chain. Killed, the worker leaves its tree to the keeper; the keeper, to the guard
+(the worker dies with it, and the orphans the keeper held become the guard's); the
+guard's death is the keeper's SIGTERM (``PR_SET_PDEATHSIG``), so the keeper clears the tree
+as when asked to stop. Any one of the three can be killed and nothing a task started
+survives it. (Both keepers at once, as ``kill -9`` of the whole group does, is left to the
+transport's teardown, which ends whatever still carries the tree's ``SKYWARD_TREE``.)
 
 Elsewhere than Linux (no ``prctl``) nothing splits, and the worker kills its own process
 group on the way out, as before.
@@ -53,30 +62,34 @@ def _prctl(option: int, value: int) -> bool:
 
 
 def split() -> None:
-    """Fork the keeper off this process; return in the worker (the child), never in the keeper."""
+    """Fork the keeper off this process (the guard), and the worker off the keeper; return in
+    the worker, never in the guard or the keeper."""
     global kept
     if not sys.platform.startswith("linux"):
         return
     if os.getpgrp() != os.getpid():
         try:
-            os.setsid()  # the keeper leads the group and session the client knows
+            os.setsid()  # the guard leads the group and session the client knows
         except OSError:
             pass
-    if not _prctl(PR_SET_CHILD_SUBREAPER, 1):
-        return
-    keeper = os.getpid()
-    worker = os.fork()
-    if worker == 0:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != keeper:  # the keeper died before the line above
+    # The guard's death is the keeper's SIGTERM (stop: kill the worker, clear the tree); the
+    # keeper's is the worker's SIGKILL (its orphans are the guard's to clear).
+    for death_signal in (signal.SIGTERM, signal.SIGKILL):
+        if not _prctl(PR_SET_CHILD_SUBREAPER, 1):  # (not inherited: each keeper asks for itself)
+            return
+        parent = os.getpid()
+        child = os.fork()
+        if child:
+            _keep(child)
+        _prctl(PR_SET_PDEATHSIG, death_signal)
+        if os.getppid() != parent:  # the parent died before the line above
             os._exit(1)
-        kept = True
-        return
-    _keep(worker)
+    kept = True
 
 
 def _keep(worker: int) -> None:
-    """The keeper's whole life: wait for the worker, clear the tree, exit as the worker did."""
+    """A keeper's whole life (the guard's too): wait for its child (``worker``), clear the tree,
+    exit as the child did."""
     try:
         devnull = os.open(os.devnull, os.O_RDWR)
         # The client must see the end of the stream when the worker ends: hold no end of it.

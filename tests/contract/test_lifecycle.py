@@ -41,11 +41,13 @@ time.sleep(3600)
 
 
 @sky.compute
-def start_detached() -> list[int]:
-    """Start a process in a session of its own and a double-forked daemon; their pids."""
-    session = subprocess.Popen(["sleep", "3600"], start_new_session=True, stdin=subprocess.DEVNULL)
+def start_detached(own_env: bool = False) -> list[int]:
+    """Start a process in a session of its own and a double-forked daemon; their pids. With
+    ``own_env``, both get an environment of their own (nothing of the worker's)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")} if own_env else None
+    session = subprocess.Popen(["sleep", "3600"], start_new_session=True, stdin=subprocess.DEVNULL, env=env)
     daemon = subprocess.Popen([sys.executable, "-c", DAEMON], stdout=subprocess.PIPE,
-                              stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     assert daemon.stdout is not None
     pid = int(daemon.stdout.readline())
     daemon.wait()
@@ -184,22 +186,45 @@ def test_no_process_a_task_started_outlives_the_pool_however_detached(
     assert wait_gone(detached, 0.5) == []
 
 
-def test_detached_processes_end_with_the_pool_even_when_the_keeper_is_killed(
+def parent_worker_process(pid: int) -> int:
+    """``pid``'s parent, checked to be a ``python -m skyward.worker`` process (a keeper)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+    assert "skyward.worker" in worker_command(parent), f"{pid}'s parent is not one of the worker's keepers"
+    return parent
+
+
+@pytest.mark.parametrize("killed", ["keeper", "guard"])
+def test_a_killed_keeper_leaves_no_detached_process_behind(
+        new_pool: Callable[..., sky.ComputePool], killed: str) -> None:
+    """Killed with SIGKILL, a keeper can do nothing: the one above it (or below, for the guard)
+    clears the worker's tree at once, with the pool still open. The detached processes have an
+    environment of their own, so nothing but the tree can find them."""
+    with new_pool() as pool:
+        per_node = start_detached(own_env=True) @ pool
+        keeper = parent_worker_process(pool.worker_pids()[1])
+        os.kill(keeper if killed == "keeper" else parent_worker_process(keeper), signal.SIGKILL)
+        assert wait_gone(per_node[1], 5) == []
+        assert all(pid_alive(p) for p in per_node[0])  # the other node's are its own business
+        with pytest.raises(sky.WorkerLost) as info:
+            for _ in range(100):  # (the loss may be noticed only after a call or two)
+                echo(0) @ pool
+                time.sleep(0.05)
+        assert info.value.node == 1
+    assert wait_gone(per_node[0], 0.5) == []
+
+
+def test_a_worker_group_killed_at_once_leaves_its_detached_processes_to_teardown(
         new_pool: Callable[..., sky.ComputePool]) -> None:
-    """The keeper clears a worker's tree; killed itself (SIGKILL, no chance to), it leaves its
-    detached processes to init: teardown finds them by the tree's tag and ends them."""
+    """``kill -9`` of a worker's whole process group kills both keepers at once: its detached
+    processes go to init, and the pool's teardown ends them by the tree's tag."""
     with new_pool() as pool:
         per_node = start_detached() @ pool
         worker = pool.worker_pids()[1]
         with open(f"/proc/{worker}/stat", "rb") as f:
-            keeper = int(f.read().rsplit(b")", 1)[1].split()[1])  # the worker's parent
-        assert "skyward.worker" in worker_command(keeper)
-        os.kill(keeper, signal.SIGKILL)
-        with pytest.raises(sky.WorkerLost):
-            for _ in range(100):
-                echo(0) @ pool
-                time.sleep(0.05)
-        # (orphaned: the keeper could not end them; the pool does, at the latest when it closes)
+            group = int(f.read().rsplit(b")", 1)[1].split()[2])
+        os.killpg(group, signal.SIGKILL)
+        assert wait_gone([worker], 5) == []
     assert wait_gone([*per_node[0], *per_node[1]], 0.5) == []
 
 

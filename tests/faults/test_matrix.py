@@ -45,6 +45,11 @@ class Case:
     def id(self) -> str:
         return f"{self.provider}-{self.phase}-{self.path}"
 
+    @property
+    def left_to_watchdog(self) -> bool:
+        """The machines are left for their own watchdog to power off (see WATCHDOG)."""
+        return self.provider == "aws" and self.path == "SIGKILL"
+
 
 PATHS = {
     "preparing": ("SIGINT", "SIGKILL"),
@@ -55,11 +60,28 @@ PATHS = {
 CASES = [Case(provider, phase, path)
          for provider in ("local", "ssh") for phase, paths in PATHS.items() for path in paths
          if provider == "ssh" or (phase != "preparing" and path != "link-cut")]
-# AWS (moto's EC2, its instances the SSH test hosts): every phase, on the paths on which the
-# client itself releases the machines. A client killed outright leaves that to the instances'
-# own watchdog, which powers the machine off: nothing moto or a test host can run.
-CASES += [Case("aws", phase, path) for phase, paths in PATHS.items() for path in paths
-          if path not in ("SIGKILL", "link-cut")]
+# AWS (moto's EC2, its instances the SSH test hosts): the SSH cases. A client killed outright
+# cannot release the machines: their own watchdog does (it powers them off), which neither
+# moto nor a test host can run, so there the test checks that the instances are still there
+# and that `skyward down`, what the user is told to run, removes everything (see WATCHDOG).
+CASES += [Case("aws", case.phase, case.path) for case in CASES if case.provider == "ssh"]
+
+#: Why the AWS cases with the client killed outright stop short of the instances' end.
+WATCHDOG = (
+    "An instance's dead man's switch is a watchdog, a systemd service that cloud-init installs "
+    "from the launch's user data: with no SSH connection for `idle_timeout` (60 s at the least) "
+    "it runs `shutdown -h now`, and EC2 terminates an instance that powers itself off because "
+    "the launch asked for `InstanceInitiatedShutdownBehavior=terminate`. None of that can run "
+    "here: moto runs no user data and has no guest that could power off, and a test host has "
+    "neither cloud-init nor systemd and must not power off (it is a network namespace of this "
+    "machine). So these cases check the hosts as the others do (nothing of the pool is left: "
+    "the workers and the host preparation stop by their own switch), then that the instances, "
+    "key pair and security group are all still there, and that `skyward down --all`, the "
+    "command the AWS page tells a user to run, removes them and confirms it. The watchdog "
+    "script itself is run in `tests/test_aws.py`, with a `shutdown` that records its "
+    "arguments: it powers off once an established connection to the SSH port closes, and at "
+    "`max_lifetime`; the same file checks that the launch asks EC2 to terminate on power-off."
+)
 
 #: What the program's output must say (all of it), by exit path; None: nothing to say.
 EXPECTED = {
@@ -183,3 +205,16 @@ def test_every_exit_path_leaves_nothing_and_names_the_node(case: Case, hosts, re
     missing = [text for text in expected or () if text not in out]
     assert not left_behind and not missing, (
         f"left behind: {left_behind}\nnot said: {missing}\nthe program's output:\n{out[-3000:]}")
+    if case.left_to_watchdog:
+        down_removes_what_the_watchdog_would(request.getfixturevalue("aws"))
+
+
+def down_removes_what_the_watchdog_would(cloud) -> None:
+    """A killed client's instances, key pair and security group are still there (the instances
+    are the watchdog's to power off, see WATCHDOG); ``skyward down --all`` removes them all."""
+    left = cloud.leftovers()
+    assert len(left.get("instances", ())) == 2 and left.get("key_pairs") and left.get("security_groups"), left
+    down = subprocess.run([sys.executable, "-m", "skyward.cli", "down", "--all", "--timeout", "60"],
+                          capture_output=True, text=True, timeout=90, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert down.returncode == 0 and "removed and confirmed" in down.stdout, down.stdout + down.stderr
+    # (the aws fixture checks afterwards that nothing is left)
