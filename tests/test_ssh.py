@@ -339,14 +339,20 @@ def connected_from() -> str:
     return os.environ.get("SSH_CONNECTION", "").split()[0]  # the address the host's sshd saw
 
 
-def test_proxy_jump_in_ssh_config_reaches_the_host_through_the_bastion(test_hosts, wheelhouse, tmp_path, monkeypatch):
-    bastion, target = test_hosts[0], test_hosts[1]
-    (tmp_path / ".ssh").mkdir()
-    (tmp_path / ".ssh" / "config").write_text(
+def behind_bastion_config(home, monkeypatch, target, bastion) -> None:  # type: ignore[no-untyped-def]
+    """A ~/.ssh/config (in ``home``, made $HOME) where "behind" is the target, reached by
+    ProxyJump through the host "bastion"."""
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "config").write_text(
         f"Host behind\n  HostName {target.ip}\n  User {target.user}\n  IdentityFile {target.key_path}\n"
         f"  ProxyJump bastion\n\n"
         f"Host bastion\n  HostName {bastion.ip}\n  User {bastion.user}\n  IdentityFile {bastion.key_path}\n")
-    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("HOME", str(home))
+
+
+def test_proxy_jump_in_ssh_config_reaches_the_host_through_the_bastion(test_hosts, wheelhouse, tmp_path, monkeypatch):
+    bastion, target = test_hosts[0], test_hosts[1]
+    behind_bastion_config(tmp_path, monkeypatch, target, bastion)
     provider = SSH(["behind"], known_hosts=target.known_hosts_all, find_links=[wheelhouse], no_index=True,
                    connect_timeout=5)
     jump = provider.jumps[0]
@@ -359,12 +365,7 @@ def test_proxy_jump_in_ssh_config_reaches_the_host_through_the_bastion(test_host
 
 def test_a_host_reachable_only_through_a_jump_host(test_hosts, wheelhouse, tmp_path, monkeypatch):
     bastion, target = test_hosts[0], test_hosts[1]
-    (tmp_path / ".ssh").mkdir()
-    (tmp_path / ".ssh" / "config").write_text(
-        f"Host behind\n  HostName {target.ip}\n  User {target.user}\n  IdentityFile {target.key_path}\n"
-        f"  ProxyJump bastion\n\n"
-        f"Host bastion\n  HostName {bastion.ip}\n  User {bastion.user}\n  IdentityFile {bastion.key_path}\n")
-    monkeypatch.setenv("HOME", str(tmp_path))
+    behind_bastion_config(tmp_path, monkeypatch, target, bastion)
     # The target's only link is a private one to the bastion: this machine has no route to it.
     with target.behind(bastion) as bastion_side:
         with pytest.raises(OSError):
