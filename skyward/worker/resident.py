@@ -129,6 +129,7 @@ class Resident:
         self._sessions = 0
         self.detached_since: float | None = time.monotonic()
         directory = os.path.dirname(path)
+        os.environ[CLUSTER_DIR] = directory  # (tasks start detached runs under it: jobs_dir)
         os.makedirs(directory, mode=0o700, exist_ok=True)
         os.chmod(directory, 0o700)
         with contextlib.suppress(FileNotFoundError):
@@ -173,7 +174,10 @@ class Resident:
             try:
                 conn = self._incoming.get(timeout=timeout)
             except queue.Empty:
-                return None
+                if not running_jobs():
+                    return None
+                since = time.monotonic()  # a detached run is still going: not idle yet
+                continue
             with self._lock:
                 self._sessions += 1
                 self.link = Link.of(conn, self._sessions)
@@ -209,7 +213,8 @@ class Resident:
         """A client is attached, or the last one left less than ``autostop`` seconds ago."""
         with self._lock:
             since = self.detached_since
-        return since is None or self.autostop is None or time.monotonic() - since < self.autostop
+        return (since is None or self.autostop is None or time.monotonic() - since < self.autostop
+                or bool(running_jobs()))
 
     def _touch_loop(self) -> None:
         assert self.heartbeat_file
@@ -218,6 +223,41 @@ class Resident:
                 with contextlib.suppress(OSError):
                     os.utime(self.heartbeat_file)
             time.sleep(TOUCH_INTERVAL)
+
+
+#: The environment variable naming the directory of the cluster worker's socket (on the node).
+CLUSTER_DIR = "SKYWARD_CLUSTER_DIR"
+
+
+def jobs_dir(node: int) -> str:
+    """Where node ``node``'s detached runs keep their logs and pid files
+    (``<socket dir>/jobs/<node>``: the nodes of a Local cluster share one machine)."""
+    base = os.environ.get(CLUSTER_DIR)
+    if not base:
+        raise RuntimeError("not in a named cluster's worker: detached runs need a cluster (-c NAME)")
+    path = os.path.join(base, "jobs", str(node))
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def running_jobs() -> list[int]:
+    """The pids of this cluster's detached runs still running on this machine."""
+    import glob
+
+    base = os.environ.get(CLUSTER_DIR)
+    if not base:
+        return []
+    alive = []
+    for pid_file in glob.glob(os.path.join(glob.escape(base), "jobs", "*", "*.pid")):
+        try:
+            with open(pid_file) as f:
+                pid = int(f.read().strip())
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] != b"Z":
+                    alive.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return alive
 
 
 def _log(msg: str) -> None:
