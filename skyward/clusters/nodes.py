@@ -61,9 +61,9 @@ class ClusterNodes(Nodes):
         try:
             self.spawn(start_timeout)
         except WorkerLost as exc:
-            if exc.exit_code == NO_WORKER:
-                raise NotRunning(str(exc)) from exc
-            raise
+            # Nothing listens (NO_WORKER), or the worker ended as we came (its autostop fired
+            # at that moment): either way it must be started again.
+            raise NotRunning(str(exc)) from exc
         self.trees = [tree for _, tree in self.record.workers]
         self.attached = True
 
