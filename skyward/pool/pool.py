@@ -268,6 +268,8 @@ class ComputePool:
         self._emit(ev.PoolStopped(self.id, time.monotonic() - started, not problems, interrupted))
         if interrupted and not self._console_attached:
             left = "nothing left running" if not problems else "teardown incomplete"
+            if self._cluster is not None and not down and was_open:
+                left = f"detached from cluster {self.name!r}, which stays up"
             print(f"skyward: interrupted: pool {self.id} stopped, {left}", file=sys.stderr)
         if problems and sys.exc_info()[0] is None:
             raise SkywardError("pool teardown incomplete:\n  " + "\n  ".join(problems))
