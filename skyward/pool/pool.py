@@ -60,7 +60,15 @@ class ComputePool:
     Parameters:
         provider: where the nodes come from; :class:`~skyward.Local` (default) runs them as
             processes on this machine.
-        nodes: number of nodes (>= 1).
+        nodes: number of nodes (>= 1; default 1, or a named cluster's own).
+        name: make this a named cluster (see the Clusters page): the first pool of that name
+            creates it, later ones (any process) attach to the same workers; leaving the block
+            detaches, :meth:`down` ends it. A shape that disagrees with the cluster's raises
+            :class:`~skyward.ClusterError`; a cluster held by another client,
+            :class:`~skyward.ClusterBusy`.
+        idle_minutes: (named clusters) autostop: the nodes end the workers after this many
+            minutes with no client attached (fractions allowed; on AWS the machines stop).
+        down: (named clusters, with ``idle_minutes``) make autostop a teardown.
         image: the environment each node needs (:class:`~skyward.Image`).
         plugins: :class:`~skyward.Plugin` values, applied in list order (first outermost).
         concurrency: task slots per worker process (>= 1).
