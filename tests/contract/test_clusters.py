@@ -247,3 +247,26 @@ def test_named_pool_arguments_are_checked_before_anything_starts(home: str) -> N
     with pytest.raises(sky.ClusterError, match="no cluster by this name"):
         sky.ComputePool(name="nothing-here")
     assert manage.Store().all() == []
+
+
+@sky.compute
+def env_value(key: str) -> str:
+    return os.environ.get(key, "")
+
+
+def test_the_records_hold_no_secret_and_the_sockets_are_private(home: str) -> None:
+    cluster = name()
+    secret = "s3cr3t-" + uuid.uuid4().hex
+    image = sky.Image(env={"API_TOKEN": sky.Secret(secret), "PLAIN": "visible"})
+    with sky.ComputePool(name=cluster, nodes=1, image=image, console=False) as pool:
+        assert env_value("API_TOKEN") >> pool == secret  # the workers have it
+    for path in Path(home).rglob("*"):
+        if path.is_file() and not path.is_socket():
+            assert secret.encode() not in path.read_bytes(), f"{path} holds the secret"
+    record = manage.Store().get(cluster)
+    assert "API_TOKEN" not in record.image.env and record.image.env["PLAIN"] == "visible"
+    [sock] = Path(home).rglob("*.sock")
+    assert sock.stat().st_mode & 0o777 == 0o600
+    assert sock.parent.stat().st_mode & 0o777 == 0o700
+    with sky.ComputePool(name=cluster, console=False) as pool:  # attached: the workers keep it
+        assert env_value("API_TOKEN") >> pool == secret
