@@ -253,10 +253,9 @@ def _down_pool(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 
 def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from skyward.clusters.cli import cluster_pool_args
     from skyward.errors import ConfigError, SkywardError
     from skyward.launch import execute, plan
-
-    from skyward.clusters.cli import cluster_pool_args
 
     args.provider_given = args.provider is not None
     args.provider = args.provider or "local"
@@ -303,16 +302,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "launch":
         return _launch(args, sys.stdout, sys.stderr)
     from skyward.clusters import cli as clusters
+    from skyward.errors import ConfigError
 
-    if args.command in clusters.COMMANDS:
-        return clusters.run_command(args, sys.stdout, sys.stderr)
     try:
+        if args.command in clusters.COMMANDS:
+            return clusters.run_command(args, sys.stdout, sys.stderr)
         if args.command == "ls":
             return _ls(args, sys.stdout)
         return _down(args, sys.stdout, sys.stderr)
     except SkywardError as exc:
         print(f"skyward: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ConfigError) else 1
     except KeyboardInterrupt:
         print("skyward: interrupted", file=sys.stderr)
         return 130

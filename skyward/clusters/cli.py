@@ -74,27 +74,16 @@ def add_commands(commands: Any) -> None:
 
 
 def run_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    from skyward.errors import ConfigError, SkywardError
-
-    try:
-        if args.command == "exec":
-            return _exec(args, out, err)
-        if args.command == "status":
-            return _status(args, out)
-        if args.command == "stop":
-            return _each(args.names, "stop", out, err, ask=not args.yes)
-        if args.command == "start":
-            return _start(args, out, err)
-        return _logs(args, out, err)
-    except ConfigError as exc:
-        err.write(f"skyward: error: {exc}\n")
-        return 2
-    except SkywardError as exc:
-        err.write(f"skyward: error: {exc}\n")
-        return 1
-    except KeyboardInterrupt:
-        err.write("skyward: interrupted\n")
-        return 130
+    """Run one of :data:`COMMANDS` (errors are the caller's to report)."""
+    if args.command == "exec":
+        return _exec(args, out, err)
+    if args.command == "status":
+        return _status(args, out)
+    if args.command == "stop":
+        return _each(args.names, "stop", out, err, ask=not args.yes)
+    if args.command == "start":
+        return _start(args, out, err)
+    return _logs(args, out, err)
 
 
 # -- launch -c / exec ---------------------------------------------------------------------------

@@ -42,7 +42,8 @@ def resolve(name: Any, given: dict[str, Any]) -> tuple[ClusterRecord | None, dic
     if record is None:
         if all(given.get(k) is None for k in ("provider", "nodes", "accelerator")):
             raise ClusterError(name, "no cluster by this name", way_out="create it by giving its shape "
-                               f"(sky.ComputePool(name={name!r}, nodes=...)), or list clusters with `skyward status`")
+                               f"(sky.ComputePool(name={name!r}, nodes=...), or `skyward launch -c {name} TASK.yaml`); "
+                               "`skyward status` lists the clusters")
         return None, filled
     check_shape(record, given)
     for param, attr in SHAPE:

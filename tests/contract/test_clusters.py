@@ -24,6 +24,7 @@ from tests.contract.tasks import echo
 from tests.hosts.conftest_fixture import ssh_provider
 
 NODES = 2
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -145,7 +146,7 @@ CLIENT = textwrap.dedent("""
 
 def _client(cluster: str, release: str, tasks: int = NODES) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, "-c", CLIENT, cluster, release, str(tasks)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=os.path.dirname(__file__))
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line.strip() == "holding", proc.stderr.read() if proc.stderr else ""
@@ -227,8 +228,8 @@ CONCURRENT = textwrap.dedent("""
 
 def test_two_launches_of_one_name_at_once_make_one_cluster(home: str) -> None:
     cluster = name()
-    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, cluster], stdout=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, cluster], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}) for _ in range(2)]
     outs = sorted(p.communicate(timeout=120)[0].split()[0] for p in procs)
     assert outs in (["busy", "created"], ["created", "created"]), outs
     records = [r for r in manage.Store().all() if r.name == cluster]
