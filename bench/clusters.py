@@ -19,8 +19,6 @@ Three figures (issue 22), each from runs interleaved in one process so drift hit
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -33,7 +31,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from _common import loadavg, write_section  # noqa: E402
+from _common import loadavg, run_section  # noqa: E402
 
 OWNER = "bench/clusters.py"
 TARGET_ATTACH_S = 1.0
@@ -172,19 +170,5 @@ def section(r: dict, quick: bool) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    r = measure(args.quick)
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "clusters.json"), "w") as f:
-        json.dump(r, f, indent=1)
-    text = section(r, args.quick)
-    print(text)
-    if not args.quick:
-        write_section(OWNER, text)
-
-
 if __name__ == "__main__":
-    main()
+    run_section(OWNER, __doc__, "clusters", measure, section)

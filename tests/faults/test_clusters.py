@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ import pytest
 import skyward as sky
 from skyward.clusters import manage
 from tests.conftest import interactive_signals
-from tests.faults.test_matrix import ROOT, tagged, wait_for
+from tests.faults.test_matrix import ROOT, apply_exit_path, clean_up_case, tagged, wait_for
 from tests.hosts.conftest_fixture import ssh_provider
 
 CLIENT = Path(__file__).with_name("cluster_client.py")
@@ -117,22 +116,10 @@ def test_a_named_cluster_ends_up_attachable_or_gone(case: Case, home: str, reque
                            or all(Path(f"{marker}-{case.phase}-{n}").exists() for n in (0, 1)), 90)
         assert reached and (case.path == "return" or client.poll() is None), (
             f"the phase was never reached:\n{client.stdout.read() if client.poll() is not None else ''}")
-        if case.path.startswith("SIG"):
-            client.send_signal(signal.Signals[case.path])
-        elif case.path == "worker-killed":
-            os.kill(int(Path(f"{marker}-{case.phase}-1").read_text()), signal.SIGKILL)
-        elif case.path == "link-cut":
-            cut = hosts[1]
-            cut.set_link(False)
+        cut = apply_exit_path(client, case.path, f"{marker}-{case.phase}-1", hosts)
         out, _ = client.communicate(timeout=60)
     finally:
-        if client.poll() is None:
-            client.kill()
-            client.communicate()
-        if cut is not None:
-            cut.set_link(True)
-        for f in Path("/tmp").glob(f"{tag}*"):
-            f.unlink(missing_ok=True)
+        clean_up_case(client, cut, tag)
     missing = [text for text in EXPECTED.get(case.path, ()) if text not in out]
     assert not missing, f"not said: {missing}\nthe program's output:\n{out[-3000:]}"
 
