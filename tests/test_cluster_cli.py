@@ -201,3 +201,20 @@ def test_launch_c_and_exec_on_ssh_hosts(home: str, tmp_path: Path, test_hosts, w
     assert all(pid_alive(p) for p in pids)  # (the hosts share this machine's process ids)
     assert manage.down("hosts") == []
     assert wait_gone(pids, 10) == []
+
+
+def test_the_mingpt_recipes_command_lines_work_as_skypilot_users_type_them(home: str) -> None:
+    """SkyPilot's minGPT recipe: `sky launch -c train train.yaml`, again on the same cluster,
+    and the scale-up line (a dry run: it would rent machines), with `skyward` for `sky`."""
+    first = sky("launch", "-c", "train", "examples/mingpt/train.yaml", "--env", "MINGPT_STEPS=3", cwd=ROOT)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert "[node 0] mingpt: done: 3 steps across 2 rank(s)" in first.stdout
+    workers = manage.Store().get("train").workers
+    again = sky("launch", "-c", "train", "examples/mingpt/train.yaml", "--env", "MINGPT_STEPS=3", cwd=ROOT)
+    assert again.returncode == 0 and "weights identical on every rank" in again.stdout
+    assert manage.Store().get("train").workers == workers
+    scaled = sky("launch", "-c", "train2", "examples/mingpt/train.yaml", "--num-nodes", "4", "--gpus", "L4:4",
+                 "--cpus", "8+", "--provider", "aws", "--dryrun", cwd=ROOT)
+    assert scaled.returncode == 0, scaled.stderr
+    assert "4 node(s) on aws" in scaled.stdout and "dry run: nothing was started" in scaled.stdout
+    assert manage.Store().get("train2") is None  # a dry run creates no cluster
