@@ -139,7 +139,8 @@ def setup_done(pool: Any, p: Any) -> None:
     from skyward.clusters.state import Store
 
     session = pool._cluster
-    session.record = session.record.with_(setup_hash=setup_hash(p))
+    current = Store().get(session.name) or session.record  # (a restart may have renamed its workers)
+    session.record = current.with_(setup_hash=setup_hash(p))
     Store().put(session.record)
 
 

@@ -49,10 +49,12 @@ class ClusterNodes(Nodes):
         self.spawn_residents = True
         self.trees: list[str] = []
         self.attached = False
+        self.image: Any = None  # what new workers run (restart)
 
     # -- start ---------------------------------------------------------------------------------
-    def attach(self, start_timeout: float, heartbeat: tuple[float, float]) -> None:
+    def attach(self, start_timeout: float, heartbeat: tuple[float, float], image: Any = None) -> None:
         """Connect to the running workers of the record's instances; NotRunning if any is gone."""
+        self.image = image
         self.instances = list(self.record.instances)
         self._transports = [reach(inst) for inst in self.instances]
         self._launches = [WorkerLaunch((), python=self.record.pythons[i.node]) for i in self.instances]
@@ -70,6 +72,7 @@ class ClusterNodes(Nodes):
     def start_workers(self, image: Any, start_timeout: float, heartbeat: tuple[float, float], *,
                       provision: bool) -> None:
         """Start fresh resident workers: on new machines (``provision``) or on the record's."""
+        self.image = image
         if provision:
             for node in range(self.spec.nodes):
                 from skyward import events as ev
@@ -115,6 +118,31 @@ class ClusterNodes(Nodes):
                                      node=inst.node, log_tail=(result.stdout + result.stderr).splitlines()[-20:])
         python = transport.expand(launch.python)
         return transport.start(WorkerLaunch((python, "-I", "-c", BRIDGE, sock), python=python))
+
+    def restart(self, start_timeout: float) -> None:
+        """Replace every worker with a fresh one, as an ordinary pool does (the machines and
+        environments are kept); the cluster's record names the new workers."""
+        from skyward.clusters.state import Store
+
+        problems = self._stop_workers(graceful=False)
+        for transport in self._transports:
+            try:
+                if not end_trees(transport, self.trees or [t for _, t in self.record.workers]):
+                    problems.append(f"{transport.host}: cluster workers still running after kill")
+            except ConnectionError as exc:
+                problems.append(f"{transport.host}: not confirmed gone ({exc})")
+        if problems:
+            from skyward.errors import SkywardError
+
+            raise SkywardError("could not stop the old workers:\n  " + "\n  ".join(problems))
+        if not all(launch.argv for launch in self._launches):  # attached: nothing prepared yet
+            self._launches = self._prepare(self.image if self.image is not None else self.record.image)
+        self.spawn_residents = True
+        self.trees = []
+        self.spawn(start_timeout)
+        pids = [c.pid or 0 for c in self.connections]
+        self.record = self.record.with_(workers=tuple(zip(pids, self.trees, strict=True)))
+        Store().put(self.record)
 
     # -- stop ----------------------------------------------------------------------------------
     def detach(self) -> list[str]:

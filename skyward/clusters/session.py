@@ -124,7 +124,7 @@ class ClusterSession:
         nodes = self._nodes(pool, record)
         if record.status == UP and record.image_hash == image_hash:
             try:
-                nodes.attach(pool.start_timeout, heartbeat)
+                nodes.attach(pool.start_timeout, heartbeat, image)
                 self.attached = True
                 self._save(record.with_(status=UP))
                 return

@@ -271,3 +271,18 @@ def test_the_records_hold_no_secret_and_the_sockets_are_private(home: str) -> No
     assert sock.parent.stat().st_mode & 0o777 == 0o700
     with sky.ComputePool(name=cluster, console=False) as pool:  # attached: the workers keep it
         assert env_value("API_TOKEN") >> pool == secret
+
+
+def test_restarting_the_workers_of_a_cluster_replaces_them_and_down_still_ends_everything(shape: dict) -> None:
+    cluster = name()
+    with sky.ComputePool(name=cluster, console=False, **shape) as pool:
+        old = worker_pid() @ pool
+    with sky.ComputePool(name=cluster, console=False) as pool:  # attached, then restarted
+        pool.restart_workers()
+        new = worker_pid() @ pool
+    assert set(new).isdisjoint(old)
+    assert wait_gone(old, 10) == []
+    with sky.ComputePool(name=cluster, console=False) as pool:
+        assert worker_pid() @ pool == new
+    assert manage.down(cluster) == []
+    assert wait_gone(new, 10) == []
