@@ -21,7 +21,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from skyward.providers.aws import watchdog
 from skyward.providers.aws.provider import AWS
 from tests.aws_conftest import aws, moto_server  # noqa: F401  (fixtures)
 from tests.conftest import pid_alive, wait_gone
+from tests.contract.test_clusters import home  # noqa: F401  (a SKYWARD_HOME of the test's own; clusters ended after)
 from tests.hosts import testhosts
 from tests.test_aws_e2e import subnet_with_only
 from tests.test_ssh import leftovers, wait_until, wheelhouse  # noqa: F401  (wheelhouse is a fixture)
@@ -101,17 +101,7 @@ def worker_pid() -> int:
 
 
 @pytest.fixture
-def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A SKYWARD_HOME of the test's own; clusters left in it are ended afterwards."""
-    path = tempfile.mkdtemp(prefix="skya")
-    monkeypatch.setenv("SKYWARD_HOME", path)
-    yield path
-    for record in manage.Store().all():
-        manage.down(record.name)
-
-
-@pytest.fixture
-def cluster_on_hosts(aws, home, test_hosts, wheelhouse) -> dict:  # noqa: F811
+def cluster_on_hosts(aws, home, test_hosts, wheelhouse) -> dict:  # noqa: F811  (fixtures: aws first, so home ends first)
     """The AWS arguments that launch 2 on-demand instances at the test hosts' addresses."""
     hosts = test_hosts[:2]
     network = ipaddress.ip_interface(f"{hosts[0].bridge_ip}/24").network
