@@ -116,7 +116,9 @@ def status(names: list[str] | None = None) -> list[ClusterStatus]:
             now = live_status(record) if record.status != INIT or holder is None else INIT
         except ConnectionError:
             now = record.status if record.status != UP else INIT
-        if now == "GONE" or (now == STOPPED and record.down and record.provider_name != "aws"):
+        if now == "GONE" and not _released(record):
+            now = INIT  # (its cloud resources could not be removed now: `skyward down` retries)
+        elif now == "GONE" or (now == STOPPED and record.down and record.provider_name != "aws"):
             store.remove(record.name)  # it ended itself (autostop with down)
             continue
         if now != record.status:
@@ -124,6 +126,19 @@ def status(names: list[str] | None = None) -> list[ClusterStatus]:
             store.put(record)
         found.append(ClusterStatus(record, now, holder))
     return found
+
+
+def _released(record: ClusterRecord) -> bool:
+    """Remove what is left of a cluster whose machines are gone (terminated by its autostop with
+    down, or by hand): on AWS its key pair and security group. False if that failed."""
+    release_pool = getattr(record.provider, "release_pool", None)
+    if release_pool is None or not record.pool_id:
+        return True
+    try:
+        release_pool(record.pool_id)
+    except Exception:
+        return False
+    return True
 
 
 def _holder(name: str) -> str | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import shlex
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from skyward._procs import TREE_VARIABLE
@@ -78,7 +79,9 @@ class ClusterNodes(Nodes):
                 from skyward import events as ev
 
                 self._emit(ev.NodeStage(node, "provisioning"))
-            self.instances = self.provider.provision(self.spec)
+            # (the provider makes machines that outlive this client: AWS stops them on autostop)
+            self.instances = self.provider.provision(replace(self.spec, cluster=self.record.name,
+                                                             cluster_down=self.record.down))
         else:
             self.instances = list(self.record.instances)
         self._transports = [reach(inst) for inst in self.instances]
@@ -111,7 +114,11 @@ class ClusterNodes(Nodes):
             tree = f"cluster-{self.record.id}-{rank}-{uuid.uuid4().hex[:8]}"
             self.trees.append(tree)
             _write_files(inst, transport, launch)
-            result = transport.run(resident_command(launch, sock, self.record.idle_minutes, tree), timeout=90.0)
+            # A provider whose machines power off when idle (AWS's watchdog) names the file the
+            # worker touches to keep its machine up until the cluster's autostop.
+            command = resident_command(launch, sock, self.record.idle_minutes, tree,
+                                       heartbeat_file=getattr(self.provider, "heartbeat_file", None))
+            result = transport.run(command, timeout=90.0)
             if not result.ok:
                 raise BootstrapError(transport.host, "starting worker",
                                      f"the cluster's worker did not start (exit code {result.exit_code})",
@@ -174,8 +181,10 @@ class ClusterNodes(Nodes):
         self._stop_heartbeat.set()
         problems = self._stop_workers(graceful=True) if self.connections else []
         trees = self.trees or [tree for _, tree in self.record.workers]
-        if not self._transports and self.instances:
-            self._transports = [reach(inst) for inst in self.instances]
+        instances = self.instances or list(self.record.instances)
+        if not self._transports and instances:
+            # (a stopped or terminated cloud machine runs no worker: nothing to end there)
+            self._transports = [reach(inst) for inst in _running(self.provider, instances)]
         for transport in self._transports:
             try:
                 if not end_trees(transport, trees):
@@ -190,10 +199,28 @@ class ClusterNodes(Nodes):
                 pass
         if release:
             try:
-                self.provider.terminate(self.instances or list(self.record.instances))
+                release_pool = getattr(self.provider, "release_pool", None)
+                if release_pool is not None and self.record.pool_id:
+                    # everything of the cluster's pool, also what a client killed while
+                    # launching left unrecorded
+                    release_pool(self.record.pool_id)
+                else:
+                    self.provider.terminate(self.instances or list(self.record.instances))
             except Exception as exc:
                 problems.append(f"releasing machines failed: {exc!r}")
         return problems
+
+
+def _running(provider: Any, instances: list[Instance]) -> list[Instance]:
+    """The instances whose machines run (all, for a provider that cannot say)."""
+    states = getattr(provider, "machine_states", None)
+    if states is None:
+        return instances
+    try:
+        now = states(instances)
+    except Exception:  # the cloud cannot say now: try every machine
+        return instances
+    return [inst for inst, state in zip(instances, now, strict=True) if state == "running"]
 
 
 def resident_command(launch: WorkerLaunch, sock: str, idle_minutes: float | None, tree: str,

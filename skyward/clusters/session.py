@@ -122,6 +122,8 @@ class ClusterSession:
             image = record.image if record.image is not None else image
         image_hash = image.content_hash() if pool._image_given else record.image_hash
         nodes = self._nodes(pool, record)
+        if record.status == UP and not _machines_running(record):
+            record = record.with_(status=STOPPED)  # (AWS: autostop powered them off, stopped)
         if record.status == UP and record.image_hash == image_hash:
             try:
                 nodes.attach(pool.start_timeout, heartbeat, image)
@@ -132,9 +134,10 @@ class ClusterSession:
                 pass
         # The workers are gone (autostop), or the image changed: end what is left of them and
         # start new ones on the cluster's machines (their environments are kept, so warm).
-        nodes.down(release=False)
         if record.status == STOPPED or not _running(record):
-            record = self._start_machines(record)
+            record = self._start_machines(record)  # (first: a stopped cloud machine is not reachable)
+            nodes = self._nodes(pool, record)
+        nodes.down(release=False)
         nodes = self._nodes(pool, record)
         nodes.start_workers(image, pool.start_timeout, heartbeat, provision=False)
         self._save(self._ready(record, nodes, image.content_hash(), image))
@@ -223,6 +226,12 @@ def _fields(image: Any) -> dict[str, Any]:
 
 def _running(record: ClusterRecord) -> bool:
     return record.status == UP
+
+
+def _machines_running(record: ClusterRecord) -> bool:
+    """Whether the cloud says every machine of the cluster runs (True where it cannot say)."""
+    states = getattr(record.provider, "machine_states", None)
+    return states is None or set(states(list(record.instances))) == {"running"}
 
 
 def _autostop_text(record: ClusterRecord | None) -> str:

@@ -28,12 +28,17 @@ class PoolSpec:
         nodes: how many machines.
         accelerator: the parsed accelerator per node, or ``None``.
         concurrency: task slots per node.
+        cluster: the named cluster this pool provisions (its machines outlive the client),
+            or None for an ordinary pool.
+        cluster_down: with ``cluster``: its autostop ends it (machines released), not only stops it.
     """
 
     pool_id: str
     nodes: int
     accelerator: Any = None
     concurrency: int = 1
+    cluster: str | None = None
+    cluster_down: bool = False
 
 
 @dataclass(frozen=True, slots=True)

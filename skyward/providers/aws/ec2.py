@@ -155,12 +155,14 @@ def run_instances_request(
     root_device: str | None = None,
     disk_gb: int | None = None,
     public_ip: bool | None = None,
+    shutdown_behavior: str = "terminate",
 ) -> dict[str, Any]:
     """``RunInstances`` for all ``count`` nodes at once, in one subnet (so one AZ).
 
     ``MinCount == MaxCount``: EC2 launches all of them or none. ``client_token`` makes a
     retried call idempotent (botocore retries transient errors). Instances power off into
-    termination (``InstanceInitiatedShutdownBehavior``), spot ones are one-time requests
+    termination (``InstanceInitiatedShutdownBehavior``; ``shutdown_behavior="stop"``, for a
+    named cluster, stops on-demand ones instead), spot ones are one-time requests
     terminated on interruption, and IMDSv2 is required. Instances and volumes are tagged at
     creation, so even one whose launch answer was lost is found by its tag.
     """
@@ -173,7 +175,8 @@ def run_instances_request(
         "KeyName": key_name,
         "UserData": user_data,
         "ClientToken": client_token,
-        "InstanceInitiatedShutdownBehavior": "terminate",
+        # (a one-time spot instance cannot stop: it terminates)
+        "InstanceInitiatedShutdownBehavior": "terminate" if market == "spot" else shutdown_behavior,
         "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
         "TagSpecifications": [
             {"ResourceType": "instance",

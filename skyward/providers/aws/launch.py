@@ -81,7 +81,7 @@ def create_access(ec2: api.EC2, pool: PoolState, *, ssh_cidr: str, ssh_key: str 
     public halves are sent to AWS. Returns the security group's id and, with
     ``make_host_key``, the host key the pool's machines install at boot (else None).
     """
-    pool.directory = tempfile.mkdtemp(prefix=f"skyward-aws-{pool.pool_id}-")  # mode 0700
+    pool.directory = pool.directory or tempfile.mkdtemp(prefix=f"skyward-aws-{pool.pool_id}-")  # mode 0700
     if ssh_key is not None:
         pool.key_path, public = ssh_key, public_key or ""
     else:
@@ -102,7 +102,8 @@ def create_access(ec2: api.EC2, pool: PoolState, *, ssh_cidr: str, ssh_key: str 
 
 
 def launch(ec2: api.EC2, pool: PoolState, *, group_id: str, user_data: str, disk_gb: int, public_ip: bool | None,
-           allocation: str, boot_timeout: float, teardown_timeout: float) -> list[Mapping[str, Any]]:
+           allocation: str, boot_timeout: float, teardown_timeout: float,
+           shutdown_behavior: str = "terminate") -> list[Mapping[str, Any]]:
     """Try the plan's attempts in order; return the running instances' descriptions by node.
 
     Sets ``pool.summary`` (what was launched where). Raises CapacityError naming the last type
@@ -119,7 +120,7 @@ def launch(ec2: api.EC2, pool: PoolState, *, group_id: str, user_data: str, disk
             pool_id=pool.pool_id, count=plan.nodes, instance_type=itype.name, image_id=image.image_id,
             subnet_id=place.subnet_id, group_id=group_id, key_name=key_name, market=market,
             user_data=user_data, client_token=f"skyward-{pool.pool_id}-{n}-{uuid.uuid4().hex[:8]}",
-            root_device=image.root_device, disk_gb=disk, public_ip=public_ip)
+            root_device=image.root_device, disk_gb=disk, public_ip=public_ip, shutdown_behavior=shutdown_behavior)
         last = (itype.name, place.zone)
         pool.launch_in_flight = True
         try:

@@ -25,6 +25,17 @@ What :class:`AWS` does for a pool, in order (every step before the launch only r
 5. **Release**: terminate, confirm (every instance shutting down or terminated), delete the
    key pair and the security group, all found by tag — also after a failed or interrupted
    launch, whose instances may be known only to AWS.
+
+A **named cluster** (``PoolSpec.cluster``) outlives its client, so its provider is pickled into
+the cluster's record and used again by other processes (``skyward stop``, ``start``, ``down``,
+the next pool that attaches): everything after the launch works from the instances' ids and
+the pool's tag alone, and the pool's private key lives under ``SKYWARD_HOME`` (not a temporary
+directory). Its instances power off into *stop* (:func:`watchdog.power_off_policy`; terminate
+when its autostop is a teardown), have no hard lifetime unless ``max_lifetime`` is given, and
+stay up while the cluster's resident workers touch the watchdog's heartbeat file
+(:attr:`AWS.heartbeat_file`): autostop on AWS is the workers ending, then the watchdog powering
+the machine off. :meth:`AWS.stop`, :meth:`AWS.start` and :meth:`AWS.machine_states` serve
+``skyward stop``/``start``/``status``.
 """
 
 from __future__ import annotations
@@ -36,9 +47,11 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Literal
 
 from skyward._optional import require
+from skyward._retry import Backoff
 from skyward.errors import ConfigError, ProvisionError
 from skyward.providers.aws import catalog, watchdog
 from skyward.providers.aws import ec2 as api
@@ -70,6 +83,9 @@ __all__ = [
 #: (an AWS endpoint that answers with the caller's address as plain text).
 IP_LOOKUP_URL = "https://checkip.amazonaws.com"
 ALLOCATIONS = ("spot-if-available", "spot", "on-demand")
+#: ``max_lifetime``'s default (24 h). A named cluster has no hard lifetime unless
+#: ``max_lifetime`` is given (this very object means "not given").
+DEFAULT_MAX_LIFETIME = 24 * 3600.0
 Allocation = Literal["spot-if-available", "spot", "on-demand"]
 
 
@@ -96,9 +112,11 @@ class AWS(Provider):
         public_ip: give instances a public address (``None``: the subnet's setting).
         disk_gb: root volume size (at least the AMI's own size); always encrypted (EBS).
         idle_timeout: seconds without the client's SSH connection after which an instance
-            powers itself off (and so is terminated).
+            powers itself off (and so is terminated; a named cluster's is stopped, and its
+            workers keep it up until their autostop).
         max_lifetime: seconds after boot at which an instance powers off regardless
-            (``None``: no limit — only if you watch your bill).
+            (``None``: no limit — only if you watch your bill). Named clusters have no limit
+            unless this is given.
         user: the SSH login user of the AMI.
         ssh_key: a private key file to log in with instead of a fresh per-pool key (its public
             key is still imported as the pool's key pair).
@@ -123,6 +141,9 @@ class AWS(Provider):
     """
 
     name = "aws"
+    #: The file a named cluster's resident workers touch to keep their machine up (the watchdog
+    #: powers it off once the file is ``idle_timeout`` seconds old).
+    heartbeat_file = watchdog.HEARTBEAT_FILE
 
     def __init__(
         self,
@@ -138,7 +159,7 @@ class AWS(Provider):
         public_ip: bool | None = None,
         disk_gb: int = 100,
         idle_timeout: float = 600.0,
-        max_lifetime: float | None = 24 * 3600.0,
+        max_lifetime: float | None = DEFAULT_MAX_LIFETIME,
         user: str = "ubuntu",
         ssh_key: str | os.PathLike[str] | None = None,
         known_hosts: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
@@ -194,6 +215,7 @@ class AWS(Provider):
         self.disk_gb = o.disk_gb
         self.idle_timeout = o.idle_timeout
         self.max_lifetime = o.max_lifetime
+        self._max_lifetime_given = max_lifetime is not DEFAULT_MAX_LIFETIME
         self.user = o.user
         self.ssh_cidr = o.ssh_cidr
         self.ip_lookup_url = o.ip_lookup_url
@@ -217,6 +239,25 @@ class AWS(Provider):
         self._plans: dict[str, LaunchPlan] = {}
         self._pools: dict[str, PoolState] = {}
         self._owner: dict[str, str] = {}  # instance id -> pool id
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a named cluster's record keeps (pickled): the settings, without the lock, the
+        client, the cached plans and this process's pools (a later process works from the
+        instances' ids and tags), nor a ``session`` (it may hold credentials; the unpickled
+        provider uses ``profile`` or the default credential chain)."""
+        state = dict(self.__dict__)
+        for transient in ("_lock", "_client", "_plans", "_pools", "_owner"):
+            state.pop(transient, None)
+        state["session"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._client = None
+        self._plans = {}
+        self._pools = {}
+        self._owner = {}
 
     def _ec2(self) -> api.EC2:
         with self._lock:
@@ -259,24 +300,28 @@ class AWS(Provider):
         if plan is None or plan.nodes != spec.nodes:
             plan = self.plan(spec)
         pool = PoolState(spec.pool_id, plan)
+        if spec.cluster is not None:  # its key must outlive this process (and a reboot)
+            pool.directory = str(_cluster_directory(spec.pool_id, create=True))
         with self._lock:
             self._pools[spec.pool_id] = pool
         try:
-            return self._provision(pool)
+            return self._provision(pool, spec)
         except BaseException as exc:
             self._clean_up_failed(pool, exc)
             raise
 
-    def _provision(self, pool: PoolState) -> list[Instance]:
+    def _provision(self, pool: PoolState, spec: PoolSpec) -> list[Instance]:
         ec2 = self._ec2()
         ssh_cidr = resolve_ssh_cidr(self.ssh_cidr, self.ip_lookup_url)
         group_id, host_key = create_access(ec2, pool, ssh_cidr=ssh_cidr, ssh_key=self.ssh_key,
                                            public_key=self._public_key, make_host_key=self.known_hosts is None)
-        user_data = watchdog.user_data(idle_timeout=self.idle_timeout, max_lifetime=self.max_lifetime,
-                                       host_key=host_key)
+        shutdown, lifetime = watchdog.power_off_policy(
+            cluster=spec.cluster is not None, down=spec.cluster_down,
+            max_lifetime=self.max_lifetime, max_lifetime_given=self._max_lifetime_given)
+        user_data = watchdog.user_data(idle_timeout=self.idle_timeout, max_lifetime=lifetime, host_key=host_key)
         described = launch(ec2, pool, group_id=group_id, user_data=user_data, disk_gb=self.disk_gb,
                            public_ip=self.public_ip, allocation=self.allocation, boot_timeout=self.boot_timeout,
-                           teardown_timeout=self.teardown_timeout)
+                           teardown_timeout=self.teardown_timeout, shutdown_behavior=shutdown)
         instances = self._describe(pool, described, host_key)
         for inst in instances:
             ec2.call("create_tags", {"Resources": [inst.id], "Tags": [{"Key": api.TAG_NODE, "Value": str(inst.node)}]})
@@ -329,30 +374,115 @@ class AWS(Provider):
 
     # -- 5. release -------------------------------------------------------------------------------
     def terminate(self, instances: list[Instance]) -> None:
-        """Release every pool these instances belong to, by tag, and confirm it."""
+        """Release every pool these instances belong to, by tag, and confirm it. Works in any
+        process: a pool this one did not launch is found by its instances' tags."""
         with self._lock:
-            ids = list(dict.fromkeys(self._owner[i.id] for i in instances if i.id in self._owner))
-            pools = [self._pools[p] for p in ids if p in self._pools]
+            owners = [self._owner[i.id] for i in instances if i.id in self._owner]
+        unknown = [i.id for i in instances if i.id not in self._owner]
+        if unknown:
+            owners += [_pool_tag(item) for item in api.instance_states(self._ec2(), unknown).values()]
         problems = []
-        for pool in pools:
-            left = self._release(pool, settle=0.0)
-            if left is not None and not left.empty:
-                problems.append(f"pool {pool.pool_id}: not released: {left.describe()}; "
-                                f"run `skyward down {pool.pool_id} --region {pool.plan.region}`")
+        for pool_id in dict.fromkeys(p for p in owners if p):
+            try:
+                self.release_pool(pool_id)
+            except ProvisionError as exc:
+                problems.append(str(exc))
         if problems:
             raise ProvisionError("; ".join(problems), provider="aws")
 
-    def _release(self, pool: PoolState, *, settle: float) -> api.PoolResources | None:
+    def release_pool(self, pool_id: str) -> None:
+        """Destroy everything tagged with ``pool_id`` (instances, key pair, security group),
+        whether this process knows the pool or not (a named cluster's client killed while
+        launching), confirm it, and drop the pool's private files."""
+        left = self._release(pool_id, settle=0.0)
+        if not left.empty:
+            raise ProvisionError(f"pool {pool_id}: not released: {left.describe()}; "
+                                 f"run `skyward down {pool_id} --region {self._ec2().region}`", provider="aws")
+
+    def _release(self, pool_id: str, *, settle: float) -> api.PoolResources:
         """Destroy the pool's tagged resources, forget it, drop its private files."""
-        left = api.destroy(self._ec2(), pool.pool_id, timeout=self.teardown_timeout, settle=settle)
+        left = api.destroy(self._ec2(), pool_id, timeout=self.teardown_timeout, settle=settle)
         if left.empty:
             with self._lock:
-                self._pools.pop(pool.pool_id, None)
-                for inst in pool.instances:
+                pool = self._pools.pop(pool_id, None)
+                for inst in pool.instances if pool is not None else ():
                     self._owner.pop(inst.id, None)
-            if pool.directory:
+            if pool is not None and pool.directory:
                 shutil.rmtree(pool.directory, ignore_errors=True)
+            elif pool is None:  # launched by another process: a named cluster's files, if any
+                shutil.rmtree(_cluster_directory(pool_id), ignore_errors=True)
         return left
+
+    # -- named clusters: stop, start, states ------------------------------------------------------
+    def machine_states(self, instances: list[Instance]) -> list[str]:
+        """Each instance's EC2 state (``"running"``, ``"stopped"``, ``"terminated"``...), or
+        ``"missing"`` for one EC2 no longer knows."""
+        states = api.instance_states(self._ec2(), [i.id for i in instances])
+        return [_state(states, i.id) for i in instances]
+
+    def stop(self, instances: list[Instance]) -> None:
+        """Stop the instances (disks kept, compute no longer billed) and confirm it. Raises
+        ProvisionError for spot instances (one-time spot requests cannot stop: end such a
+        cluster with ``skyward down``), or when they are not stopped within ``teardown_timeout``."""
+        ec2 = self._ec2()
+        ids = [i.id for i in instances]
+        states = api.instance_states(ec2, ids)
+        spot = [i for i in ids if states.get(i, {}).get("InstanceLifecycle") == "spot"]
+        if spot:
+            raise ProvisionError(f"{', '.join(spot)}: spot instances cannot be stopped (EC2 one-time spot requests); "
+                                 "end the cluster with `skyward down`, or launch it with allocation='on-demand' "
+                                 "to stop and start it", provider="aws")
+        for _ in Backoff(timeout=self.teardown_timeout, delay=0.2, max_delay=3.0):
+            states = api.instance_states(ec2, ids)
+            running = [i for i in ids if _state(states, i) == "running"]
+            if running:
+                ec2.call("stop_instances", {"InstanceIds": running})
+            elif all(_state(states, i) in ("stopped", *api.GONE_STATES, "missing") for i in ids):
+                return
+        raise ProvisionError(f"instances not stopped after {self.teardown_timeout:g}s: "
+                             + ", ".join(f"{i} ({_state(states, i)})" for i in ids), provider="aws")
+
+    def start(self, instances: list[Instance]) -> list[Instance]:
+        """Start stopped instances again (stopping ones once stopped), wait until each runs, and
+        return them described anew: the same ids and node numbers, the pool's key and host key,
+        and their addresses now (a public address changes across a stop). Raises ProvisionError
+        when one is gone (terminated) or not running within ``boot_timeout``."""
+        ec2 = self._ec2()
+        ids = [i.id for i in instances]
+        states: dict[str, Any] = {}
+        for _ in Backoff(timeout=self.boot_timeout, delay=0.2, max_delay=3.0):
+            states = dict(api.instance_states(ec2, ids))
+            gone = [f"{i} ({_state(states, i)})" for i in ids
+                    if _state(states, i) in (*api.GONE_STATES, "missing")]
+            if gone:
+                raise ProvisionError(f"the cluster's machines are gone: {', '.join(gone)}; end it with "
+                                     "`skyward down NAME`", provider="aws")
+            stopped = [i for i in ids if _state(states, i) == "stopped"]
+            if stopped:
+                ec2.call("start_instances", {"InstanceIds": stopped})
+            elif all(_state(states, i) == "running" and states[i].get("PrivateIpAddress") for i in ids):
+                break
+        else:
+            raise ProvisionError(f"instances not running after {self.boot_timeout:g}s: "
+                                 + ", ".join(f"{i} ({_state(states, i)})" for i in ids), provider="aws")
+        return self._described_again(instances, states)
+
+    def _described_again(self, instances: list[Instance], states: Mapping[str, Any]) -> list[Instance]:
+        moved: dict[str, list[str]] = {}  # a known_hosts file made for the pool -> its addresses now
+        again = []
+        for inst in instances:
+            item = states[inst.id]
+            private, public = item.get("PrivateIpAddress") or "", item.get("PublicIpAddress") or None
+            ssh = inst.ssh
+            if ssh is not None:
+                ssh = replace(ssh, host=self._connect_address(inst.id, private, public))
+                if self.known_hosts is None:
+                    for path in ssh.known_hosts:
+                        moved.setdefault(path, []).append(ssh.host)
+            again.append(replace(inst, private_addr=private, public_addr=public, ssh=ssh))
+        for path, addresses in moved.items():
+            _rewrite_known_hosts(path, addresses)
+        return again
 
     def _clean_up_failed(self, pool: PoolState, error: BaseException) -> None:
         """After a failed or interrupted launch: remove everything, even on a second Ctrl-C."""
@@ -360,7 +490,8 @@ class AWS(Provider):
 
         def work() -> None:
             try:
-                outcome.append(self._release(pool, settle=self.cleanup_settle if pool.launch_in_flight else 0.0))
+                outcome.append(self._release(pool.pool_id,
+                                             settle=self.cleanup_settle if pool.launch_in_flight else 0.0))
             except BaseException as exc:  # reported below, on the caller's thread
                 outcome.append(exc)
 
@@ -389,3 +520,37 @@ class AWS(Provider):
         if self.allocation != "spot-if-available":
             shown.append(f"allocation={self.allocation!r}")
         return f"AWS({', '.join(shown)})"
+
+
+def _state(states: Mapping[str, Any], instance_id: str) -> str:
+    return str(states.get(instance_id, {}).get("State", {}).get("Name") or "missing")
+
+
+def _pool_tag(item: Mapping[str, Any]) -> str:
+    return next((str(t.get("Value", "")) for t in item.get("Tags") or () if t.get("Key") == api.TAG_POOL), "")
+
+
+def _cluster_directory(pool_id: str, *, create: bool = False) -> Path:
+    """Where a named cluster's pool keeps its private key and known_hosts: under
+    ``SKYWARD_HOME`` (0700), so that later processes, after a reboot too, still log in."""
+    from skyward.clusters.state import home
+
+    path = home() / "aws" / pool_id
+    if create:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+    return path
+
+
+def _rewrite_known_hosts(path: str, addresses: Sequence[str]) -> None:
+    """Point the pool's known_hosts file (one host key) at ``addresses`` (after a restart)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            key = f.readline().split(None, 1)[1].strip()
+    except (OSError, IndexError) as exc:
+        raise ProvisionError(f"the pool's host key file {path} is missing or empty ({exc})", provider="aws") from None
+    directory, name = os.path.split(path)
+    fresh = f"{name}.{os.getpid()}.new"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(directory, fresh))
+    os.replace(write_private(directory, fresh, "".join(f"{a} {key}\n" for a in dict.fromkeys(addresses))), path)

@@ -1,15 +1,18 @@
 """The dead man's switch every EC2 instance of a pool boots with, rendered as user data.
 
 An instance must stop billing even when the client that launched it dies without a word
-(SIGKILL, a laptop lid closed, a lost network). Instances are launched with
+(SIGKILL, a laptop lid closed, a lost network). Instances of an ordinary pool are launched with
 ``InstanceInitiatedShutdownBehavior=terminate``, so powering off from inside the machine
-terminates it; this module renders what powers it off:
+terminates it; those of a named cluster with ``stop`` (see :func:`power_off_policy`), so it
+stops and keeps its disk. This module renders what powers it off:
 
 1. **Idle watchdog.** A small bash loop (:func:`watchdog_script`) run by a systemd service.
    Every ``interval`` seconds it looks for an established TCP connection to the SSH port
    (read from ``/proc/net/tcp*``, so it needs no extra tool); while there is one — the
    client's connection, which carries every command and every worker's byte stream — it
-   touches a heartbeat file. Anything else may touch that file too, to keep the machine.
+   touches a heartbeat file. Anything else may touch that file too, to keep the machine: a
+   named cluster's resident workers do while a client is attached and until their autostop
+   (:mod:`skyward.worker.resident`), so the cluster outlives its client.
    When the file is older than ``idle_timeout`` seconds the machine powers off.
 2. **sshd keepalives** (``ClientAliveInterval``) so a client that vanished without closing
    its connection (network loss) drops that connection within about a minute instead of
@@ -37,6 +40,7 @@ __all__ = [
     "HEARTBEAT_FILE",
     "SERVICE_NAME",
     "HostKey",
+    "power_off_policy",
     "user_data",
     "watchdog_script",
 ]
@@ -58,6 +62,23 @@ class HostKey:
     kind: str  # cloud-init's name: "ed25519", "ecdsa" or "rsa"
     public: str  # "ssh-ed25519 AAAA..."
     private: str = field(repr=False)
+
+
+def power_off_policy(*, cluster: bool, down: bool, max_lifetime: float | None,
+                     max_lifetime_given: bool) -> tuple[str, float | None]:
+    """What powering off does to an instance (EC2's ``InstanceInitiatedShutdownBehavior``) and
+    its hard lifetime, as ``(behavior, max_lifetime)``.
+
+    An ordinary pool: ``"terminate"``, and ``max_lifetime`` as configured (default 24 h). A
+    named cluster (``cluster``) outlives its client: its autostop powers it off, which
+    ``"stop"``s it (disk and environments kept for ``skyward start``), or ``"terminate"``s it
+    when the autostop is a teardown (``down``); it has no hard lifetime unless one was given.
+    (One-time spot instances cannot stop: :func:`~skyward.providers.aws.ec2.run_instances_request`
+    keeps ``"terminate"`` for them.)
+    """
+    if not cluster:
+        return "terminate", max_lifetime
+    return ("terminate" if down else "stop"), (max_lifetime if max_lifetime_given else None)
 
 
 def _seconds(name: str, value: float, minimum: float) -> int:

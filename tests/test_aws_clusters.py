@@ -1,0 +1,286 @@
+"""Named clusters on AWS: machines that outlive their client, stop and start, and end only when
+asked (or by their autostop).
+
+The unit tests check the launch policy (pure functions, no I/O). The others run against the
+moto server with instances placed at the SSH test hosts' addresses (as tests/test_aws_e2e.py
+does), so a cluster's resident workers really run on the hosts and every later step (attach,
+``skyward stop``/``start``/``down``, from other processes) goes through the record's pickled
+provider. What moto cannot do is run the instances' watchdog: where a test needs "the machine
+powered itself off" (the watchdog's job once the workers stop touching the heartbeat file), it
+asks moto to stop or terminate the instances, as EC2 would under the launch's shutdown
+behaviour, and says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import skyward as sky
+from skyward.clusters import manage
+from skyward.providers.aws import ec2 as api
+from skyward.providers.aws import watchdog
+from skyward.providers.aws.provider import AWS
+from tests.aws_conftest import aws, moto_server  # noqa: F401  (fixtures)
+from tests.conftest import pid_alive, wait_gone
+from tests.contract.test_clusters import home  # noqa: F401  (a SKYWARD_HOME of the test's own; clusters ended after)
+from tests.hosts import testhosts
+from tests.test_aws_e2e import subnet_with_only
+from tests.test_ssh import leftovers, wait_until, wheelhouse  # noqa: F401  (wheelhouse is a fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+hosts_needed = pytest.mark.skipif(testhosts.unavailable_reason() is not None,
+                                  reason=str(testhosts.unavailable_reason()))
+
+
+# -- the launch policy (pure) ---------------------------------------------------------------------
+
+
+def test_a_named_clusters_instances_stop_when_powered_off_and_have_no_hard_lifetime() -> None:
+    policy = watchdog.power_off_policy
+    # an ordinary pool: powering off terminates; the 24 h lifetime stays
+    assert policy(cluster=False, down=False, max_lifetime=86400.0, max_lifetime_given=False) == ("terminate", 86400.0)
+    # a named cluster: powering off stops it (disk kept); no lifetime unless one was given
+    assert policy(cluster=True, down=False, max_lifetime=86400.0, max_lifetime_given=False) == ("stop", None)
+    assert policy(cluster=True, down=False, max_lifetime=7200.0, max_lifetime_given=True) == ("stop", 7200.0)
+    # autostop with down: powering off terminates it
+    assert policy(cluster=True, down=True, max_lifetime=86400.0, max_lifetime_given=False) == ("terminate", None)
+
+    text = watchdog.user_data(idle_timeout=600, max_lifetime=None)
+    config = json.loads(text.removeprefix("#cloud-config\n"))
+    assert "bootcmd" not in config  # no `shutdown -h +N` armed at boot
+    script = next(f["content"] for f in config["write_files"] if f["path"].endswith("skyward-watchdog"))
+    assert "LIFETIME=0\n" in script and "IDLE=600\n" in script
+    assert 'chmod 0666 "$HEARTBEAT"' in script  # the workers (the SSH user) may touch it
+
+    def request(market: str, shutdown: str) -> dict:
+        return api.run_instances_request(
+            pool_id="p", count=1, instance_type="t3.micro", image_id="ami-1", subnet_id="s", group_id="g",
+            key_name="k", market=market, user_data=text, client_token="t", shutdown_behavior=shutdown)
+
+    assert request("on-demand", "stop")["InstanceInitiatedShutdownBehavior"] == "stop"
+    assert request("spot", "stop")["InstanceInitiatedShutdownBehavior"] == "terminate"  # a one-time spot cannot stop
+    assert request("on-demand", "terminate")["InstanceInitiatedShutdownBehavior"] == "terminate"
+
+
+def test_the_aws_provider_survives_pickling_without_its_lock_client_or_session() -> None:
+    import boto3
+
+    provider = AWS(region="us-east-1", allocation="on-demand", max_lifetime=3600.0, ssh_cidr="10.0.0.1/32",
+                   session=boto3.Session(aws_access_key_id="AKIAEXAMPLE", aws_secret_access_key="s3cret",
+                                         region_name="us-east-1"))
+    blob = pickle.dumps(provider)
+    assert b"s3cret" not in blob  # the session (credentials) is not kept in the record
+    again = pickle.loads(blob)
+    assert repr(again) == repr(provider)
+    assert (again.region, again.allocation, again.max_lifetime, again.ssh_cidr) == (
+        "us-east-1", "on-demand", 3600.0, "10.0.0.1/32")
+    assert again.session is None and again._pools == {} and again._owner == {}
+    with again._lock:  # a lock of its own, usable
+        pass
+
+
+# -- on moto, with the SSH test hosts as instances ------------------------------------------------
+
+
+@sky.compute
+def worker_pid() -> int:
+    return os.getpid()
+
+
+@pytest.fixture
+def cluster_on_hosts(aws, home, test_hosts, wheelhouse) -> dict:  # noqa: F811  (fixtures: aws first, so home ends first)
+    """The AWS arguments that launch 2 on-demand instances at the test hosts' addresses."""
+    hosts = test_hosts[:2]
+    network = ipaddress.ip_interface(f"{hosts[0].bridge_ip}/24").network
+    subnet = subnet_with_only(aws, network, [h.ip for h in hosts])
+    kwargs = dict(subnet_id=subnet, ami=aws.ami, allocation="on-demand", user=hosts[0].user,
+                  ssh_key=hosts[0].key_path, known_hosts=hosts[0].known_hosts_all,
+                  ssh_cidr=f"{hosts[0].bridge_ip}/32", find_links=[wheelhouse], no_index=True, connect_timeout=5,
+                  boot_timeout=60)
+    return {"hosts": hosts, "kwargs": kwargs}
+
+
+def name() -> str:
+    return "a" + uuid.uuid4().hex[:8]
+
+
+def states(env, ids: list[str]) -> set[str]:
+    return {i["State"]["Name"] for r in env.client().describe_instances(InstanceIds=ids)["Reservations"]
+            for i in r["Instances"]}
+
+
+def attribute(env, ids: list[str], which: str) -> list[str]:
+    key = which[0].upper() + which[1:]
+    return [env.client().describe_instance_attribute(InstanceId=i, Attribute=which)[key]["Value"] for i in ids]
+
+
+def skyward(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """The command line, in a process of its own (its own unpickled provider)."""
+    return subprocess.run([sys.executable, "-m", "skyward.cli", *args], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+ATTACH = """
+import os, sys
+import skyward as sky
+
+@sky.compute
+def worker_pid():
+    return os.getpid()
+
+with sky.ComputePool(name=sys.argv[1], console=False) as pool:
+    print(*(worker_pid() @ pool))
+"""
+
+
+@hosts_needed
+def test_a_named_aws_cluster_is_attached_stopped_started_and_ended_from_other_processes(aws, cluster_on_hosts):  # noqa: F811
+    hosts = cluster_on_hosts["hosts"]
+    cluster = name()
+    with sky.ComputePool(name=cluster, provider=AWS(**cluster_on_hosts["kwargs"]), nodes=2, console=False) as pool:
+        ids = [i.id for i in pool.instances]
+        pids = worker_pid() @ pool
+    # launched to stop (not terminate) when powered off, with no hard lifetime armed at boot
+    assert attribute(aws, ids, "instanceInitiatedShutdownBehavior") == ["stop", "stop"]
+    user_data = base64.b64decode(attribute(aws, ids, "userData")[0]).decode()
+    assert "bootcmd" not in user_data and "LIFETIME=0" in user_data
+    assert all(pid_alive(p) for p in pids), "leaving the block ended the cluster's workers"
+
+    # another process attaches by name alone (the record's provider, unpickled): same workers
+    out = subprocess.run([sys.executable, "-c", ATTACH, cluster], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [int(p) for p in out.stdout.split()] == pids
+
+    # skyward stop: workers ended, instances stopped, status STOPPED
+    stopped = skyward("stop", cluster)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    assert states(aws, ids) == {"stopped"}
+    assert wait_gone(pids, 10) == []
+    assert [s.status for s in manage.status([cluster])] == ["STOPPED"]
+
+    # skyward start: running again, new workers, tasks run
+    started = skyward("start", cluster)
+    assert started.returncode == 0, started.stderr[-3000:]
+    assert states(aws, ids) == {"running"}
+    assert [s.status for s in manage.status([cluster])] == ["UP"]
+    with sky.ComputePool(name=cluster, console=False) as pool:
+        again = worker_pid() @ pool
+        assert [i.id for i in pool.instances] == ids  # same machines, same node numbers
+    assert set(again).isdisjoint(pids)
+
+    # The machines power themselves off (the watchdog, once the workers stop touching the
+    # heartbeat; the launch made that a stop). moto runs no watchdog: EC2's side is asked here.
+    aws.client().stop_instances(InstanceIds=ids)
+    assert [s.status for s in manage.status([cluster])] == ["STOPPED"]
+    with sky.ComputePool(name=cluster, console=False) as pool:  # attaching starts them again
+        assert states(aws, ids) == {"running"}
+        third = worker_pid() @ pool
+    assert set(third).isdisjoint(again)
+    assert wait_gone(again, 10) == []  # (on the hosts, which did not really stop, the old ones ended)
+
+    # skyward down: instances terminated, key pair and security group deleted (the aws
+    # fixture checks that nothing is left), no worker on any host, the record and keys gone
+    ended = skyward("down", cluster)
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    assert states(aws, ids) <= {"shutting-down", "terminated"}
+    assert aws.leftovers() == {}
+    assert wait_until(lambda: not leftovers(hosts, r"skyward\.worker"), timeout=10), leftovers(hosts)
+    assert manage.Store().all() == []
+
+
+@pytest.fixture
+def heartbeat() -> Iterator[Path]:
+    """The watchdog's heartbeat file, made as the watchdog makes it (the hosts share this
+    machine's /var/lib), with an old modification time."""
+    path = Path(watchdog.HEARTBEAT_FILE)
+    made_dir = not path.parent.exists()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    path.chmod(0o666)
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    yield path
+    path.unlink(missing_ok=True)
+    if made_dir:
+        path.parent.rmdir()
+
+
+@hosts_needed
+def test_autostop_with_down_lets_the_machines_go_and_status_removes_what_is_left(
+        aws, cluster_on_hosts, heartbeat):  # noqa: F811
+    cluster = name()
+    with sky.ComputePool(name=cluster, provider=AWS(**cluster_on_hosts["kwargs"]), nodes=2, idle_minutes=0.05,
+                         down=True, console=False) as pool:
+        ids = [i.id for i in pool.instances]
+        pids = worker_pid() @ pool
+        # the workers keep their machines up through the watchdog's heartbeat file
+        assert time.time() - heartbeat.stat().st_mtime < 15, "the cluster's workers do not touch the heartbeat"
+    assert attribute(aws, ids, "instanceInitiatedShutdownBehavior") == ["terminate", "terminate"]
+    assert wait_gone(pids, 20) == [], "autostop did not end the workers"
+    old = time.time() - 3600
+    os.utime(heartbeat, (old, old))
+    time.sleep(11)  # (a worker touches it every 10 s while in use)
+    assert heartbeat.stat().st_mtime == pytest.approx(old, abs=1), "nothing may keep the machine up after autostop"
+
+    # The watchdog would now power them off, which terminates them (down). moto runs no
+    # watchdog: EC2's side is asked here.
+    aws.client().terminate_instances(InstanceIds=ids)
+    assert manage.status([cluster]) == []  # gone: forgotten, and its key pair and security group removed
+    assert aws.leftovers() == {}
+
+
+KILLED = """
+import json, sys
+import skyward as sky
+from skyward.providers.aws.provider import AWS
+
+with sky.ComputePool(name=sys.argv[1], provider=AWS(**json.loads(sys.argv[2])), nodes=2, console=False):
+    pass
+"""
+
+
+@hosts_needed
+@pytest.mark.parametrize("how", ["name", "all"])
+def test_a_cluster_whose_client_was_killed_while_launching_is_removed_by_down(
+        aws, cluster_on_hosts, home, how):  # noqa: F811
+    hosts = cluster_on_hosts["hosts"]
+    cluster = name()
+    client = subprocess.Popen([sys.executable, "-c", KILLED, cluster, json.dumps(cluster_on_hosts["kwargs"])],
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        launched = wait_until(lambda: states_of_tagged(aws) == {"running"}, timeout=60, interval=0.2)
+        assert launched, client.stderr.read() if client.poll() is not None and client.stderr else "no instances"
+    finally:
+        client.send_signal(signal.SIGKILL)
+        client.wait()
+    [state] = manage.status([cluster])
+    assert state.status == "INIT"
+    assert any(Path(home, "aws").iterdir()), "the cluster's pool keeps its files under SKYWARD_HOME"
+
+    ended = skyward("down", cluster) if how == "name" else skyward("down", "--all", "-y")
+    assert ended.returncode == 0, ended.stdout + ended.stderr[-3000:]
+    assert aws.leftovers() == {}
+    assert manage.Store().all() == []
+    assert not any(Path(home, "aws").iterdir())
+    assert wait_until(lambda: not leftovers(hosts, r"skyward\.worker"), timeout=10), leftovers(hosts)
+
+
+def states_of_tagged(env) -> set[str]:
+    tagged = [{"Name": "tag-key", "Values": ["skyward:pool"]}]
+    return {i["State"]["Name"] for r in env.client().describe_instances(Filters=tagged)["Reservations"]
+            for i in r["Instances"]}
