@@ -81,8 +81,9 @@ def _parser() -> argparse.ArgumentParser:
                                                      "resources.accelerators)")
     launch.add_argument("--cpus", metavar="N[+]", help="vCPUs per node, e.g. 8 or 8+ (at least)")
     launch.add_argument("--memory", metavar="N[+]", help="GiB of memory per node, e.g. 32+")
-    launch.add_argument("--provider", default="local", metavar="{local,ssh,aws}",
-                        help="where the nodes come from (default: local, this machine)")
+    launch.add_argument("--provider", default=None, metavar="{local,ssh,aws}",
+                        help="where the nodes come from (default: the one resources.infra names, else local, "
+                             "this machine)")
     launch.add_argument("--hosts", default="", metavar="H1,H2", help="SSH hosts, e.g. user@h1,user@h2 "
                                                                     "(with --provider ssh)")
     launch.add_argument("--env", action="append", default=[], metavar="K[=V]",

@@ -24,7 +24,7 @@ import os
 import sys
 import tarfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,7 +41,11 @@ MASK = "***"
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """Everything a launch needs, resolved from the task file and the command line."""
+    """Everything a launch needs, resolved from the task file and the command line.
+
+    A pipeline (a file of several tasks) is its first task's plan with the others in ``then``;
+    ``warnings`` are the file's (one line per field accepted but not honoured here).
+    """
 
     name: str
     provider: str
@@ -59,20 +63,69 @@ class LaunchPlan:
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     workdir: str | None = None
     file_mounts: Mapping[str, str] = field(default_factory=dict)
+    #: Worker processes per node: on Local, the accelerator count asked for (they stand in for it).
+    processes_per_node: int = 1
+    #: The machine shapes to try, in order (the first is the one above); see skyward._launch_where.
+    candidates: tuple[Any, ...] = ()
+    buckets: tuple[Any, ...] = ()
+    #: SkyPilot's resources.autostop, for named clusters (idle minutes and down), or None.
+    autostop: Any = None
+    job_recovery: str | None = None
+    warnings: tuple[str, ...] = ()
+    then: tuple[LaunchPlan, ...] = ()
 
     @property
     def env(self) -> dict[str, str]:
         """What setup and run see on top of the node's own variables."""
         return {**self.envs, **self.secrets}
 
+    @property
+    def stages(self) -> tuple[LaunchPlan, ...]:
+        """This task and the pipeline's following ones, in the order they run."""
+        return (self, *self.then)
+
+    @property
+    def image(self) -> str | None:
+        return self.candidates[0].image_id if self.candidates else None
+
     def describe(self) -> str:
-        """The plan in a few lines (secrets masked)."""
+        """The plan in a few lines (secrets masked), warnings first."""
+        lines = [f"warning: {w}" for w in self.warnings]
+        for number, stage in enumerate(self.stages, 1):
+            if self.then:
+                lines.append(f"pipeline stage {number} of {len(self.stages)} (runs after the one before succeeds):")
+            lines += stage._describe_one()
+        return "\n".join(lines)
+
+    def _describe_one(self) -> list[str]:
+        from skyward._task_resources import describe_ports
+
         lines = [f"task {self.name!r}: {self.nodes} node(s) on {self.provider}"]
         lines.append("  machines: " + self._machines())
+        for other in self.candidates[1:]:
+            lines.append(f"  then, if AWS has no capacity: {other.describe()}")
+        first = self.candidates[0] if self.candidates else None
+        if first is not None and self.provider == "aws":
+            extra = []
+            if first.disk_size or first.disk_tier:
+                extra.append(f"root disk {first.disk_size or 100} GB, tier {first.disk_tier or 'medium'}")
+            if first.ports:
+                extra.append(f"ports {describe_ports(first.ports)} open")
+            if first.zone:
+                extra.append(f"zone {first.zone}")
+            if extra:
+                lines.append("  " + ", ".join(extra))
+        if self.image:
+            lines.append(f"  image: {self.image}")
+        if self.autostop is not None:
+            lines.append(f"  autostop: after {self.autostop.idle_minutes:g} idle minute(s)"
+                         + (", then down" if self.autostop.down else ""))
         if self.workdir:
             lines.append(f"  workdir: {self.workdir} (synced to every node; setup and run start there)")
         for dest, source in self.file_mounts.items():
             lines.append(f"  file mount: {source} -> {dest}")
+        for bucket in self.buckets:
+            lines.append(f"  bucket: {bucket.url} -> {bucket.dest} (copied with boto3 on every node)")
         for key, value in self.envs.items():
             lines.append(f"  env {key}={value}")
         for key in self.secrets:
@@ -80,12 +133,15 @@ class LaunchPlan:
         if self.setup:
             lines.append("  setup:\n" + _indent(self.setup))
         lines.append("  run:\n" + _indent(self.run))
-        return "\n".join(lines)
+        return lines
 
     def _machines(self) -> str:
         wanted = ", ".join(f"{k}={v}" for k, v in (("accelerators", self.accelerator), ("cpus", self.cpus),
                                                    ("memory", self.memory)) if v)
         if self.provider == "local":
+            if self.processes_per_node > 1:
+                return (f"{self.nodes} node(s) x {self.processes_per_node} worker processes on this machine, "
+                        f"standing in for {self.accelerator}, no cost")
             note = f" (asked: {wanted}; the Local provider runs on this machine as is)" if wanted else ""
             return f"{self.nodes} worker process(es) on this machine, no cost{note}"
         if self.provider == "ssh":
@@ -108,7 +164,7 @@ class LaunchPlan:
             found = catalog.select(catalog.load_catalog(), accelerator=self.accelerator,
                                    vcpus=cpus[0] if cpus else None, memory_gb=memory[0] if memory else None)
             what = found[0].describe() + " (from the bundled catalog; EC2 is asked at launch)"
-        return f"{self.nodes} x {what}, {market}, in {region}; approximate us-east-1 on-demand prices"
+        return f"{self.nodes} x {what}, {market}, in {region}; {catalog.price_source()}"
 
 
 def plan(
@@ -118,7 +174,7 @@ def plan(
     gpus: str | None = None,
     cpus: str | None = None,
     memory: str | None = None,
-    provider: str = "local",
+    provider: str | None = None,
     hosts: Sequence[str] = (),
     env: Sequence[str] = (),
     env_file: str | os.PathLike[str] | None = None,
@@ -130,61 +186,99 @@ def plan(
     ``env`` items are ``K=V`` (or ``K``: the value is taken from ``environ``, default
     ``os.environ``); ``env_file`` holds ``K=V`` lines (``#`` comments, blank lines); ``secrets``
     items are ``K=V`` or ``K`` likewise. A variable the file leaves null must be given.
-    Raises :class:`~skyward.ConfigError` naming the flag or key at fault.
+    ``provider`` None: the one the file's ``infra`` names, else Local.
+    Raises :class:`~skyward._task_check.TaskFileError` (a :class:`~skyward.ConfigError`) listing
+    every problem in the file and the flags at once.
     """
-    from skyward._task_file import load_task, parse_minimum
-    from skyward.accelerators import parse_accelerator
+    from skyward._task_file import read_tasks
 
     environ = os.environ if environ is None else environ
-    task = load_task(path)
-    if provider not in PROVIDERS:
-        raise ConfigError("--provider", "one of " + ", ".join(PROVIDERS), provider)
-    if num_nodes is not None and (isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1):
-        raise ConfigError("--num-nodes", "an integer >= 1", num_nodes)
-    if gpus is not None:
-        try:
-            parse_accelerator(gpus)
-        except ConfigError as exc:
-            raise ConfigError("--gpus", exc.accepted, gpus, detail=exc.detail) from None
-    parse_minimum(cpus, "--cpus")
-    parse_minimum(memory, "--memory")
-    host_list = tuple(h.strip() for h in hosts if h.strip())
-    if provider == "ssh" and not host_list:
-        raise ConfigError("--hosts", "the SSH hosts to use with --provider ssh, e.g. user@h1,user@h2", "nothing")
-    if provider != "ssh" and host_list:
-        raise ConfigError("--hosts", "hosts only with --provider ssh", ",".join(host_list))
-    nodes = num_nodes if num_nodes is not None else task.num_nodes
-    if provider == "ssh" and nodes > len(host_list):
-        raise ConfigError("--num-nodes", f"at most the {len(host_list)} host(s) given with --hosts", nodes)
-
-    envs: dict[str, str | None] = dict(task.envs)
+    title, tasks, found = read_tasks(path)
+    flags = _check_flags(found, provider, num_nodes, gpus, cpus, memory, hosts)
+    overrides: dict[str, str] = {}
     if env_file is not None:
-        envs.update(_read_env_file(env_file))
+        overrides.update(_read_env_file(env_file))
     for item in env:
         key, value = _assignment(item, "--env", environ, secret=False)
-        envs[key] = value
-    missing = [k for k, v in envs.items() if v is None]
-    if missing:
-        raise ConfigError(f"envs[{missing[0]!r}]", f"a value: pass --env {missing[0]}=VALUE (the task file "
-                          "leaves it empty)", None)
-    found_secrets: dict[str, str | None] = dict(task.secrets)
-    for item in secrets:
-        key, value = _assignment(item, "--secret", environ, secret=True)
-        found_secrets[key] = value
-    missing = [k for k, v in found_secrets.items() if v is None]
-    if missing:
-        raise ConfigError(f"secrets[{missing[0]!r}]", f"a value: pass --secret {missing[0]}=VALUE, or "
-                          f"--secret {missing[0]} with it set in your environment", None)
+        overrides[key] = value
+    given_secrets = dict(_assignment(item, "--secret", environ, secret=True) for item in secrets)
+    stages = []
+    for number, task in enumerate(tasks, 1):
+        where = f"task {number}: " if len(tasks) > 1 else ""
+        default = task.name or (f"{title or Path(path).stem}-{number}" if len(tasks) > 1 else Path(path).stem)
+        stages.append(_stage(task, where, default, found, flags, overrides, given_secrets))
+    found.raise_problems()
+    first = stages[0]
+    return replace(first, warnings=tuple(found.warnings), then=tuple(stages[1:]))
 
-    resources = task.resources
+
+def _check_flags(found: Any, provider: str | None, num_nodes: int | None, gpus: str | None, cpus: str | None,
+                 memory: str | None, hosts: Sequence[str]) -> dict[str, Any]:
+    """The command line's values, each bad one added to ``found``."""
+    from skyward._task_file import parse_minimum
+    from skyward.accelerators import parse_accelerator
+
+    def check(fn: Any, *args: Any, flag: str = "") -> Any:
+        try:
+            return fn(*args)
+        except ConfigError as exc:
+            found.problem(flag or exc.parameter, exc.accepted, exc.got, exc.detail)
+            return None
+
+    if provider is not None and provider not in PROVIDERS:
+        found.problem("--provider", "one of " + ", ".join(PROVIDERS), provider)
+    if num_nodes is not None and (isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1):
+        found.problem("--num-nodes", "an integer >= 1", num_nodes)
+        num_nodes = None
+    if gpus is not None and check(parse_accelerator, gpus, flag="--gpus") is None:
+        gpus = None
+    check(parse_minimum, cpus, "--cpus")
+    check(parse_minimum, memory, "--memory")
+    host_list = tuple(h.strip() for h in hosts if h.strip())
+    if provider == "ssh" and not host_list:
+        found.problem("--hosts", "the SSH hosts to use with --provider ssh, e.g. user@h1,user@h2", "nothing")
+    if provider not in ("ssh", None) and host_list:
+        found.problem("--hosts", "hosts only with --provider ssh", ",".join(host_list))
+    if gpus is not None:
+        gpus = str(parse_accelerator(gpus))
+    return {"provider": provider, "nodes": num_nodes, "gpus": gpus, "cpus": cpus, "memory": memory,
+            "hosts": host_list}
+
+
+def _stage(task: Any, where: str, name: str, found: Any, flags: Mapping[str, Any], overrides: Mapping[str, str],
+           given_secrets: Mapping[str, str]) -> LaunchPlan:
+    """One task of the file, with the command line applied; problems go to ``found``."""
+    from skyward._launch_where import choose
+    from skyward._task_mounts import resolve
+
+    envs: dict[str, str | None] = {**task.envs, **overrides}
+    for key in [k for k, v in envs.items() if v is None]:
+        found.problem(f"{where}envs[{key!r}]", f"a value: pass --env {key}=VALUE (the task file leaves it empty)",
+                      None)
+    found_secrets: dict[str, str | None] = {**task.secrets, **given_secrets}
+    for key in [k for k, v in found_secrets.items() if v is None]:
+        found.problem(f"{where}secrets[{key!r}]", f"a value: pass --secret {key}=VALUE, or --secret {key} with "
+                      "it set in your environment", None)
+    values = {k: v for k, v in envs.items() if v is not None}
+    workdir, mounts, buckets = resolve(task.workdir, task.file_mounts, values, found, where)
+    provider = flags["provider"]
+    if provider is None and flags["hosts"]:
+        provider = "ssh"
+    provider, candidates, processes = choose(task.candidates, provider, flags["gpus"], found, where)
+    nodes = flags["nodes"] or task.num_nodes
+    hosts = flags["hosts"]
+    if provider == "ssh" and not hosts and flags["provider"] is None:
+        found.problem(f"{where}resources.infra", "a cloud Skyward can rent from, or --hosts for ssh", "ssh")
+    elif provider == "ssh" and nodes > len(hosts) and hosts:
+        found.problem("--num-nodes", f"at most the {len(hosts)} host(s) given with --hosts", nodes)
+    first = candidates[0]
     return LaunchPlan(
-        name=task.name or Path(path).stem, provider=provider, nodes=nodes, run=task.run, setup=task.setup,
-        hosts=host_list, accelerator=gpus or resources.accelerators, cpus=cpus or resources.cpus,
-        memory=memory or resources.memory, use_spot=resources.use_spot, region=resources.region,
-        instance_type=resources.instance_type, envs={k: v for k, v in envs.items() if v is not None},
-        secrets={k: v for k, v in found_secrets.items() if v is not None},
-        workdir=str(Path(task.workdir).expanduser().resolve()) if task.workdir else None,
-        file_mounts={dest: str(Path(src).expanduser().resolve()) for dest, src in task.file_mounts.items()},
+        name=name, provider=provider, nodes=nodes, run=task.run, setup=task.setup, hosts=hosts,
+        accelerator=first.accelerator, cpus=flags["cpus"] or first.cpus, memory=flags["memory"] or first.memory,
+        use_spot=first.use_spot, region=first.region, instance_type=first.instance_type,
+        envs=values, secrets={k: v for k, v in found_secrets.items() if v is not None},
+        workdir=workdir, file_mounts=mounts, processes_per_node=processes, candidates=candidates,
+        buckets=buckets, autostop=task.candidates.autostop, job_recovery=task.candidates.job_recovery,
     )
 
 
@@ -231,8 +325,9 @@ def _indent(text: str) -> str:
 # -- execute -----------------------------------------------------------------------------------
 
 
-def make_provider(p: LaunchPlan) -> Any:
-    """The provider a plan names (``--provider``), configured from its resources."""
+def make_provider(p: LaunchPlan, candidate: Any = None) -> Any:
+    """The provider a plan names, configured from its resources (``candidate``: one of
+    ``p.candidates``, default the first)."""
     import skyward as sky
     from skyward._task_file import parse_minimum
 
@@ -240,8 +335,21 @@ def make_provider(p: LaunchPlan) -> Any:
         return sky.Local()
     if p.provider == "ssh":
         return sky.SSH(list(p.hosts[:p.nodes]))
-    cpus = parse_minimum(p.cpus, "--cpus")
-    memory = parse_minimum(p.memory, "--memory")
+    c = candidate if candidate is not None else (p.candidates[0] if p.candidates else None)
+    cpus = parse_minimum(p.cpus if c is None else (c.cpus or p.cpus), "--cpus")
+    memory = parse_minimum(p.memory if c is None else (c.memory or p.memory), "--memory")
+    extra: dict[str, Any] = {}
+    if c is not None:
+        region = c.region or p.region
+        image = c.image_by_region.get(region or "", None) if c.image_by_region else c.image_id
+        if image and image.startswith(("ami-", "resolve:ssm:")):
+            extra["ami"] = image
+        if c.disk_size:
+            extra["disk_gb"] = max(8, c.disk_size)
+        extra.update(disk_tier=c.disk_tier, ports=c.ports, zone=c.zone)
+        return sky.AWS(region=region, instance_type=c.instance_type, vcpus=cpus[0] if cpus else None,
+                       memory_gb=memory[0] if memory else None,
+                       allocation="spot" if c.use_spot else "on-demand", **extra)
     return sky.AWS(region=p.region, instance_type=p.instance_type, vcpus=cpus[0] if cpus else None,
                    memory_gb=memory[0] if memory else None,
                    allocation="spot" if p.use_spot else "on-demand")
@@ -249,26 +357,49 @@ def make_provider(p: LaunchPlan) -> Any:
 
 def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_event: Any = None,
             err: IO[str] | None = None) -> int:
-    """Run the plan on a fresh pool; returns the exit status (see the module docstring).
+    """Run the plan on a fresh pool (each stage of a pipeline on its own, in order, stopping at
+    the first that fails); returns the exit status (see the module docstring).
 
     ``provider`` replaces the one the plan names (e.g. an ``sky.SSH`` with options the command
     line has no flags for); ``console`` and ``on_event`` are the pool's.
     """
-    import skyward as sky
-    from skyward.errors import CommandFailed, SkywardError
-
     err = err or sys.stderr
+    for number, stage in enumerate(p.stages, 1):
+        code = _execute_stage(stage, provider=provider, console=console, on_event=on_event, err=err)
+        if code:
+            if p.then:
+                err.write(f"skyward: pipeline stopped at stage {number} of {len(p.stages)} ({stage.name})\n")
+            return code
+    return 0
+
+
+def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any, err: IO[str]) -> int:
+    import skyward as sky
+    from skyward.errors import CapacityError, CommandFailed, SkywardError
+
+    attempts = list(p.candidates) or [None]
+    phase = ["setup"]
     try:
-        with sky.ComputePool(provider=provider or make_provider(p), nodes=p.nodes,
-                             accelerator=p.accelerator, console=console, on_event=on_event) as pool:
-            cwd = _sync_files(pool, p)
-            if p.setup:
-                sky.shell(p.setup, env=p.env, cwd=cwd) @ pool
-            sky.shell(p.run, env=p.env, cwd=cwd) @ pool
-        return 0
+        for index, candidate in enumerate(attempts):
+            accelerator = candidate.accelerator if candidate is not None else p.accelerator
+            try:
+                pool = sky.ComputePool(provider=provider or make_provider(p, candidate), nodes=p.nodes,
+                                       accelerator=None if p.provider == "local" else accelerator,
+                                       processes_per_node=p.processes_per_node, console=console,
+                                       on_event=on_event)
+                pool.__enter__()
+            except CapacityError as exc:
+                if index + 1 == len(attempts):
+                    raise
+                err.write(f"skyward: no capacity for {candidate.describe()}: {exc}; trying "
+                          f"{attempts[index + 1].describe()}\n")
+                continue
+            with _closing(pool):
+                _run_stage(pool, p, phase)
+            return 0
+        return 1
     except CommandFailed as exc:
-        which = "setup" if p.setup and exc.command == p.setup else "run"
-        err.write(f"skyward: {which} failed on node {exc.node}: {exc}\n")
+        err.write(f"skyward: {phase[0]} failed on node {exc.node}: {exc}\n")
         return exc.exit_code if exc.exit_code > 0 else 128 - exc.exit_code
     except KeyboardInterrupt:
         err.write("skyward: interrupted; the pool was torn down\n")
@@ -278,10 +409,51 @@ def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_eve
         return 1
 
 
+class _closing:
+    """Leave an entered pool on every exit path, as a ``with`` block would."""
+
+    def __init__(self, pool: Any):
+        self.pool = pool
+
+    def __enter__(self) -> Any:
+        return self.pool
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self.pool.__exit__(*exc)
+
+
+def _run_stage(pool: Any, p: LaunchPlan, phase: list[str]) -> None:
+    import skyward as sky
+    from skyward._launch_where import in_container
+
+    cwd = _sync_files(pool, p)
+    env = dict(p.env)
+    if pool.provider.name == "local" and "PATH" not in env:
+        # The nodes run this interpreter: its environment's tools (torchrun) come first, as on
+        # a remote node whose worker environment is on PATH, without activating anything.
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    image = p.image or ""
+    wrap = (lambda cmd: in_container(cmd, image[len("docker:"):], list(env), cwd)) \
+        if image.startswith("docker:") else (lambda cmd: cmd)
+    if p.setup:
+        sky.shell(wrap(p.setup), env=env, cwd=cwd) @ pool
+    phase[0] = "run"
+    sky.shell(wrap(p.run), env=env, cwd=cwd) @ pool
+
+
 def _sync_files(pool: Any, p: LaunchPlan) -> str | None:
     """Copy the file mounts and the workdir to the nodes; returns the run's directory there
     (without a workdir: this directory on the Local provider, the home directory elsewhere)."""
+    import skyward as sky
+    from skyward._task_mounts import fetch_bucket
+
     local = pool.provider.name == "local"
+    for bucket in p.buckets:
+        task = sky.compute(name="copy bucket")(fetch_bucket)(bucket.url, bucket.dest)
+        if local:
+            task >> pool
+        else:
+            task @ pool
     for dest, source in p.file_mounts.items():
         blob = _pack(source, f"file_mounts[{dest!r}]")
         task = _unpack(blob, dest, os.path.isdir(source))

@@ -35,6 +35,7 @@ __all__ = [
     "by_name",
     "from_ec2_description",
     "load_catalog",
+    "price_source",
     "select",
 ]
 
@@ -123,6 +124,11 @@ def load_catalog() -> tuple[InstanceType, ...]:
 @functools.cache
 def _catalog_index() -> Mapping[str, InstanceType]:
     return {t.name: t for t in load_catalog()}
+
+
+def price_source() -> str:
+    """Where the plan's prices come from, and how old they are, in words."""
+    return "approximate us-east-1 on-demand prices from the bundled catalog (2024)"
 
 
 def by_name(name: str) -> InstanceType | None:

@@ -122,21 +122,46 @@ def security_group_request(pool_id: str, vpc_id: str, *, created: str | None = N
     }
 
 
-def ingress_request(group_id: str, ssh_cidr: str, *, ssh_port: int = 22) -> dict[str, Any]:
+def ingress_request(group_id: str, ssh_cidr: str, *, ssh_port: int = 22,
+                    ports: Sequence[tuple[int, int]] = ()) -> dict[str, Any]:
     """``AuthorizeSecurityGroupIngress``: SSH from ``ssh_cidr`` only, and everything from the group.
 
     Members of the group reach each other on any port (DDP rendezvous and collectives); nothing
-    else reaches any port but SSH.
+    else reaches any port but SSH and the ``ports`` asked for (TCP ranges, low to high), which
+    are open to ``ssh_cidr`` too: the client's address, never the whole internet.
     """
-    ranges = ({"Ipv6Ranges": [{"CidrIpv6": ssh_cidr, "Description": "skyward client (SSH)"}]}
-              if ":" in ssh_cidr else {"IpRanges": [{"CidrIp": ssh_cidr, "Description": "skyward client (SSH)"}]})
+    def ranges(what: str) -> dict[str, Any]:
+        return ({"Ipv6Ranges": [{"CidrIpv6": ssh_cidr, "Description": f"skyward client ({what})"}]}
+                if ":" in ssh_cidr else {"IpRanges": [{"CidrIp": ssh_cidr, "Description": f"skyward client ({what})"}]})
+
     return {
         "GroupId": group_id,
         "IpPermissions": [
-            {"IpProtocol": "tcp", "FromPort": ssh_port, "ToPort": ssh_port, **ranges},
+            {"IpProtocol": "tcp", "FromPort": ssh_port, "ToPort": ssh_port, **ranges("SSH")},
+            *({"IpProtocol": "tcp", "FromPort": low, "ToPort": high, **ranges("task ports")} for low, high in ports),
             {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id, "Description": "skyward pool members"}]},
         ],
     }
+
+
+#: A task file's disk_tier as an EBS volume: gp3 at its baseline, gp3 with the IOPS and
+#: throughput raised, or io2 (provisioned IOPS, capped at 500 per GB by EBS:
+#: https://docs.aws.amazon.com/ebs/latest/userguide/provisioned-iops.html).
+DISK_TIERS: Mapping[str, Mapping[str, Any]] = {
+    "low": {"VolumeType": "gp3"},
+    "medium": {"VolumeType": "gp3", "Iops": 6000, "Throughput": 500},
+    "high": {"VolumeType": "io2", "Iops": 16000},
+    "ultra": {"VolumeType": "io2", "Iops": 64000},
+    "best": {"VolumeType": "io2", "Iops": 64000},
+}
+
+
+def volume_settings(disk_gb: int, tier: str | None) -> dict[str, Any]:
+    """The root volume's type (and IOPS) for a disk tier; gp3 without one."""
+    settings = dict(DISK_TIERS.get(tier or "low", DISK_TIERS["low"]))
+    if settings["VolumeType"] == "io2":
+        settings["Iops"] = max(100, min(settings["Iops"], 500 * disk_gb))
+    return settings
 
 
 def run_instances_request(
@@ -155,6 +180,7 @@ def run_instances_request(
     root_device: str | None = None,
     disk_gb: int | None = None,
     public_ip: bool | None = None,
+    disk_tier: str | None = None,
 ) -> dict[str, Any]:
     """``RunInstances`` for all ``count`` nodes at once, in one subnet (so one AZ).
 
@@ -199,7 +225,8 @@ def run_instances_request(
             "DeviceName": root_device,
             # Encrypted explicitly: not left to the account's "encryption by default" setting
             # (with the account's default KMS key when no other is configured).
-            "Ebs": {"VolumeSize": disk_gb, "VolumeType": "gp3", "DeleteOnTermination": True, "Encrypted": True},
+            "Ebs": {"VolumeSize": disk_gb, **volume_settings(disk_gb, disk_tier), "DeleteOnTermination": True,
+                    "Encrypted": True},
         }]
     return request
 

@@ -73,7 +73,7 @@ def resolve_ssh_cidr(ssh_cidr: str | None, ip_lookup_url: str) -> str:
 
 
 def create_access(ec2: api.EC2, pool: PoolState, *, ssh_cidr: str, ssh_key: str | None, public_key: str | None,
-                  make_host_key: bool) -> tuple[str, watchdog.HostKey | None]:
+                  make_host_key: bool, ports: Sequence[tuple[int, int]] = ()) -> tuple[str, watchdog.HostKey | None]:
     """Make the pool's private directory and keys, then its key pair and security group on AWS.
 
     The login key is ``ssh_key`` (whose public half is ``public_key``) or a new ed25519 key,
@@ -94,7 +94,7 @@ def create_access(ec2: api.EC2, pool: PoolState, *, ssh_cidr: str, ssh_key: str 
 
     ec2.call("import_key_pair", api.key_pair_request(pool.pool_id, public))
     group_id = ec2.call("create_security_group", api.security_group_request(pool.pool_id, pool.plan.vpc_id))["GroupId"]
-    ec2.call("authorize_security_group_ingress", api.ingress_request(group_id, ssh_cidr))
+    ec2.call("authorize_security_group_ingress", api.ingress_request(group_id, ssh_cidr, ports=ports))
     return group_id, host_key
 
 
@@ -102,7 +102,8 @@ def create_access(ec2: api.EC2, pool: PoolState, *, ssh_cidr: str, ssh_key: str 
 
 
 def launch(ec2: api.EC2, pool: PoolState, *, group_id: str, user_data: str, disk_gb: int, public_ip: bool | None,
-           allocation: str, boot_timeout: float, teardown_timeout: float) -> list[Mapping[str, Any]]:
+           allocation: str, boot_timeout: float, teardown_timeout: float,
+           disk_tier: str | None = None) -> list[Mapping[str, Any]]:
     """Try the plan's attempts in order; return the running instances' descriptions by node.
 
     Sets ``pool.summary`` (what was launched where). Raises CapacityError naming the last type
@@ -119,7 +120,7 @@ def launch(ec2: api.EC2, pool: PoolState, *, group_id: str, user_data: str, disk
             pool_id=pool.pool_id, count=plan.nodes, instance_type=itype.name, image_id=image.image_id,
             subnet_id=place.subnet_id, group_id=group_id, key_name=key_name, market=market,
             user_data=user_data, client_token=f"skyward-{pool.pool_id}-{n}-{uuid.uuid4().hex[:8]}",
-            root_device=image.root_device, disk_gb=disk, public_ip=public_ip)
+            root_device=image.root_device, disk_gb=disk, public_ip=public_ip, disk_tier=disk_tier)
         last = (itype.name, place.zone)
         pool.launch_in_flight = True
         try:

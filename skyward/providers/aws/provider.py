@@ -95,6 +95,10 @@ class AWS(Provider):
         subnet_id: launch into this subnet (its AZ and VPC); default: the default VPC's subnets.
         public_ip: give instances a public address (``None``: the subnet's setting).
         disk_gb: root volume size (at least the AMI's own size); always encrypted (EBS).
+        disk_tier: the root volume's speed: ``"low"`` (gp3), ``"medium"`` (gp3, raised IOPS),
+            ``"high"``/``"ultra"``/``"best"`` (io2); ``None``: gp3.
+        ports: TCP ports (``8080``, ``"9000-9010"``) opened to ``ssh_cidr``, as SSH is.
+        zone: launch only in this availability zone (its default subnet).
         idle_timeout: seconds without the client's SSH connection after which an instance
             powers itself off (and so is terminated).
         max_lifetime: seconds after boot at which an instance powers off regardless
@@ -137,6 +141,9 @@ class AWS(Provider):
         subnet_id: str | None = None,
         public_ip: bool | None = None,
         disk_gb: int = 100,
+        disk_tier: str | None = None,
+        ports: Sequence[int | str | tuple[int, int]] = (),
+        zone: str | None = None,
         idle_timeout: float = 600.0,
         max_lifetime: float | None = 24 * 3600.0,
         user: str = "ubuntu",
@@ -159,7 +166,7 @@ class AWS(Provider):
 
         o = aws_options(region=region, instance_type=instance_type, vcpus=vcpus, memory_gb=memory_gb, arch=arch,
                         allocation=allocation, ami=ami, subnet_id=subnet_id, public_ip=public_ip, disk_gb=disk_gb,
-                        idle_timeout=idle_timeout, max_lifetime=max_lifetime, user=user, known_hosts=known_hosts,
+                        disk_tier=disk_tier, ports=ports, zone=zone, idle_timeout=idle_timeout, max_lifetime=max_lifetime, user=user, known_hosts=known_hosts,
                         ssh_cidr=ssh_cidr, allow_ssh_from_anywhere=allow_ssh_from_anywhere,
                         ip_lookup_url=ip_lookup_url, ssh_via=ssh_via, root=root,
                         find_links=find_links, no_index=no_index, boot_timeout=boot_timeout,
@@ -192,6 +199,7 @@ class AWS(Provider):
         self.subnet_id = o.subnet_id
         self.public_ip = o.public_ip
         self.disk_gb = o.disk_gb
+        self.disk_tier, self.ports, self.zone = o.disk_tier, o.ports, o.zone
         self.idle_timeout = o.idle_timeout
         self.max_lifetime = o.max_lifetime
         self.user = o.user
@@ -234,7 +242,7 @@ class AWS(Provider):
             raise ConfigError("nodes", "an integer >= 1", spec.nodes)
         return plan_launch(self._ec2(), spec, instance_type=self.instance_type, vcpus=self.vcpus,
                            memory_gb=self.memory_gb, arch=self.arch, allocation=self.allocation, ami=self.ami,
-                           subnet_id=self.subnet_id)
+                           subnet_id=self.subnet_id, zone=self.zone)
 
     def validate(self, spec: PoolSpec) -> None:
         """Resolve the launch plan now, so a request AWS cannot serve fails before any launch."""
@@ -271,12 +279,13 @@ class AWS(Provider):
         ec2 = self._ec2()
         ssh_cidr = resolve_ssh_cidr(self.ssh_cidr, self.ip_lookup_url)
         group_id, host_key = create_access(ec2, pool, ssh_cidr=ssh_cidr, ssh_key=self.ssh_key,
-                                           public_key=self._public_key, make_host_key=self.known_hosts is None)
+                                           public_key=self._public_key, make_host_key=self.known_hosts is None,
+                                           ports=self.ports)
         user_data = watchdog.user_data(idle_timeout=self.idle_timeout, max_lifetime=self.max_lifetime,
                                        host_key=host_key)
         described = launch(ec2, pool, group_id=group_id, user_data=user_data, disk_gb=self.disk_gb,
                            public_ip=self.public_ip, allocation=self.allocation, boot_timeout=self.boot_timeout,
-                           teardown_timeout=self.teardown_timeout)
+                           teardown_timeout=self.teardown_timeout, disk_tier=self.disk_tier)
         instances = self._describe(pool, described, host_key)
         for inst in instances:
             ec2.call("create_tags", {"Resources": [inst.id], "Tags": [{"Key": api.TAG_NODE, "Value": str(inst.node)}]})
@@ -311,7 +320,8 @@ class AWS(Provider):
             address = self._connect_address(item["InstanceId"], private_ip, public_ip)
             instances.append(Instance(
                 id=item["InstanceId"], node=node, private_addr=private_ip, public_addr=public_ip,
-                accelerators=itype.gpu_count,
+                # As SkyPilot: the devices asked for, not all the type has (L4:2 on a 4-GPU type: 2).
+                accelerators=min(itype.gpu_count, pool.plan.accelerators or itype.gpu_count),
                 ssh=SSHAddress(address, self.user, key=pool.key_path, known_hosts=known,
                                connect_timeout=self.connect_timeout),
                 environment=replace(environment, note=f"{pool.summary}: {item['InstanceId']} at {private_ip}")))
