@@ -18,10 +18,13 @@ from skyward.errors import ConfigError
 __all__ = ["Findings", "Problem", "TaskFileError", "shown"]
 
 
-def shown(value: Any, limit: int = 60) -> str:
-    """A value as a problem line shows it: its repr, cut to ``limit`` characters."""
+def shown(value: Any, limit: int = 100) -> str:
+    """A value as a problem line shows it: its repr, cut to ``limit`` characters (a long string
+    keeps its end: the part of a path that differs)."""
     text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    return "'..." + text[-(limit - 4):] if isinstance(value, str) else text[:limit - 3] + "..."
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,9 @@ def check_task(doc: Any, found: Findings, where: str = "") -> TaskSpec | None:
         if key in doc:
             found.warn(at(key), text)
     run = doc.get("run")
-    if "run" not in doc:
-        found.problem(at("run"), "shell code run on every node: every task needs a `run` key", "no `run` key")
+    if run is None:  # SkyPilot's too: a task without run provisions its nodes and runs setup
+        found.warn(at("run"), "none given: the nodes run setup (if any), then the pool ends")
+        run = ""
     elif not isinstance(run, str) or not run.strip():
         found.problem(at("run"), "shell code (a string) run on every node", run)
     setup = doc.get("setup")

@@ -132,14 +132,14 @@ class LaunchPlan:
             lines.append(f"  secret {key}={MASK}")
         if self.setup:
             lines.append("  setup:\n" + _indent(self.setup))
-        lines.append("  run:\n" + _indent(self.run))
+        lines.append("  run:\n" + _indent(self.run) if self.run.strip() else "  run: (none)")
         return lines
 
     def _machines(self) -> str:
         wanted = ", ".join(f"{k}={v}" for k, v in (("accelerators", self.accelerator), ("cpus", self.cpus),
                                                    ("memory", self.memory)) if v)
         if self.provider == "local":
-            if self.processes_per_node > 1:
+            if self.accelerator:
                 return (f"{self.nodes} node(s) x {self.processes_per_node} worker processes on this machine, "
                         f"standing in for {self.accelerator}, no cost")
             note = f" (asked: {wanted}; the Local provider runs on this machine as is)" if wanted else ""
@@ -438,7 +438,8 @@ def _run_stage(pool: Any, p: LaunchPlan, phase: list[str]) -> None:
     if p.setup:
         sky.shell(wrap(p.setup), env=env, cwd=cwd) @ pool
     phase[0] = "run"
-    sky.shell(wrap(p.run), env=env, cwd=cwd) @ pool
+    if p.run.strip():
+        sky.shell(wrap(p.run), env=env, cwd=cwd) @ pool
 
 
 def _sync_files(pool: Any, p: LaunchPlan) -> str | None:

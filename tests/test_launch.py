@@ -51,7 +51,6 @@ def cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.Comple
     ("run: echo\nworkdir: /no/such/dir\n", "workdir", "exists"),
     ("run: echo\nfile_mounts: {/data: gs://bucket/x}\n", "file_mounts['/data']", "s3:// URL"),
     ("runn: echo\n", "runn", "did you mean 'run'"),  # a misspelt key is named as unknown
-    ("setup: echo\n", "run", "run"),
     ("run: [echo, hi]\n", "run", "a string"),
     ("- run: echo\n", "TASK", "mapping"),
     ("run: 'echo\n", "TASK", "YAML"),
