@@ -154,6 +154,18 @@ def fetch_bucket(url: str, dest: str) -> int:
 
     boto3 finds the node's credentials and endpoint the usual way (environment, profile,
     instance role; ``AWS_ENDPOINT_URL_S3``)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from skyward.errors import SkywardError
+
+    try:
+        return _fetch(url, dest)
+    except (BotoCoreError, ClientError) as exc:  # a clear line, not botocore's traceback
+        code = exc.response["Error"].get("Code", "") if isinstance(exc, ClientError) else type(exc).__name__
+        raise SkywardError(f"file_mounts: could not copy {url} to {dest}: {code}: {exc}") from None
+
+
+def _fetch(url: str, dest: str) -> int:
     import boto3
 
     bucket, _, prefix = url[len("s3://"):].partition("/")
