@@ -167,7 +167,7 @@ def _connect(args: argparse.Namespace) -> Any:
 
 
 def _ls(args: argparse.Namespace, out: IO[str]) -> int:
-    from skyward.providers.aws.ec2 import list_resources
+    from skyward.providers.aws.inventory import list_resources
 
     ec2 = _connect(args)
     rows = _rows(list_resources(ec2))
@@ -186,7 +186,7 @@ def _ls(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _down(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    from skyward.providers.aws.ec2 import destroy, list_resources
+    from skyward.providers.aws.inventory import destroy, list_resources
 
     ec2 = _connect(args)
     pool = None if args.all else args.pool

@@ -25,6 +25,7 @@ from typing import Any
 from skyward._retry import Backoff
 from skyward.errors import CapacityError, ConfigError, ProvisionError
 from skyward.providers.aws import ec2 as api
+from skyward.providers.aws import inventory
 from skyward.providers.aws import watchdog
 from skyward.providers.aws.keys import new_key_pair, write_private
 from skyward.providers.aws.plan import LaunchPlan
@@ -158,8 +159,8 @@ def launch(ec2: api.EC2, pool: PoolState, *, group_id: str, user_data: str, disk
 def _give_up_attempt(ec2: api.EC2, pool: PoolState, ids: Sequence[str], timeout: float) -> None:
     """Terminate a failed attempt's instances: those EC2 named, and any other of the pool's
     (an answer may have been incomplete); nothing of the pool runs before the next attempt."""
-    tagged = [i.id for i in api.list_resources(ec2, pool.pool_id).live_instances]
-    left = api.terminate(ec2, list(dict.fromkeys([*ids, *tagged])), timeout=timeout)
+    tagged = [i.id for i in inventory.list_resources(ec2, pool.pool_id).live_instances]
+    left = inventory.terminate(ec2, list(dict.fromkeys([*ids, *tagged])), timeout=timeout)
     if left:
         raise ProvisionError(f"could not confirm the termination of {', '.join(left)}", provider="aws")
 
@@ -168,7 +169,7 @@ def _wait_running(ec2: api.EC2, ids: Sequence[str], timeout: float) -> tuple[lis
     """Wait until every instance runs with a private address: (descriptions, "") or ([], why not)."""
     ready: list[Mapping[str, Any]] = []
     for _ in Backoff(timeout=timeout, delay=0.2, max_delay=3.0):
-        states = api.instance_states(ec2, ids)
+        states = inventory.instance_states(ec2, ids)
         for item in states.values():
             state = item.get("State", {}).get("Name")
             if state in api.GONE_STATES or state == "stopped":

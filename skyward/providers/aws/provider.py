@@ -42,6 +42,7 @@ from skyward._optional import require
 from skyward.errors import ConfigError, ProvisionError
 from skyward.providers.aws import catalog, watchdog
 from skyward.providers.aws import ec2 as api
+from skyward.providers.aws import inventory
 from skyward.providers.aws.keys import public_key_of, write_private
 from skyward.providers.aws.launch import PoolState, create_access, launch, resolve_ssh_cidr
 from skyward.providers.aws.plan import (
@@ -352,9 +353,9 @@ class AWS(Provider):
         if problems:
             raise ProvisionError("; ".join(problems), provider="aws")
 
-    def _release(self, pool: PoolState, *, settle: float) -> api.PoolResources | None:
+    def _release(self, pool: PoolState, *, settle: float) -> inventory.PoolResources | None:
         """Destroy the pool's tagged resources, forget it, drop its private files."""
-        left = api.destroy(self._ec2(), pool.pool_id, timeout=self.teardown_timeout, settle=settle)
+        left = inventory.destroy(self._ec2(), pool.pool_id, timeout=self.teardown_timeout, settle=settle)
         if left.empty:
             with self._lock:
                 self._pools.pop(pool.pool_id, None)
@@ -385,9 +386,9 @@ class AWS(Provider):
                       file=sys.__stderr__)
         region = pool.plan.region
         done = outcome[0] if outcome else None
-        if isinstance(done, api.PoolResources) and done.empty:
+        if isinstance(done, inventory.PoolResources) and done.empty:
             return
-        what = done.describe() if isinstance(done, api.PoolResources) else repr(done)
+        what = done.describe() if isinstance(done, inventory.PoolResources) else repr(done)
         with contextlib.suppress(Exception):
             error.add_note(f"skyward: cleanup of pool {pool.pool_id} incomplete ({what}); "
                            f"run `skyward down {pool.pool_id} --region {region}`")
