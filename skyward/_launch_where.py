@@ -84,16 +84,17 @@ def _local_warnings(first: Resources, options: Sequence[Resources], found: Findi
 
 def _aws_order(options: Sequence[Resources], ordered: bool, found: Findings, where: str) -> tuple[Resources, ...]:
     from skyward.errors import ConfigError
-    from skyward.providers.aws import catalog
+    from skyward.providers.aws import catalog, catalog_cache
 
     priced: list[tuple[float, int, Resources]] = []
     for index, option in enumerate(options):
+        types = catalog_cache.current(option.region)[0]
         if option.instance_type:
-            known = catalog.by_name(option.instance_type)
+            known = next((t for t in types if t.name == option.instance_type), None)
             price = known.price_per_hour if known and known.price_per_hour is not None else float("inf")
         else:
             try:
-                best = catalog.select(catalog.load_catalog(), accelerator=option.accelerator)[0]
+                best = catalog.select(types, accelerator=option.accelerator)[0]
             except ConfigError:
                 found.warn(f"{where}resources.accelerators", f"{option.accelerator}: no AWS instance type has "
                            "it; this candidate is skipped on aws")

@@ -6,6 +6,7 @@
                    [--provider local|ssh|aws] [--hosts user@h1,user@h2] [--env K[=V]]...
                    [--env-file F] [--secret K[=V]]... [--dryrun] [-y]
     skyward ls [--region R] [--profile P] [--json]
+    skyward catalog refresh [--region R] [--profile P]
     skyward down POOL [--region R] [--profile P] [--timeout S]
     skyward down --all [--yes] [--region R] [--profile P] [--timeout S]
 
@@ -70,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
     down.add_argument("--timeout", type=float, default=300.0, metavar="S",
                       help="seconds to wait for AWS to confirm (default: 300)")
     aws_options(down)
+
+    catalog = commands.add_parser("catalog", help="renew the AWS catalog of instance types and prices",
+                                  description="Fetch instance types (with their GPUs) and on-demand and spot "
+                                              "prices from AWS, and cache them under ~/.skyward/catalog "
+                                              "(SKYWARD_HOME) with today's date.")
+    catalog.add_argument("action", choices=["refresh"], help="refresh: fetch and cache the catalog")
+    aws_options(catalog)
 
     launch = commands.add_parser(
         "launch", help="run a task file (SkyPilot task YAML) on every node of a pool",
@@ -253,6 +261,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "launch":
         return _launch(args, sys.stdout, sys.stderr)
     try:
+        if args.command == "catalog":
+            from skyward.providers.aws import catalog_cache
+
+            path = catalog_cache.refresh(_connect(args), profile=args.profile)
+            print(f"catalog written to {path}\n{catalog_cache.price_source(args.region)}")
+            return 0
         if args.command == "ls":
             return _ls(args, sys.stdout)
         return _down(args, sys.stdout, sys.stderr)

@@ -149,22 +149,24 @@ class LaunchPlan:
         return self._aws_machine()
 
     def _aws_machine(self) -> str:
-        from skyward.providers.aws import catalog
+        from skyward.providers.aws import catalog_cache
 
         market = "spot" if self.use_spot else "on-demand"
         region = self.region or "the configured region"
+        types, source = catalog_cache.current(self.region)
         if self.instance_type:
-            known = catalog.by_name(self.instance_type)
+            known = next((t for t in types if t.name == self.instance_type), None)
             what = known.describe() if known else f"{self.instance_type} (price unknown)"
         else:
             from skyward._task_file import parse_minimum
+            from skyward.providers.aws import catalog
 
             cpus = parse_minimum(self.cpus, "--cpus")
             memory = parse_minimum(self.memory, "--memory")
-            found = catalog.select(catalog.load_catalog(), accelerator=self.accelerator,
+            found = catalog.select(types, accelerator=self.accelerator,
                                    vcpus=cpus[0] if cpus else None, memory_gb=memory[0] if memory else None)
-            what = found[0].describe() + " (from the bundled catalog; EC2 is asked at launch)"
-        return f"{self.nodes} x {what}, {market}, in {region}; {catalog.price_source()}"
+            what = found[0].describe() + " (EC2 is asked at launch)"
+        return f"{self.nodes} x {what}, {market}, in {region}\n  prices: {source}"
 
 
 def plan(

@@ -178,3 +178,52 @@ def test_accelerator_candidates_fall_back_on_capacity_errors_cheapest_first(aws,
     assert code == 1
     assert tried[0] == "g4dn.xlarge" and "g5.xlarge" in tried
     assert "no capacity for accelerators=T4:1" in err.getvalue() and "trying accelerators=A10G:1" in err.getvalue()
+
+
+# -- the catalog ------------------------------------------------------------------------------------
+
+
+def test_catalog_refresh_builds_a_dated_catalog_from_the_ec2_api_and_plans_read_it(aws, tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    import subprocess
+    import sys
+    from datetime import UTC, datetime
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("SKYWARD_HOME", str(tmp_path / "home"))
+    env = {**__import__("os").environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-m", "skyward.cli", "catalog", "refresh", "--region", "us-east-1"],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    data = json.loads((tmp_path / "home" / "catalog" / "aws-us-east-1.json").read_text())
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    assert data["fetched_at"].startswith(today) and data["region"] == "us-east-1"
+    by_name = {t["name"]: t for t in data["instance_types"]}
+    assert (by_name["p5.4xlarge"]["gpu"], by_name["p5.4xlarge"]["gpu_count"]) == ("H100", 1)
+    assert (by_name["g6.12xlarge"]["gpu"], by_name["g6.12xlarge"]["gpu_count"]) == ("L4", 4)
+    assert "unavailable" in data["sources"]["on_demand"]  # moto has no Price List API: the snapshot's kept
+    assert by_name["p5.4xlarge"]["price_per_hour"] == 6.88
+    task = write(tmp_path, "resources: {infra: aws/us-east-1, accelerators: H100:1}\nrun: echo\n")
+    done = subprocess.run([sys.executable, "-m", "skyward.cli", "launch", str(task), "--dryrun"], env={
+        **env, "SKYWARD_HOME": str(tmp_path / "home")}, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "1 x p5.4xlarge" in done.stdout
+    assert f"us-east-1 on-demand prices fetched {today} (0 days old" in done.stdout
+
+
+def test_on_demand_prices_are_read_from_the_price_list_api() -> None:
+    import json
+
+    import boto3
+    from botocore.stub import Stubber
+
+    from skyward.providers.aws.catalog_cache import _on_demand_prices
+
+    pricing = boto3.client("pricing", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    item = {"product": {"attributes": {"instanceType": "p5.4xlarge"}},
+            "terms": {"OnDemand": {"T": {"priceDimensions": {"D": {"pricePerUnit": {"USD": "6.8800000000"}}}}}}}
+    with Stubber(pricing) as stub:  # AWS's answer at the boundary; the parsing is ours
+        stub.add_response("get_products", {"PriceList": [json.dumps(item)], "FormatVersion": "aws_v1"})
+        assert _on_demand_prices(pricing, "us-east-1") == {"p5.4xlarge": 6.88}

@@ -141,11 +141,21 @@ def instance_types(ec2: api.EC2, arch: str | None) -> tuple[tuple[catalog.Instan
             types = tuple(catalog.from_ec2_description(item)
                           for page in ec2.pages("describe_instance_types", {"Filters": filters})
                           for item in page.get("InstanceTypes", []))
-            found = (types, "ec2-api") if types else (catalog.load_catalog(), "catalog")
+            found = (_priced(types, ec2.region), "ec2-api") if types else (catalog.load_catalog(), "catalog")
             _TYPES[key] = found
         except ProvisionError as exc:  # e.g. an IAM policy without ec2:DescribeInstanceTypes
             found = (catalog.load_catalog(), f"catalog (describe_instance_types: {exc})")
         return found
+
+
+def _priced(types: tuple[catalog.InstanceType, ...], region: str) -> tuple[catalog.InstanceType, ...]:
+    """The types with the region's cached prices (``skyward catalog refresh``), where there are any."""
+    from dataclasses import replace
+
+    from skyward.providers.aws import catalog_cache
+
+    prices = {t.name: t.price_per_hour for t in catalog_cache.current(region)[0] if t.price_per_hour is not None}
+    return tuple(replace(t, price_per_hour=prices.get(t.name, t.price_per_hour)) for t in types)
 
 
 def choose(types: Sequence[catalog.InstanceType], spec: PoolSpec, *, instance_type: str | None,
