@@ -271,3 +271,27 @@ def test_gpus_flag_and_the_dry_run_agree_with_the_run_on_local(tmp_path: Path) -
     done = cli(str(task), "--gpus", "A100:3", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "gpus=3" in done.stdout and done.stdout.count("[node 0] gpus=3") == 1  # run once per node
+
+
+def test_a_docker_image_is_refused_on_local_where_neither_docker_nor_podman_exists(tmp_path: Path) -> None:
+    task = write(tmp_path, "resources: {image_id: 'docker:nvcr.io/nvidia/pytorch:24.07-py3'}\nrun: nvidia-smi\n")
+    done = cli(str(task), "--dryrun", cwd=tmp_path, env={"PATH": str(tmp_path)})  # no docker, no podman
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "resources.image_id: expected docker:IMAGE where docker or podman is installed" in done.stderr
+    assert "neither docker nor podman" in done.stderr
+
+
+def test_a_docker_image_runs_setup_and_run_in_that_container(tmp_path: Path) -> None:
+    # A stand-in `docker` that records its arguments and runs the command: what the node runs.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "docker"
+    fake.write_text('#!/bin/bash\necho "docker $*" >> "$DOCKER_LOG"\neval "${@: -1}"\n')
+    fake.chmod(0o755)
+    task = write(tmp_path, "resources: {image_id: 'docker:ubuntu:22.04'}\nsetup: echo set\nrun: echo ran\n")
+    done = cli(str(task), cwd=tmp_path, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "DOCKER_LOG": str(tmp_path / "log")})
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "log").read_text().splitlines()
+    assert len(calls) == 2 and all(c.startswith("docker run --rm --network host") for c in calls)
+    assert all("ubuntu:22.04 bash -c" in c and "-e SKYPILOT_NODE_RANK" in c for c in calls)
+    assert "[node 0] set" in done.stdout and "[node 0] ran" in done.stdout
