@@ -154,10 +154,11 @@ def fetch_bucket(url: str, dest: str) -> int:
 
     boto3 finds the node's credentials and endpoint the usual way (environment, profile,
     instance role; ``AWS_ENDPOINT_URL_S3``)."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
+    from skyward._optional import require
     from skyward.errors import SkywardError
 
+    errors = require("botocore.exceptions", "file_mounts from S3")
+    BotoCoreError, ClientError = errors.BotoCoreError, errors.ClientError  # noqa: N806
     try:
         return _fetch(url, dest)
     except (BotoCoreError, ClientError) as exc:  # a clear line, not botocore's traceback
@@ -166,7 +167,9 @@ def fetch_bucket(url: str, dest: str) -> int:
 
 
 def _fetch(url: str, dest: str) -> int:
-    import boto3
+    from skyward._optional import require
+
+    boto3 = require("boto3", "file_mounts from S3")
 
     bucket, _, prefix = url[len("s3://"):].partition("/")
     client = boto3.client("s3")

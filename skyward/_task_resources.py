@@ -13,17 +13,17 @@ cannot honour anywhere) to the file's :class:`~skyward._task_check.Findings`.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from skyward._task_check import Findings
+from skyward import _task_fields as fields
+from skyward._task_fields import DISK_TIERS, NETWORK_TIERS, Autostop
 from skyward.accelerators import KNOWN, parse_memory_gb
 
-__all__ = ["Autostop", "Candidates", "OTHER_ACCELERATORS", "RESOURCE_KEYS", "Resources", "check_resources",
-           "describe_ports", "parse_autostop"]
+__all__ = ["Candidates", "OTHER_ACCELERATORS", "RESOURCE_KEYS", "Resources", "check_resources"]
 
 #: Accelerator models SkyPilot's catalogs name that no AWS instance type Skyward selects has.
 #: They are accepted (a Local pool stands in for them; SSH hosts have what they have) and
@@ -42,8 +42,6 @@ _CLOUDS = ("aws", "azure", "cudo", "do", "fluidstack", "gcp", "hyperbolic", "ibm
            "ssh", "vast", "vsphere", "shadeform", "local", "*")
 #: The clouds that name a Skyward provider.
 PROVIDER_OF_CLOUD = {"aws": "aws", "ssh": "ssh", "local": "local"}
-DISK_TIERS = ("low", "medium", "high", "ultra", "best")
-NETWORK_TIERS = ("standard", "best")
 
 RESOURCE_KEYS = (
     "accelerator_args", "accelerators", "any_of", "autostop", "cloud", "cpus", "disk_size", "disk_tier",
@@ -62,15 +60,6 @@ _NOT_HONOURED = {
     "volumes": "not honoured: Skyward attaches no volumes besides the root disk",
     "max_hourly_cost": "not honoured yet: candidates are ranked by price but none is dropped for it",
 }
-
-
-@dataclass(frozen=True)
-class Autostop:
-    """When an idle named cluster stops itself: after ``idle_minutes`` without work; torn down
-    instead of stopped when ``down``. Read by ``skyward launch -c NAME``."""
-
-    idle_minutes: float
-    down: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,13 +116,13 @@ def check_resources(raw: Any, found: Findings) -> Candidates:
     if "any_of" in raw and "ordered" in raw:
         found.problem("resources", "any_of or ordered, not both", "both")
     ordered = "any_of" not in raw and not (isinstance(raw.get("accelerators"), Mapping)
-                                          or _is_set_text(raw.get("accelerators")))
+                                          or _is_settext(raw.get("accelerators")))
     options: list[Resources] = []
     blocks = [(where, _one(item, where, found, base=raw)) for where, item in alternatives] or [("resources", base)]
     for _, (shape, accelerators) in blocks:
         options += [replace(shape, accelerator=a) for a in accelerators] if accelerators else [shape]
-    autostop = parse_autostop(raw.get("autostop"), "resources.autostop", found) if "autostop" in raw else None
-    recovery = _recovery(raw, found)
+    autostop = fields.parse_autostop(raw.get("autostop"), "resources.autostop", found) if "autostop" in raw else None
+    recovery = fields.recovery(raw, found)
     return Candidates(tuple(options) or (Resources(),), ordered, autostop, recovery)
 
 
@@ -156,34 +145,34 @@ def _one(raw: Any, where: str, found: Findings, *, top: bool = False,
         if key in own and own[key] is not None:
             found.warn(at(key), text)
     if "labels" in own:
-        _labels(own["labels"], at("labels"), found)
+        fields.labels(own["labels"], at("labels"), found)
     cloud, provider, region, zone = _placement(merged, where, own, found)
     accelerators = _accelerators(own["accelerators"], at("accelerators"), found) if "accelerators" in own else \
         (_accelerators(merged.get("accelerators"), "resources.accelerators", Findings(found.where))
          if "accelerators" in merged else ())
     shape = Resources(
-        cpus=_minimum(merged.get("cpus"), at("cpus"), found if "cpus" in own else None),
-        memory=_minimum(merged.get("memory"), at("memory"), found if "memory" in own else None),
-        instance_type=_text(merged.get("instance_type"), at("instance_type"), "an instance type such as g6.xlarge",
+        cpus=fields.minimum(merged.get("cpus"), at("cpus"), found if "cpus" in own else None),
+        memory=fields.minimum(merged.get("memory"), at("memory"), found if "memory" in own else None),
+        instance_type=fields.text(merged.get("instance_type"), at("instance_type"), "an instance type such as g6.xlarge",
                             found if "instance_type" in own else None),
-        use_spot=_flag(merged.get("use_spot", False), at("use_spot"), found if "use_spot" in own else None),
+        use_spot=fields.flag(merged.get("use_spot", False), at("use_spot"), found if "use_spot" in own else None),
         cloud=cloud, provider=provider, region=region, zone=zone,
-        disk_size=_disk_size(merged.get("disk_size"), at("disk_size"), found if "disk_size" in own else None),
-        disk_tier=_choice(merged.get("disk_tier"), at("disk_tier"), DISK_TIERS, found if "disk_tier" in own else None),
-        ports=_ports(merged.get("ports"), at("ports"), found if "ports" in own else None),
+        disk_size=fields.disk_size(merged.get("disk_size"), at("disk_size"), found if "disk_size" in own else None),
+        disk_tier=fields.choice(merged.get("disk_tier"), at("disk_tier"), DISK_TIERS, found if "disk_tier" in own else None),
+        ports=fields.ports(merged.get("ports"), at("ports"), found if "ports" in own else None),
         image_id=None, image_by_region={},
         labels=dict(merged.get("labels") or {}) if isinstance(merged.get("labels"), Mapping) else {},
     )
     if "network_tier" in own:
-        _choice(own["network_tier"], at("network_tier"), NETWORK_TIERS, found)
-    image, by_region = _image(merged.get("image_id"), at("image_id"), found if "image_id" in own else None)
-    return replace(shape, image_id=image, image_by_region=by_region), accelerators
+        fields.choice(own["network_tier"], at("network_tier"), NETWORK_TIERS, found)
+    image_id, by_region = fields.image(merged.get("image_id"), at("image_id"), found if "image_id" in own else None)
+    return replace(shape, image_id=image_id, image_by_region=by_region), accelerators
 
 
 # -- single fields ----------------------------------------------------------------------------
 
 
-def _is_set_text(value: Any) -> bool:
+def _is_settext(value: Any) -> bool:
     return isinstance(value, str) and value.strip().startswith("{")
 
 
@@ -255,99 +244,6 @@ def _accelerator(item: Any, where: str, found: Findings) -> str | None:
     return f"{canonical}:{int(number)}"
 
 
-def _minimum(value: Any, where: str, found: Findings | None) -> str | None:
-    """cpus / memory: 8, "8", "8+" (at least), 0.5 (rounded up); None: not asked."""
-    if value is None:
-        return None
-    text = str(value).strip() if isinstance(value, (int, float, str)) and not isinstance(value, bool) else ""
-    match = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(?:gb|g|gib)?(\+?)", text, re.IGNORECASE)
-    if not match or not float(match.group(1)) > 0:
-        if found is not None:
-            found.problem(where, 'a number such as 8, or "8+" for at least 8', value)
-        return None
-    return f"{max(1, math.ceil(float(match.group(1))))}{match.group(2)}"
-
-
-def _text(value: Any, where: str, accepted: str, found: Findings | None) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        if found is not None:
-            found.problem(where, accepted, value)
-        return None
-    return value.strip()
-
-
-def _flag(value: Any, where: str, found: Findings | None) -> bool:
-    if not isinstance(value, bool):
-        if found is not None:
-            found.problem(where, "true or false", value)
-        return False
-    return value
-
-
-def _choice(value: Any, where: str, choices: tuple[str, ...], found: Findings | None) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or value.lower() not in choices:
-        if found is not None:
-            found.problem(where, "one of " + ", ".join(choices), value)
-        return None
-    return value.lower()
-
-
-def _disk_size(value: Any, where: str, found: Findings | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        size = parse_memory_gb(value)
-    except ValueError:
-        if found is not None:
-            found.problem(where, 'a size in GB: 256, or "256GB", "1TB"', value)
-        return None
-    return max(1, math.ceil(size))
-
-
-def _ports(value: Any, where: str, found: Findings | None) -> tuple[tuple[int, int], ...]:
-    if value is None:
-        return ()
-    items = value if isinstance(value, list) else [value]
-    out = []
-    for item in items:
-        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", str(item)) if isinstance(item, (int, str)) \
-            and not isinstance(item, bool) else None
-        low, high = (int(match.group(1)), int(match.group(2) or match.group(1))) if match else (0, 0)
-        if not (match and 1 <= low <= high <= 65535):
-            if found is not None:
-                found.problem(where, 'ports 1-65535: 8080, "10000-10010", or a list of them', item)
-            continue
-        out.append((low, high))
-    return tuple(out)
-
-
-def _labels(value: Any, where: str, found: Findings) -> None:
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        found.problem(where, "a mapping of label names to strings", value)
-
-
-def _image(value: Any, where: str, found: Findings | None) -> tuple[str | None, dict[str, str]]:
-    if value is None:
-        return None, {}
-    if isinstance(value, Mapping):
-        if all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()) and value:
-            return None, dict(value)
-        if found is not None:
-            found.problem(where, "an image (ami-..., docker:IMAGE), or a mapping {region: image}", value)
-        return None, {}
-    if not isinstance(value, str) or not value.strip():
-        if found is not None:
-            found.problem(where, "an image: ami-..., docker:IMAGE, or a mapping {region: image}", value)
-        return None, {}
-    return value.strip(), {}
-
-
 def _placement(merged: Mapping[str, Any], where: str, own: Mapping[str, Any],
                found: Findings) -> tuple[str | None, str | None, str | None, str | None]:
     cloud = merged.get("cloud")
@@ -383,66 +279,3 @@ def _placement(merged: Mapping[str, Any], where: str, own: Mapping[str, Any],
                               infra if infra is not None else cloud)
             cloud = None
     return cloud, PROVIDER_OF_CLOUD.get(cloud or ""), region, zone
-
-
-_UNIT_MINUTES = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 1440.0, "w": 10080.0}
-
-
-def parse_autostop(value: Any, where: str, found: Findings) -> Autostop | None:
-    """``false`` -> None; ``true`` -> 5 idle minutes; 10 / "10m" / "1h"; or a mapping
-    ``{idle_minutes, down, wait_for}``."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return Autostop(5.0)
-    if isinstance(value, (int, str)) and not isinstance(value, bool):
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(value), re.IGNORECASE)
-        if match is None:
-            found.problem(where, 'idle minutes (10), a time ("30m", "2h"), true/false, or a mapping '
-                          "{idle_minutes, down}", value)
-            return None
-        return Autostop(float(match.group(1)) * _UNIT_MINUTES[(match.group(2) or "m").lower()])
-    if isinstance(value, Mapping):
-        keys = ("down", "hook", "hook_timeout", "idle_minutes", "wait_for")
-        for key in value:
-            if key not in keys:
-                found.unknown(f"{where}.", key, keys)
-        minutes = value.get("idle_minutes", 5)
-        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or minutes < 0:
-            found.problem(f"{where}.idle_minutes", "a number of minutes >= 0", minutes)
-            minutes = 5
-        down = value.get("down", False)
-        if not isinstance(down, bool):
-            found.problem(f"{where}.down", "true or false", down)
-            down = False
-        if value.get("wait_for") is not None and str(value["wait_for"]).lower() not in ("jobs_and_ssh", "jobs", "none"):
-            found.problem(f"{where}.wait_for", "one of jobs_and_ssh, jobs, none", value["wait_for"])
-        if "hook" in value:
-            found.warn(f"{where}.hook", "not honoured: no command runs before an autostop")
-        return Autostop(float(minutes), down)
-    found.problem(where, "idle minutes, a time such as \"30m\", true/false, or {idle_minutes, down}", value)
-    return None
-
-
-def _recovery(raw: Mapping[str, Any], found: Findings) -> str | None:
-    for key in ("job_recovery", "spot_recovery"):
-        if key not in raw or raw[key] is None:
-            continue
-        value = raw[key]
-        if isinstance(value, Mapping):
-            strategy = value.get("strategy")
-        elif isinstance(value, str):
-            strategy = value
-        else:
-            found.problem(f"resources.{key}", "a strategy name (FAILOVER, EAGER_NEXT_REGION) or a mapping "
-                          "{strategy, max_restarts_on_errors}", value)
-            continue
-        found.warn(f"resources.{key}", "not honoured yet by skyward launch: a failed or preempted run is "
-                                       "reported, not restarted")
-        return None if strategy is None else str(strategy)
-    return None
-
-
-def describe_ports(ports: tuple[tuple[int, int], ...]) -> str:
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ports)
-

@@ -89,6 +89,7 @@ def _at_least(minimum: float, *, integer: bool = False) -> Any:
 
 
 Region = _matching(r"[a-z]{2}(-[a-z]+)+-\d+", "an AWS region such as 'us-east-1'")
+Zone = _matching(r"[a-z]{2}(-[a-z]+)+-\d+[a-z]", "an availability zone such as 'us-east-1a'")
 InstanceType = _matching(r"[a-z0-9-]+\.[a-z0-9-]+", "an EC2 instance type such as 'g5.xlarge'")
 AMI = _matching(r"ami-[0-9a-f]{8,17}|resolve:ssm:/.+",
                 "an AMI id such as 'ami-0abc12345678def90' or 'resolve:ssm:/parameter/name'")
@@ -123,7 +124,7 @@ class AWSOptions(BaseModel):
                          Field(description="'low', 'medium', 'high', 'ultra', 'best' or None")] = None
     ports: Annotated[tuple[tuple[int, int], ...], BeforeValidator(_ports),
                      Field(description='TCP ports to open to the client: 8080, "9000-9010", or a list of them')] = ()
-    zone: _matching(r"[a-z]{2}(-[a-z]+)+-\d+[a-z]", "an availability zone such as 'us-east-1a'") | None = None
+    zone: Zone | None = None
     idle_timeout: _at_least(60) = 600.0
     max_lifetime: Annotated[_at_least(300) | None, Field(description="a number >= 300 or None")] = 24 * 3600.0
     user: LoginUser = "ubuntu"

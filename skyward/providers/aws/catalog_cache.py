@@ -86,8 +86,9 @@ def refresh(ec2: Any, pricing: Any = None, *, profile: str | None = None, now: d
 
 def _on_demand_prices(pricing: Any, region: str, profile: str | None = None) -> dict[str, float]:
     if pricing is None:
-        import boto3
+        from skyward._optional import require
 
+        boto3 = require("boto3", "skyward catalog refresh")
         pricing = boto3.Session(profile_name=profile).client("pricing", region_name="us-east-1")
     filters = [{"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in (
         ("regionCode", region), ("operatingSystem", "Linux"), ("tenancy", "Shared"), ("preInstalledSw", "NA"),
