@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyward._task_check import Findings
+from skyward._task_fields import Autostop
 from skyward._task_resources import Candidates, check_resources
 
 __all__ = ["TASK_KEYS", "TaskSpec", "check_task"]
@@ -56,6 +57,11 @@ class TaskSpec:
     workdir: str | None = None
     file_mounts: Mapping[str, Any] = field(default_factory=dict)
     setup: str | None = None
+
+    @property
+    def autostop(self) -> Autostop | None:
+        """``resources.autostop``: idle minutes and ``down``, or None (not asked, or ``false``)."""
+        return self.candidates.autostop
 
 
 def check_task(doc: Any, found: Findings, where: str = "") -> TaskSpec | None:

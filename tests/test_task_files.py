@@ -295,3 +295,32 @@ def test_a_docker_image_runs_setup_and_run_in_that_container(tmp_path: Path) -> 
     assert len(calls) == 2 and all(c.startswith("docker run --rm --network host") for c in calls)
     assert all("ubuntu:22.04 bash -c" in c and "-e SKYPILOT_NODE_RANK" in c for c in calls)
     assert "[node 0] set" in done.stdout and "[node 0] ran" in done.stdout
+
+
+def test_aws_resources_configure_the_provider_the_run_uses(tmp_path: Path) -> None:
+    from skyward.launch import make_provider
+
+    task = write(tmp_path, """
+        resources:
+          infra: aws/eu-west-1/eu-west-1b
+          image_id: {us-east-1: ami-0aaaaaaaaaaaaaaaa, eu-west-1: ami-0bbbbbbbbbbbbbbbb}
+          disk_size: 300
+          disk_tier: low
+          ports: 8080
+          use_spot: true
+          accelerators: A10G:1
+        run: echo
+    """)
+    p = plan(task)
+    made = make_provider(p)
+    assert isinstance(made, sky.AWS) and made.region == "eu-west-1" and made.zone == "eu-west-1b"
+    assert (made.ami, made.disk_gb, made.disk_tier, made.ports, made.allocation) == (
+        "ami-0bbbbbbbbbbbbbbbb", 300, "low", ((8080, 8080),), "spot")
+
+
+def test_autostop_is_on_the_parsed_task_for_named_clusters(tmp_path: Path) -> None:
+    from skyward._task_file import read_tasks
+
+    _, tasks, found = read_tasks(write(tmp_path, "resources: {autostop: {idle_minutes: 30, down: true}}\nrun: x\n"))
+    assert not found.problems and (tasks[0].autostop.idle_minutes, tasks[0].autostop.down) == (30.0, True)
+    assert plan(write(tmp_path, "resources: {autostop: false}\nrun: x\n", "off.yaml")).autostop is None
