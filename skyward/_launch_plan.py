@@ -89,7 +89,7 @@ def stage(task: Any, where: str, name: str, found: Any, flags: Mapping[str, Any]
         accelerator=first.accelerator, cpus=flags["cpus"] or first.cpus, memory=flags["memory"] or first.memory,
         use_spot=first.use_spot, region=first.region, instance_type=first.instance_type,
         envs=values, secrets={k: v for k, v in found_secrets.items() if v is not None},
-        workdir=workdir, file_mounts=mounts, processes_per_node=processes, candidates=candidates,
+        workdir=workdir, workdir_git=task.workdir_git, file_mounts=mounts, processes_per_node=processes, candidates=candidates,
         buckets=buckets, autostop=task.candidates.autostop, job_recovery=task.candidates.job_recovery,
     )
 
@@ -118,6 +118,10 @@ def describe_stage(self: Any) -> list[str]:
                      + (", then down" if self.autostop.down else ""))
     if self.workdir:
         lines.append(f"  workdir: {self.workdir} (synced to every node; setup and run start there)")
+    if self.workdir_git:
+        url, ref = self.workdir_git
+        lines.append(f"  workdir: git {url}{' at ' + ref if ref else ''} (cloned on every node; setup and run "
+                     "start there)")
     for dest, source in self.file_mounts.items():
         lines.append(f"  file mount: {source} -> {dest}")
     for bucket in self.buckets:

@@ -55,6 +55,8 @@ class TaskSpec:
     envs: Mapping[str, str | None] = field(default_factory=dict)
     secrets: Mapping[str, str | None] = field(default_factory=dict)
     workdir: str | None = None
+    #: ``workdir: {url, ref}``: a git repository cloned on every node (ref: a branch, tag or commit).
+    workdir_git: tuple[str, str | None] | None = None
     file_mounts: Mapping[str, Any] = field(default_factory=dict)
     setup: str | None = None
 
@@ -102,9 +104,9 @@ def check_task(doc: Any, found: Findings, where: str = "") -> TaskSpec | None:
         found.problem(at("managed_secrets"), "secrets given in the file or with --secret NAME=VALUE",
                       doc["managed_secrets"], "secrets kept by SkyPilot's API server are out of Skyward's reach")
     workdir = doc.get("workdir")
+    git = None
     if isinstance(workdir, Mapping):
-        found.problem(at("workdir"), "a local directory", workdir.get("url", workdir),
-                      "a git repository as workdir is not supported: clone it in setup instead")
+        git = _git_workdir(workdir, at("workdir"), found)
         workdir = None
     elif workdir is not None and (not isinstance(workdir, str) or not workdir.strip()):
         found.problem(at("workdir"), "a local directory (a path)", workdir)
@@ -116,7 +118,21 @@ def check_task(doc: Any, found: Findings, where: str = "") -> TaskSpec | None:
     candidates = check_resources(doc.get("resources"), _Scoped(found, where))
     return TaskSpec(run=run if isinstance(run, str) else "", name=None if name is None else str(name),
                     num_nodes=nodes, candidates=candidates, envs=envs, secrets=secrets,
-                    workdir=workdir, file_mounts=dict(mounts), setup=setup if isinstance(setup, str) else None)
+                    workdir=workdir, workdir_git=git, file_mounts=dict(mounts), setup=setup if isinstance(setup, str) else None)
+
+
+def _git_workdir(value: Mapping[str, Any], where: str, found: Findings) -> tuple[str, str | None] | None:
+    for key in value:
+        if key not in ("url", "ref"):
+            found.unknown(f"{where}.", key, ("ref", "url"))
+    url, ref = value.get("url"), value.get("ref")
+    if not isinstance(url, str) or not url.strip():
+        found.problem(f"{where}.url", "a git repository URL (https://..., git@..., or a path)", url)
+        return None
+    if ref is not None and (not isinstance(ref, str) or not ref.strip()):
+        found.problem(f"{where}.ref", "a branch, tag or commit (a string)", ref)
+        return None
+    return url.strip(), None if ref is None else ref.strip()
 
 
 def _variables(value: Any, where: str, found: Findings, *, secret: bool) -> dict[str, str | None]:

@@ -62,6 +62,7 @@ class LaunchPlan:
     envs: Mapping[str, str] = field(default_factory=dict)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     workdir: str | None = None
+    workdir_git: tuple[str, str | None] | None = None
     file_mounts: Mapping[str, str] = field(default_factory=dict)
     #: Worker processes per node: on Local, the accelerator count asked for (they stand in for it).
     processes_per_node: int = 1
@@ -246,7 +247,10 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
         for index, candidate in enumerate(attempts):
             accelerator = candidate.accelerator if candidate is not None else p.accelerator
             try:
-                pool = sky.ComputePool(provider=provider or make_provider(p, candidate), nodes=p.nodes,
+                made = provider or make_provider(p, candidate)
+                # Remote nodes copy buckets with boto3: their environment gets it.
+                image = sky.Image(pip=["boto3"]) if p.buckets and made.name != "local" else None
+                pool = sky.ComputePool(provider=made, nodes=p.nodes, image=image,
                                        accelerator=None if p.provider == "local" else accelerator,
                                        processes_per_node=p.processes_per_node, console=console,
                                        on_event=on_event)
@@ -325,6 +329,14 @@ def _sync_files(pool: Any, p: LaunchPlan) -> str | None:
             task >> pool  # the nodes are this machine: once is enough
         else:
             task @ pool
+    if p.workdir_git is not None:  # each node clones (on Local, once: the nodes share this machine)
+        dest = f"~/.skyward/workdirs/{pool.task_id}"
+        clone = sky.shell(_clone_command(*p.workdir_git, dest), env=p.env)
+        if local:
+            clone >> pool
+        else:
+            clone @ pool
+        return dest
     if p.workdir is None:
         return None if local else "~"  # (elsewhere the worker's directory is skyward's own)
     if local:
@@ -332,6 +344,16 @@ def _sync_files(pool: Any, p: LaunchPlan) -> str | None:
     dest = f"~/.skyward/workdirs/{pool.task_id}"
     _unpack(_pack(p.workdir, "workdir"), dest, True) @ pool
     return dest
+
+
+def _clone_command(url: str, ref: str | None, dest: str) -> str:
+    import shlex
+
+    where = dest.replace("~", "$HOME", 1) if dest.startswith("~") else shlex.quote(dest)
+    command = f"git clone --quiet {shlex.quote(url)} \"{where}\""
+    if ref:
+        command += f" && git -C \"{where}\" checkout --quiet {shlex.quote(ref)}"
+    return command
 
 
 def _pack(source: str, what: str) -> bytes:

@@ -53,7 +53,8 @@ FIELDS = [
     ("secrets", "secrets: {TOKEN: s3cr3t}\nrun: echo", H, "secret TOKEN=***"),
     ("secrets list", "secrets: [TOKEN]\nrun: echo", R, "secrets: expected a mapping {NAME: value}"),
     ("managed_secrets", "managed_secrets: [a]\nrun: echo", R, "managed_secrets: expected secrets given in the file"),
-    ("workdir git", "workdir: {url: 'https://x/y.git'}\nrun: echo", R, "a git repository as workdir"),
+    ("workdir git", "workdir: {url: 'https://x/y.git', ref: v2}\nrun: echo", H, "workdir: git https://x/y.git at v2"),
+    ("workdir git bad", "workdir: {ref: v2}\nrun: echo", R, "workdir.url: expected a git repository URL"),
     ("file_mounts gs", "file_mounts: {/d: 'gs://b/x'}\nrun: echo", R, "gs:// storage is not supported"),
     ("file_mounts s3", "file_mounts: {/d: 's3://b/x'}\nrun: echo", H, "bucket: s3://b/x -> /d"),
     ("file_mounts storage", "file_mounts: {/d: {name: b, mode: COPY}}\nrun: echo", H, "bucket: s3://b -> /d"),
@@ -324,3 +325,24 @@ def test_autostop_is_on_the_parsed_task_for_named_clusters(tmp_path: Path) -> No
     _, tasks, found = read_tasks(write(tmp_path, "resources: {autostop: {idle_minutes: 30, down: true}}\nrun: x\n"))
     assert not found.problems and (tasks[0].autostop.idle_minutes, tasks[0].autostop.down) == (30.0, True)
     assert plan(write(tmp_path, "resources: {autostop: false}\nrun: x\n", "off.yaml")).autostop is None
+
+
+def test_a_git_workdir_is_cloned_at_its_ref_and_setup_and_run_start_there(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "--quiet", str(repo)], check=True)
+    (repo / "version.txt").write_text("one\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "--quiet", "-m", "one"], check=True)
+    first = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    (repo / "version.txt").write_text("two\n")
+    subprocess.run([*git, "commit", "--quiet", "-am", "two"], check=True)
+    task = write(tmp_path, f"""
+        num_nodes: 2
+        workdir: {{url: "{repo}", ref: {first}}}
+        run: echo "$(cat version.txt) in $(basename $(dirname $PWD))"
+    """)
+    done = cli(str(task), cwd=tmp_path, env={"HOME": str(tmp_path / "home")})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "[node 0] one in workdirs" in done.stdout and "[node 1] one in workdirs" in done.stdout
