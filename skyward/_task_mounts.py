@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 
 from skyward._task_check import Findings
 
-__all__ = ["BucketMount", "fetch_bucket", "resolve", "substitute"]
+__all__ = ["BucketMount", "clone_command", "fetch_bucket", "resolve", "substitute"]
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 _STORAGE_KEYS = ("_bucket_sub_path", "_force_delete", "_is_sky_managed", "config", "mode", "mount_options", "name",
@@ -191,3 +192,12 @@ def _fetch(url: str, dest: str) -> int:
         client.download_file(bucket, key, str(out))
         written += 1
     return written
+
+
+def clone_command(url: str, ref: str | None, dest: str) -> str:
+    """Shell code cloning ``url`` into ``dest`` on a node (``~`` is the node's home), at ``ref``."""
+    where = dest.replace("~", "$HOME", 1) if dest.startswith("~") else shlex.quote(dest)
+    command = f"git clone --quiet {shlex.quote(url)} \"{where}\""
+    if ref:
+        command += f" && git -C \"{where}\" checkout --quiet {shlex.quote(ref)}"
+    return command

@@ -1,15 +1,23 @@
-"""``skyward launch``: run a task file (SkyPilot's task YAML subset) on a pool.
+"""``skyward launch``: run a task file (SkyPilot's task YAML) on a pool.
 
 Two steps, as everywhere a plan can be checked without I/O:
 
 * :func:`plan` reads the task file (:mod:`skyward._task_file`), applies the command line's
   overrides and resolves every variable into a frozen :class:`LaunchPlan`; nothing is started.
-  ``--dryrun`` prints :meth:`LaunchPlan.describe` and stops there.
-* :func:`execute` opens a :class:`~skyward.ComputePool` for the plan, copies the workdir and
-  file mounts to every node, runs ``setup`` then ``run`` on every node at once as
+  Every problem in the file and the flags is raised at once
+  (:class:`~skyward._task_check.TaskFileError`); fields accepted but not honoured where the
+  task runs are the plan's ``warnings``. ``--dryrun`` prints :meth:`LaunchPlan.describe`
+  (warnings first) and stops there; a run prints the same plan first.
+* :func:`execute` opens a :class:`~skyward.ComputePool` for the plan (trying its machine
+  candidates in order while the provider has no capacity), copies the workdir, file mounts and
+  buckets to every node, runs ``setup`` then ``run`` on every node at once as
   :func:`skyward.shell` commands (output streams live, prefixed by node), and closes the pool
-  on every exit path. Its return value is the command's exit status: 0, the failing node's
+  on every exit path. A pipeline's stages run one after another, each on its own pool, stopping
+  at the first failure. Its return value is the command's exit status: 0, the failing node's
   exit code (128 + N for a signal N), 1 for any other error, 130 when interrupted.
+
+On Local an accelerator is stood in for: ``L4:2`` gives each node 2 worker processes and
+``SKYPILOT_NUM_GPUS_PER_NODE=2`` (see :mod:`skyward._launch_where`).
 
 The workdir is used in place on the Local provider (the nodes are this machine); on other
 providers it is packed once, sent to every node as a task argument and unpacked into
@@ -19,6 +27,7 @@ task, over the pool's connection) and are never printed: plans and errors show `
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -246,22 +255,21 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
     try:
         for index, candidate in enumerate(attempts):
             accelerator = candidate.accelerator if candidate is not None else p.accelerator
-            try:
-                made = provider or make_provider(p, candidate)
-                # Remote nodes copy buckets with boto3: their environment gets it.
-                image = sky.Image(pip=["boto3"]) if p.buckets and made.name != "local" else None
-                pool = sky.ComputePool(provider=made, nodes=p.nodes, image=image,
-                                       accelerator=None if p.provider == "local" else accelerator,
-                                       processes_per_node=p.processes_per_node, console=console,
-                                       on_event=on_event)
-                pool.__enter__()
-            except CapacityError as exc:
-                if index + 1 == len(attempts):
-                    raise
-                err.write(f"skyward: no capacity for {candidate.describe()}: {exc}; trying "
-                          f"{attempts[index + 1].describe()}\n")
-                continue
-            with _closing(pool):
+            made = provider or make_provider(p, candidate)
+            # Remote nodes copy buckets with boto3: their environment gets it.
+            image = sky.Image(pip=["boto3"]) if p.buckets and made.name != "local" else None
+            with contextlib.ExitStack() as stack:
+                try:  # entering provisions: a refusal for capacity moves on to the next candidate
+                    pool = stack.enter_context(sky.ComputePool(
+                        provider=made, nodes=p.nodes, image=image,
+                        accelerator=None if p.provider == "local" else accelerator,
+                        processes_per_node=p.processes_per_node, console=console, on_event=on_event))
+                except CapacityError as exc:
+                    if index + 1 == len(attempts):
+                        raise
+                    err.write(f"skyward: no capacity for {candidate.describe()}: {exc}; trying "
+                              f"{attempts[index + 1].describe()}\n")
+                    continue
                 _run_stage(pool, p, phase)
             return 0
         return 1
@@ -274,19 +282,6 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
     except SkywardError as exc:
         err.write(f"skyward: error: {exc}\n")
         return 1
-
-
-class _closing:
-    """Leave an entered pool on every exit path, as a ``with`` block would."""
-
-    def __init__(self, pool: Any):
-        self.pool = pool
-
-    def __enter__(self) -> Any:
-        return self.pool
-
-    def __exit__(self, *exc: Any) -> Any:
-        return self.pool.__exit__(*exc)
 
 
 def _run_stage(pool: Any, p: LaunchPlan, phase: list[str]) -> None:
@@ -313,7 +308,7 @@ def _sync_files(pool: Any, p: LaunchPlan) -> str | None:
     """Copy the file mounts and the workdir to the nodes; returns the run's directory there
     (without a workdir: this directory on the Local provider, the home directory elsewhere)."""
     import skyward as sky
-    from skyward._task_mounts import fetch_bucket
+    from skyward._task_mounts import clone_command, fetch_bucket
 
     local = pool.provider.name == "local"
     for bucket in p.buckets:
@@ -331,7 +326,7 @@ def _sync_files(pool: Any, p: LaunchPlan) -> str | None:
             task @ pool
     if p.workdir_git is not None:  # each node clones (on Local, once: the nodes share this machine)
         dest = f"~/.skyward/workdirs/{pool.task_id}"
-        clone = sky.shell(_clone_command(*p.workdir_git, dest), env=p.env)
+        clone = sky.shell(clone_command(*p.workdir_git, dest), env=p.env)
         if local:
             clone >> pool
         else:
@@ -344,16 +339,6 @@ def _sync_files(pool: Any, p: LaunchPlan) -> str | None:
     dest = f"~/.skyward/workdirs/{pool.task_id}"
     _unpack(_pack(p.workdir, "workdir"), dest, True) @ pool
     return dest
-
-
-def _clone_command(url: str, ref: str | None, dest: str) -> str:
-    import shlex
-
-    where = dest.replace("~", "$HOME", 1) if dest.startswith("~") else shlex.quote(dest)
-    command = f"git clone --quiet {shlex.quote(url)} \"{where}\""
-    if ref:
-        command += f" && git -C \"{where}\" checkout --quiet {shlex.quote(ref)}"
-    return command
 
 
 def _pack(source: str, what: str) -> bytes:
