@@ -61,6 +61,7 @@ def choose(candidates: Candidates, flag_provider: str | None, gpus: str | None, 
             processes = int(first.accelerator.rsplit(":", 1)[1])
         fitting = (first,)
     if provider == "ssh":
+        _ssh_warnings(first, found, where)
         fitting = (first,)
     for option in fitting:
         _image_warnings(option, provider, found, where)
@@ -80,6 +81,14 @@ def _local_warnings(first: Resources, options: Sequence[Resources], found: Findi
         found.warn(f"{where}resources.use_spot", "not honoured on Local (nothing is rented)")
     if first.labels:
         found.warn(f"{where}resources.labels", "not honoured on Local (nothing is rented to label)")
+
+
+def _ssh_warnings(first: Resources, found: Findings, where: str) -> None:
+    for key in ("disk_size", "disk_tier", "instance_type", "region", "zone", "labels"):
+        if getattr(first, key):
+            found.warn(f"{where}resources.{key}", "not honoured on SSH hosts (the hosts are as they are)")
+    if first.use_spot:
+        found.warn(f"{where}resources.use_spot", "not honoured on SSH hosts (nothing is rented)")
 
 
 def _aws_order(options: Sequence[Resources], ordered: bool, found: Findings, where: str) -> tuple[Resources, ...]:

@@ -219,7 +219,7 @@ def make_provider(p: LaunchPlan, candidate: Any = None) -> Any:
             extra["ami"] = image
         if c.disk_size:
             extra["disk_gb"] = max(8, c.disk_size)
-        extra.update(disk_tier=c.disk_tier, ports=c.ports, zone=c.zone)
+        extra.update(disk_tier=c.disk_tier, ports=c.ports, zone=c.zone, labels=dict(c.labels))
         return sky.AWS(region=region, instance_type=c.instance_type, vcpus=cpus[0] if cpus else None,
                        memory_gb=memory[0] if memory else None,
                        allocation="spot" if c.use_spot else "on-demand", **extra)

@@ -100,7 +100,7 @@ def test_a_node_reports_the_gpus_asked_for_not_all_its_type_has(aws) -> None:
         p.terminate(instances)
 
 
-def test_disk_tier_ports_and_zone_reach_ec2(aws, tmp_path: Path) -> None:
+def test_disk_tier_ports_zone_and_labels_reach_ec2(aws, tmp_path: Path) -> None:
     from skyward.launch import make_provider
 
     task = write(tmp_path, """
@@ -109,6 +109,7 @@ def test_disk_tier_ports_and_zone_reach_ec2(aws, tmp_path: Path) -> None:
           disk_size: 200
           disk_tier: medium
           ports: [8000, "9000-9010"]
+          labels: {team: ml}
         run: echo
     """)
     p = plan(task)
@@ -121,12 +122,15 @@ def test_disk_tier_ports_and_zone_reach_ec2(aws, tmp_path: Path) -> None:
     session = boto3.Session()  # what boto3 sends (moto's RunInstances drops a volume's IOPS)
     session.events.register("before-call.ec2.RunInstances", lambda params, **_: bodies.append(params["body"]))
     aws_provider = sky.AWS(ami=aws.ami, ssh_cidr=CLIENT_CIDR, allocation="on-demand", disk_gb=made.disk_gb,
-                           disk_tier=made.disk_tier, ports=made.ports, zone=made.zone, session=session)
+                           disk_tier=made.disk_tier, ports=made.ports, zone=made.zone, labels=made.labels,
+                           session=session)
     spec = PoolSpec(uuid.uuid4().hex[:8], 1, None)
     instances = aws_provider.provision(spec)
     try:
         item = described(aws, [instances[0].id])[0]
         assert item["Placement"]["AvailabilityZone"] == "us-east-1b"
+        tags = {t["Key"]: t["Value"] for t in item["Tags"]}
+        assert tags["team"] == "ml" and tags["skyward:pool"] == spec.pool_id
         root = [m["Ebs"]["VolumeId"] for m in item["BlockDeviceMappings"] if m["DeviceName"] == item["RootDeviceName"]]
         volume = aws.client().describe_volumes(VolumeIds=root)["Volumes"][0]
         assert (volume["Size"], volume["VolumeType"]) == (200, "gp3")

@@ -97,6 +97,7 @@ FIELDS = [
     ("ports bad", "resources: {ports: 70000}\nrun: echo", R, "resources.ports: expected ports 1-65535"),
     ("network_tier", "resources: {network_tier: best}\nrun: echo", W, "network_tier: not honoured"),
     ("labels", "resources: {labels: {team: ml}}\nrun: echo", W, "labels: not honoured on Local"),
+    ("labels ssh", "resources: {labels: {team: ml}}\nrun: echo", "ssh", "labels: not honoured on SSH hosts"),
     ("image_id docker", "resources: {image_id: 'docker:ubuntu:22.04'}\nrun: echo", H, "image: docker:ubuntu:22.04"),
     ("image_id ami local", "resources: {image_id: ami-0123456789abcdef0}\nrun: echo", W,
      "image_id: not honoured on local"),
@@ -123,7 +124,9 @@ FIELDS = [
 def test_every_field_is_honoured_warned_about_or_refused_with_a_line_saying_so(
         tmp_path: Path, case: str, text: str, kind: str, line: str) -> None:
     task = write(tmp_path, text + "\n")
-    if kind == R:
+    if kind == "ssh":  # a warning where the task runs on SSH hosts
+        said = list(plan(task, provider="ssh", hosts=["me@192.0.2.1"]).warnings)
+    elif kind == R:
         with pytest.raises(sky.ConfigError) as info:
             plan(task)
         said = [p.line() for p in info.value.problems]

@@ -76,6 +76,13 @@ def _ports(value: Any) -> Any:
     return tuple(out)
 
 
+def _labels(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        if not key or key.lower().startswith(("skyward:", "aws:")) or key == "Name":
+            reject("tag names that are not Name and do not start with 'skyward:' or 'aws:'", key)
+    return value
+
+
 def _one_or_many(value: Any) -> Any:
     import os
 
@@ -125,6 +132,9 @@ class AWSOptions(BaseModel):
     ports: Annotated[tuple[tuple[int, int], ...], BeforeValidator(_ports),
                      Field(description='TCP ports to open to the client: 8080, "9000-9010", or a list of them')] = ()
     zone: Zone | None = None
+    labels: Annotated[dict[str, str], AfterValidator(_labels),
+                      Field(description="a mapping of tag names to values (not starting with 'skyward:' or "
+                                        "'aws:')")] = {}
     idle_timeout: _at_least(60) = 600.0
     max_lifetime: Annotated[_at_least(300) | None, Field(description="a number >= 300 or None")] = 24 * 3600.0
     user: LoginUser = "ubuntu"

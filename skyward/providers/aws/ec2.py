@@ -171,6 +171,7 @@ def run_instances_request(
     disk_gb: int | None = None,
     public_ip: bool | None = None,
     disk_tier: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """``RunInstances`` for all ``count`` nodes at once, in one subnet (so one AZ).
 
@@ -193,7 +194,8 @@ def run_instances_request(
         "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
         "TagSpecifications": [
             {"ResourceType": "instance",
-             "Tags": _tags(pool_id, created, {"Name": resource_name(pool_id)})},
+             # A task's labels are tags too; they never replace skyward's own.
+             "Tags": _tags(pool_id, created, {**dict(labels or {}), "Name": resource_name(pool_id)})},
             {"ResourceType": "volume", "Tags": _tags(pool_id, created)},
         ],
     }

@@ -104,7 +104,7 @@ def create_access(ec2: api.EC2, pool: PoolState, *, ssh_cidr: str, ssh_key: str 
 
 def launch(ec2: api.EC2, pool: PoolState, *, group_id: str, user_data: str, disk_gb: int, public_ip: bool | None,
            allocation: str, boot_timeout: float, teardown_timeout: float,
-           disk_tier: str | None = None) -> list[Mapping[str, Any]]:
+           disk_tier: str | None = None, labels: Mapping[str, str] | None = None) -> list[Mapping[str, Any]]:
     """Try the plan's attempts in order; return the running instances' descriptions by node.
 
     Sets ``pool.summary`` (what was launched where). Raises CapacityError naming the last type
@@ -121,7 +121,8 @@ def launch(ec2: api.EC2, pool: PoolState, *, group_id: str, user_data: str, disk
             pool_id=pool.pool_id, count=plan.nodes, instance_type=itype.name, image_id=image.image_id,
             subnet_id=place.subnet_id, group_id=group_id, key_name=key_name, market=market,
             user_data=user_data, client_token=f"skyward-{pool.pool_id}-{n}-{uuid.uuid4().hex[:8]}",
-            root_device=image.root_device, disk_gb=disk, public_ip=public_ip, disk_tier=disk_tier)
+            root_device=image.root_device, disk_gb=disk, public_ip=public_ip, disk_tier=disk_tier,
+            labels=labels)
         last = (itype.name, place.zone)
         pool.launch_in_flight = True
         try:

@@ -100,6 +100,7 @@ class AWS(Provider):
             ``"high"``/``"ultra"``/``"best"`` (io2); ``None``: gp3.
         ports: TCP ports (``8080``, ``"9000-9010"``) opened to ``ssh_cidr``, as SSH is.
         zone: launch only in this availability zone (its default subnet).
+        labels: extra tags on the instances (a task file's ``resources.labels``).
         idle_timeout: seconds without the client's SSH connection after which an instance
             powers itself off (and so is terminated).
         max_lifetime: seconds after boot at which an instance powers off regardless
@@ -145,6 +146,7 @@ class AWS(Provider):
         disk_tier: str | None = None,
         ports: Sequence[int | str | tuple[int, int]] = (),
         zone: str | None = None,
+        labels: Mapping[str, str] | None = None,
         idle_timeout: float = 600.0,
         max_lifetime: float | None = 24 * 3600.0,
         user: str = "ubuntu",
@@ -167,7 +169,7 @@ class AWS(Provider):
 
         o = aws_options(region=region, instance_type=instance_type, vcpus=vcpus, memory_gb=memory_gb, arch=arch,
                         allocation=allocation, ami=ami, subnet_id=subnet_id, public_ip=public_ip, disk_gb=disk_gb,
-                        disk_tier=disk_tier, ports=ports, zone=zone, idle_timeout=idle_timeout, max_lifetime=max_lifetime, user=user, known_hosts=known_hosts,
+                        disk_tier=disk_tier, ports=ports, zone=zone, labels=labels or {}, idle_timeout=idle_timeout, max_lifetime=max_lifetime, user=user, known_hosts=known_hosts,
                         ssh_cidr=ssh_cidr, allow_ssh_from_anywhere=allow_ssh_from_anywhere,
                         ip_lookup_url=ip_lookup_url, ssh_via=ssh_via, root=root,
                         find_links=find_links, no_index=no_index, boot_timeout=boot_timeout,
@@ -200,7 +202,7 @@ class AWS(Provider):
         self.subnet_id = o.subnet_id
         self.public_ip = o.public_ip
         self.disk_gb = o.disk_gb
-        self.disk_tier, self.ports, self.zone = o.disk_tier, o.ports, o.zone
+        self.disk_tier, self.ports, self.zone, self.labels = o.disk_tier, o.ports, o.zone, dict(o.labels)
         self.idle_timeout = o.idle_timeout
         self.max_lifetime = o.max_lifetime
         self.user = o.user
@@ -286,7 +288,8 @@ class AWS(Provider):
                                        host_key=host_key)
         described = launch(ec2, pool, group_id=group_id, user_data=user_data, disk_gb=self.disk_gb,
                            public_ip=self.public_ip, allocation=self.allocation, boot_timeout=self.boot_timeout,
-                           teardown_timeout=self.teardown_timeout, disk_tier=self.disk_tier)
+                           teardown_timeout=self.teardown_timeout, disk_tier=self.disk_tier,
+                           labels=self.labels)
         instances = self._describe(pool, described, host_key)
         for inst in instances:
             ec2.call("create_tags", {"Resources": [inst.id], "Tags": [{"Key": api.TAG_NODE, "Value": str(inst.node)}]})
