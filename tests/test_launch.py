@@ -1,5 +1,5 @@
 """``skyward launch``: task files are validated before anything starts, flags override them,
-``--dryrun`` starts nothing, and seed 004's minGPT recipe (torchrun with ``--node_rank``, and
+``--dryrun`` starts nothing, and SkyPilot's minGPT recipe (torchrun with ``--node_rank``, and
 c10d rendezvous) trains across 2 nodes on a Local pool and on 2 SSH test hosts."""
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def test_the_mingpt_example_trains_across_two_nodes_of_a_local_pool(example: str
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_the_mingpt_example_trains_across_two_ssh_hosts(example: str, test_hosts, wheelhouse,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)  # the task's workdir is "." (the repository), as in the seed's recipe
+    monkeypatch.chdir(ROOT)  # the task's workdir is "." (the repository), as in SkyPilot's minGPT recipe
     lines: list[str] = []
 
     def on_event(event: ev.Event) -> None:
