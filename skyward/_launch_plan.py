@@ -89,7 +89,8 @@ def stage(task: Any, where: str, name: str, found: Any, flags: Mapping[str, Any]
         accelerator=first.accelerator, cpus=flags["cpus"] or first.cpus, memory=flags["memory"] or first.memory,
         use_spot=first.use_spot, region=first.region, instance_type=first.instance_type,
         envs=values, secrets={k: v for k, v in found_secrets.items() if v is not None},
-        workdir=workdir, workdir_git=task.workdir_git, file_mounts=mounts, processes_per_node=processes, candidates=candidates,
+        workdir=workdir, workdir_git=task.workdir_git, file_mounts=mounts, processes_per_node=processes,
+        candidates=candidates,
         buckets=buckets, autostop=task.candidates.autostop, job_recovery=task.candidates.job_recovery,
     )
 

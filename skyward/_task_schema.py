@@ -118,7 +118,8 @@ def check_task(doc: Any, found: Findings, where: str = "") -> TaskSpec | None:
     candidates = check_resources(doc.get("resources"), _Scoped(found, where))
     return TaskSpec(run=run if isinstance(run, str) else "", name=None if name is None else str(name),
                     num_nodes=nodes, candidates=candidates, envs=envs, secrets=secrets,
-                    workdir=workdir, workdir_git=git, file_mounts=dict(mounts), setup=setup if isinstance(setup, str) else None)
+                    workdir=workdir, workdir_git=git, file_mounts=dict(mounts),
+                    setup=setup if isinstance(setup, str) else None)
 
 
 def _git_workdir(value: Mapping[str, Any], where: str, found: Findings) -> tuple[str, str | None] | None:

@@ -169,7 +169,8 @@ class AWS(Provider):
 
         o = aws_options(region=region, instance_type=instance_type, vcpus=vcpus, memory_gb=memory_gb, arch=arch,
                         allocation=allocation, ami=ami, subnet_id=subnet_id, public_ip=public_ip, disk_gb=disk_gb,
-                        disk_tier=disk_tier, ports=ports, zone=zone, labels=labels or {}, idle_timeout=idle_timeout, max_lifetime=max_lifetime, user=user, known_hosts=known_hosts,
+                        disk_tier=disk_tier, ports=ports, zone=zone, labels=labels or {},
+                        idle_timeout=idle_timeout, max_lifetime=max_lifetime, user=user, known_hosts=known_hosts,
                         ssh_cidr=ssh_cidr, allow_ssh_from_anywhere=allow_ssh_from_anywhere,
                         ip_lookup_url=ip_lookup_url, ssh_via=ssh_via, root=root,
                         find_links=find_links, no_index=no_index, boot_timeout=boot_timeout,
