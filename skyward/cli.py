@@ -8,6 +8,7 @@
     skyward exec NAME TASK.yaml [-d]          skyward status [NAME...] [--json]
     skyward stop NAME...   skyward start NAME...   skyward logs NAME
     skyward ls [--region R] [--profile P] [--json]
+    skyward catalog refresh [--region R] [--profile P]
     skyward down NAME|POOL... [--region R] [--profile P] [--timeout S]
     skyward down --all [--yes] [--region R] [--profile P] [--timeout S]
 
@@ -78,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
                       help="seconds to wait for AWS to confirm (default: 300)")
     aws_options(down)
 
+    catalog = commands.add_parser("catalog", help="renew the AWS catalog of instance types and prices",
+                                  description="Fetch instance types (with their GPUs) and on-demand and spot "
+                                              "prices from AWS, and cache them under ~/.skyward/catalog "
+                                              "(SKYWARD_HOME) with today's date.")
+    catalog.add_argument("action", choices=["refresh"], help="refresh: fetch and cache the catalog")
+    aws_options(catalog)
+
     launch = commands.add_parser(
         "launch", help="run a task file (SkyPilot task YAML) on every node of a pool",
         description="Run a task file's setup and run blocks on every node of a fresh pool (Local by default), "
@@ -89,7 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--cpus", metavar="N[+]", help="vCPUs per node, e.g. 8 or 8+ (at least)")
     launch.add_argument("--memory", metavar="N[+]", help="GiB of memory per node, e.g. 32+")
     launch.add_argument("--provider", default=None, metavar="{local,ssh,aws}",
-                        help="where the nodes come from (default: local, this machine)")
+                        help="where the nodes come from (default: the one resources.infra names, else local, "
+                             "this machine)")
     launch.add_argument("--hosts", default="", metavar="H1,H2", help="SSH hosts, e.g. user@h1,user@h2 "
                                                                     "(with --provider ssh)")
     launch.add_argument("--env", action="append", default=[], metavar="K[=V]",
@@ -177,7 +186,7 @@ def _connect(args: argparse.Namespace) -> Any:
 
 
 def _ls(args: argparse.Namespace, out: IO[str]) -> int:
-    from skyward.providers.aws.ec2 import list_resources
+    from skyward.providers.aws.inventory import list_resources
 
     ec2 = _connect(args)
     rows = _rows(list_resources(ec2))
@@ -228,7 +237,7 @@ def _aws_configured(args: argparse.Namespace) -> bool:
 
 
 def _down_pool(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    from skyward.providers.aws.ec2 import destroy, list_resources
+    from skyward.providers.aws.inventory import destroy, list_resources
 
     ec2 = _connect(args)
     pool = None if args.all else args.pool
@@ -258,7 +267,6 @@ def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from skyward.launch import execute, plan
 
     args.provider_given = args.provider is not None
-    args.provider = args.provider or "local"
     try:
         cluster = cluster_pool_args(args)
         p = plan(args.task, num_nodes=args.num_nodes, gpus=args.gpus, cpus=args.cpus, memory=args.memory,
@@ -282,8 +290,11 @@ def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     out.flush()
     if args.cluster is None:
         return execute(p, err=err)
-    return execute(p, err=err, cluster={**cluster, "provider_given": args.provider_given},
-                   detach_run=args.detach_run)
+    if cluster["idle_minutes"] is None and p.autostop is not None:  # the task file's resources.autostop
+        cluster.update(idle_minutes=p.autostop.idle_minutes, down=p.autostop.down)
+    # A provider the task file's infra names counts as given, as --provider does.
+    given = args.provider_given or p.provider != "local"
+    return execute(p, err=err, cluster={**cluster, "provider_given": given}, detach_run=args.detach_run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -307,6 +318,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in clusters.COMMANDS:
             return clusters.run_command(args, sys.stdout, sys.stderr)
+        if args.command == "catalog":
+            from skyward.providers.aws import catalog_cache
+
+            path = catalog_cache.refresh(_connect(args), profile=args.profile)
+            print(f"catalog written to {path}\n{catalog_cache.price_source(args.region)}")
+            return 0
         if args.command == "ls":
             return _ls(args, sys.stdout)
         return _down(args, sys.stdout, sys.stderr)

@@ -1,15 +1,23 @@
-"""``skyward launch``: run a task file (SkyPilot's task YAML subset) on a pool.
+"""``skyward launch``: run a task file (SkyPilot's task YAML) on a pool.
 
 Two steps, as everywhere a plan can be checked without I/O:
 
 * :func:`plan` reads the task file (:mod:`skyward._task_file`), applies the command line's
   overrides and resolves every variable into a frozen :class:`LaunchPlan`; nothing is started.
-  ``--dryrun`` prints :meth:`LaunchPlan.describe` and stops there.
-* :func:`execute` opens a :class:`~skyward.ComputePool` for the plan, copies the workdir and
-  file mounts to every node, runs ``setup`` then ``run`` on every node at once as
+  Every problem in the file and the flags is raised at once
+  (:class:`~skyward._task_check.TaskFileError`); fields accepted but not honoured where the
+  task runs are the plan's ``warnings``. ``--dryrun`` prints :meth:`LaunchPlan.describe`
+  (warnings first) and stops there; a run prints the same plan first.
+* :func:`execute` opens a :class:`~skyward.ComputePool` for the plan (trying its machine
+  candidates in order while the provider has no capacity), copies the workdir, file mounts and
+  buckets to every node, runs ``setup`` then ``run`` on every node at once as
   :func:`skyward.shell` commands (output streams live, prefixed by node), and closes the pool
-  on every exit path. Its return value is the command's exit status: 0, the failing node's
+  on every exit path. A pipeline's stages run one after another, each on its own pool, stopping
+  at the first failure. Its return value is the command's exit status: 0, the failing node's
   exit code (128 + N for a signal N), 1 for any other error, 130 when interrupted.
+
+On Local an accelerator is stood in for: ``L4:2`` gives each node 2 worker processes and
+``SKYPILOT_NUM_GPUS_PER_NODE=2`` (see :mod:`skyward._launch_where`).
 
 The workdir is used in place on the Local provider (the nodes are this machine); on other
 providers it is packed once, sent to every node as a task argument and unpacked into
@@ -19,20 +27,21 @@ task, over the pool's connection) and are never printed: plans and errors show `
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
 import tarfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from skyward._launch_plan import PROVIDERS  # noqa: F401  (the --provider choices)
 from skyward.errors import ConfigError
 
 __all__ = ["LaunchPlan", "execute", "plan"]
 
-PROVIDERS = ("local", "ssh", "aws")
 #: Refuse to pack a workdir larger than this (it travels in one message to every node).
 MAX_WORKDIR_BYTES = 256 << 20
 _SKIP = frozenset({".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".venv", "node_modules"})
@@ -41,7 +50,11 @@ MASK = "***"
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """Everything a launch needs, resolved from the task file and the command line."""
+    """Everything a launch needs, resolved from the task file and the command line.
+
+    A pipeline (a file of several tasks) is its first task's plan with the others in ``then``;
+    ``warnings`` are the file's (one line per field accepted but not honoured here).
+    """
 
     name: str
     provider: str
@@ -58,58 +71,43 @@ class LaunchPlan:
     envs: Mapping[str, str] = field(default_factory=dict)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     workdir: str | None = None
+    workdir_git: tuple[str, str | None] | None = None
     file_mounts: Mapping[str, str] = field(default_factory=dict)
+    #: Worker processes per node: on Local, the accelerator count asked for (they stand in for it).
+    processes_per_node: int = 1
+    #: The machine shapes to try, in order (the first is the one above); see skyward._launch_where.
+    candidates: tuple[Any, ...] = ()
+    buckets: tuple[Any, ...] = ()
+    #: SkyPilot's resources.autostop, for named clusters (idle minutes and down), or None.
+    autostop: Any = None
+    job_recovery: str | None = None
+    warnings: tuple[str, ...] = ()
+    then: tuple[LaunchPlan, ...] = ()
 
     @property
     def env(self) -> dict[str, str]:
         """What setup and run see on top of the node's own variables."""
         return {**self.envs, **self.secrets}
 
+    @property
+    def stages(self) -> tuple[LaunchPlan, ...]:
+        """This task and the pipeline's following ones, in the order they run."""
+        return (self, *self.then)
+
+    @property
+    def image(self) -> str | None:
+        return self.candidates[0].image_id if self.candidates else None
+
     def describe(self) -> str:
-        """The plan in a few lines (secrets masked)."""
-        lines = [f"task {self.name!r}: {self.nodes} node(s) on {self.provider}"]
-        lines.append("  machines: " + self._machines())
-        if self.workdir:
-            lines.append(f"  workdir: {self.workdir} (synced to every node; setup and run start there)")
-        for dest, source in self.file_mounts.items():
-            lines.append(f"  file mount: {source} -> {dest}")
-        for key, value in self.envs.items():
-            lines.append(f"  env {key}={value}")
-        for key in self.secrets:
-            lines.append(f"  secret {key}={MASK}")
-        if self.setup:
-            lines.append("  setup:\n" + _indent(self.setup))
-        lines.append("  run:\n" + _indent(self.run))
+        """The plan in a few lines (secrets masked), warnings first."""
+        from skyward._launch_plan import describe_stage
+
+        lines = [f"warning: {w}" for w in self.warnings]
+        for number, stage in enumerate(self.stages, 1):
+            if self.then:
+                lines.append(f"pipeline stage {number} of {len(self.stages)} (runs after the one before succeeds):")
+            lines += describe_stage(stage)
         return "\n".join(lines)
-
-    def _machines(self) -> str:
-        wanted = ", ".join(f"{k}={v}" for k, v in (("accelerators", self.accelerator), ("cpus", self.cpus),
-                                                   ("memory", self.memory)) if v)
-        if self.provider == "local":
-            note = f" (asked: {wanted}; the Local provider runs on this machine as is)" if wanted else ""
-            return f"{self.nodes} worker process(es) on this machine, no cost{note}"
-        if self.provider == "ssh":
-            return ", ".join(self.hosts[:self.nodes]) + (f" (asked: {wanted})" if wanted else "")
-        return self._aws_machine()
-
-    def _aws_machine(self) -> str:
-        from skyward.providers.aws import catalog
-
-        market = "spot" if self.use_spot else "on-demand"
-        region = self.region or "the configured region"
-        if self.instance_type:
-            known = catalog.by_name(self.instance_type)
-            what = known.describe() if known else f"{self.instance_type} (price unknown)"
-        else:
-            from skyward._task_file import parse_minimum
-
-            cpus = parse_minimum(self.cpus, "--cpus")
-            memory = parse_minimum(self.memory, "--memory")
-            found = catalog.select(catalog.load_catalog(), accelerator=self.accelerator,
-                                   vcpus=cpus[0] if cpus else None, memory_gb=memory[0] if memory else None)
-            what = found[0].describe() + " (from the bundled catalog; EC2 is asked at launch)"
-        return f"{self.nodes} x {what}, {market}, in {region}; approximate us-east-1 on-demand prices"
-
 
 def plan(
     path: str | os.PathLike[str],
@@ -118,7 +116,7 @@ def plan(
     gpus: str | None = None,
     cpus: str | None = None,
     memory: str | None = None,
-    provider: str = "local",
+    provider: str | None = None,
     hosts: Sequence[str] = (),
     env: Sequence[str] = (),
     env_file: str | os.PathLike[str] | None = None,
@@ -130,62 +128,31 @@ def plan(
     ``env`` items are ``K=V`` (or ``K``: the value is taken from ``environ``, default
     ``os.environ``); ``env_file`` holds ``K=V`` lines (``#`` comments, blank lines); ``secrets``
     items are ``K=V`` or ``K`` likewise. A variable the file leaves null must be given.
-    Raises :class:`~skyward.ConfigError` naming the flag or key at fault.
+    ``provider`` None: the one the file's ``infra`` names, else Local.
+    Raises :class:`~skyward._task_check.TaskFileError` (a :class:`~skyward.ConfigError`) listing
+    every problem in the file and the flags at once.
     """
-    from skyward._task_file import load_task, parse_minimum
-    from skyward.accelerators import parse_accelerator
+    from skyward._launch_plan import check_flags, stage
+    from skyward._task_file import read_tasks
 
     environ = os.environ if environ is None else environ
-    task = load_task(path)
-    if provider not in PROVIDERS:
-        raise ConfigError("--provider", "one of " + ", ".join(PROVIDERS), provider)
-    if num_nodes is not None and (isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1):
-        raise ConfigError("--num-nodes", "an integer >= 1", num_nodes)
-    if gpus is not None:
-        try:
-            parse_accelerator(gpus)
-        except ConfigError as exc:
-            raise ConfigError("--gpus", exc.accepted, gpus, detail=exc.detail) from None
-    parse_minimum(cpus, "--cpus")
-    parse_minimum(memory, "--memory")
-    host_list = tuple(h.strip() for h in hosts if h.strip())
-    if provider == "ssh" and not host_list:
-        raise ConfigError("--hosts", "the SSH hosts to use with --provider ssh, e.g. user@h1,user@h2", "nothing")
-    if provider != "ssh" and host_list:
-        raise ConfigError("--hosts", "hosts only with --provider ssh", ",".join(host_list))
-    nodes = num_nodes if num_nodes is not None else task.num_nodes
-    if provider == "ssh" and nodes > len(host_list):
-        raise ConfigError("--num-nodes", f"at most the {len(host_list)} host(s) given with --hosts", nodes)
-
-    envs: dict[str, str | None] = dict(task.envs)
+    title, tasks, found = read_tasks(path)
+    flags = check_flags(found, provider, num_nodes, gpus, cpus, memory, hosts)
+    overrides: dict[str, str] = {}
     if env_file is not None:
-        envs.update(_read_env_file(env_file))
+        overrides.update(_read_env_file(env_file))
     for item in env:
         key, value = _assignment(item, "--env", environ, secret=False)
-        envs[key] = value
-    missing = [k for k, v in envs.items() if v is None]
-    if missing:
-        raise ConfigError(f"envs[{missing[0]!r}]", f"a value: pass --env {missing[0]}=VALUE (the task file "
-                          "leaves it empty)", None)
-    found_secrets: dict[str, str | None] = dict(task.secrets)
-    for item in secrets:
-        key, value = _assignment(item, "--secret", environ, secret=True)
-        found_secrets[key] = value
-    missing = [k for k, v in found_secrets.items() if v is None]
-    if missing:
-        raise ConfigError(f"secrets[{missing[0]!r}]", f"a value: pass --secret {missing[0]}=VALUE, or "
-                          f"--secret {missing[0]} with it set in your environment", None)
-
-    resources = task.resources
-    return LaunchPlan(
-        name=task.name or Path(path).stem, provider=provider, nodes=nodes, run=task.run, setup=task.setup,
-        hosts=host_list, accelerator=gpus or resources.accelerators, cpus=cpus or resources.cpus,
-        memory=memory or resources.memory, use_spot=resources.use_spot, region=resources.region,
-        instance_type=resources.instance_type, envs={k: v for k, v in envs.items() if v is not None},
-        secrets={k: v for k, v in found_secrets.items() if v is not None},
-        workdir=str(Path(task.workdir).expanduser().resolve()) if task.workdir else None,
-        file_mounts={dest: str(Path(src).expanduser().resolve()) for dest, src in task.file_mounts.items()},
-    )
+        overrides[key] = value
+    given_secrets = dict(_assignment(item, "--secret", environ, secret=True) for item in secrets)
+    stages = []
+    for number, task in enumerate(tasks, 1):
+        where = f"task {number}: " if len(tasks) > 1 else ""
+        default = task.name or (f"{title or Path(path).stem}-{number}" if len(tasks) > 1 else Path(path).stem)
+        stages.append(LaunchPlan(**stage(task, where, default, found, flags, overrides, given_secrets)))
+    found.raise_problems()
+    first = stages[0]
+    return replace(first, warnings=tuple(found.warnings), then=tuple(stages[1:]))
 
 
 def _assignment(item: str, flag: str, environ: Mapping[str, str], *, secret: bool) -> tuple[str, str]:
@@ -231,8 +198,9 @@ def _indent(text: str) -> str:
 # -- execute -----------------------------------------------------------------------------------
 
 
-def make_provider(p: LaunchPlan) -> Any:
-    """The provider a plan names (``--provider``), configured from its resources."""
+def make_provider(p: LaunchPlan, candidate: Any = None) -> Any:
+    """The provider a plan names, configured from its resources (``candidate``: one of
+    ``p.candidates``, default the first)."""
     import skyward as sky
     from skyward._task_file import parse_minimum
 
@@ -240,8 +208,21 @@ def make_provider(p: LaunchPlan) -> Any:
         return sky.Local()
     if p.provider == "ssh":
         return sky.SSH(list(p.hosts[:p.nodes]))
-    cpus = parse_minimum(p.cpus, "--cpus")
-    memory = parse_minimum(p.memory, "--memory")
+    c = candidate if candidate is not None else (p.candidates[0] if p.candidates else None)
+    cpus = parse_minimum(p.cpus if c is None else (c.cpus or p.cpus), "--cpus")
+    memory = parse_minimum(p.memory if c is None else (c.memory or p.memory), "--memory")
+    extra: dict[str, Any] = {}
+    if c is not None:
+        region = c.region or p.region
+        image = c.image_by_region.get(region or "", None) if c.image_by_region else c.image_id
+        if image and image.startswith(("ami-", "resolve:ssm:")):
+            extra["ami"] = image
+        if c.disk_size:
+            extra["disk_gb"] = max(8, c.disk_size)
+        extra.update(disk_tier=c.disk_tier, ports=c.ports, zone=c.zone, labels=dict(c.labels))
+        return sky.AWS(region=region, instance_type=c.instance_type, vcpus=cpus[0] if cpus else None,
+                       memory_gb=memory[0] if memory else None,
+                       allocation="spot" if c.use_spot else "on-demand", **extra)
     return sky.AWS(region=p.region, instance_type=p.instance_type, vcpus=cpus[0] if cpus else None,
                    memory_gb=memory[0] if memory else None,
                    allocation="spot" if p.use_spot else "on-demand")
@@ -250,40 +231,65 @@ def make_provider(p: LaunchPlan) -> Any:
 def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_event: Any = None,
             err: IO[str] | None = None, cluster: Mapping[str, Any] | None = None, run_setup: bool = True,
             detach_run: bool = False) -> int:
-    """Run the plan on a fresh pool, or on a named cluster; returns the exit status (see the
-    module docstring).
+    """Run the plan on a fresh pool (each stage of a pipeline on its own, in order, stopping at
+    the first that fails), or on a named cluster; returns the exit status (see the module
+    docstring).
+
 
     ``provider`` replaces the one the plan names (e.g. an ``sky.SSH`` with options the command
     line has no flags for); ``console`` and ``on_event`` are the pool's. ``cluster`` (see
     :func:`skyward.clusters.cli.pool_args`) runs it on a named cluster that stays up: setup only
     when new or changed (never without ``run_setup``); ``detach_run`` starts the run and returns.
     """
-    import skyward as sky
-    from skyward.errors import CommandFailed, SkywardError
-
     err = err or sys.stderr
-    shape = {"provider": provider or make_provider(p), "nodes": p.nodes, "accelerator": p.accelerator}
-    try:
-        if cluster is not None:
-            from skyward.clusters import cli as clusters
+    if cluster is not None and len(p.stages) > 1:
+        err.write("skyward: error: a pipeline (several tasks in one file) runs each task on a fresh pool; "
+                  "run its tasks one by one to use a cluster (-c)\n")
+        return 2
+    for number, stage in enumerate(p.stages, 1):
+        code = _execute_stage(stage, provider=provider, console=console, on_event=on_event, err=err,
+                              cluster=cluster, run_setup=run_setup, detach_run=detach_run)
+        if code:
+            if p.then:
+                err.write(f"skyward: pipeline stopped at stage {number} of {len(p.stages)} ({stage.name})\n")
+            return code
+    return 0
 
-            shape = clusters.pool_args(dict(cluster), shape)
-        with sky.ComputePool(**shape, console=console, on_event=on_event) as pool:
-            cwd = _sync_files(pool, p)
-            if p.setup and run_setup and (cluster is None or clusters.setup_needed(pool, p)):
-                sky.shell(p.setup, env=p.env, cwd=cwd) @ pool
-                if cluster is not None:
-                    clusters.setup_done(pool, p)
-            if detach_run:
-                logs = clusters.run_detached(pool, p.run, p.env, cwd)
-                err.write(f"skyward: the run goes on on cluster {pool.name} (log: {logs[0]} on node 0); "
-                          f"follow it with `skyward logs {pool.name}`\n")
-            else:
-                sky.shell(p.run, env=p.env, cwd=cwd) @ pool
-        return 0
+
+def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any, err: IO[str],
+                   cluster: Mapping[str, Any] | None = None, run_setup: bool = True, detach_run: bool = False) -> int:
+    import skyward as sky
+    from skyward.errors import CapacityError, CommandFailed, SkywardError
+
+    attempts = list(p.candidates) or [None]
+    phase = ["setup"]
+    try:
+        for index, candidate in enumerate(attempts):
+            accelerator = candidate.accelerator if candidate is not None else p.accelerator
+            made = provider or make_provider(p, candidate)
+            # Remote nodes copy buckets with boto3: their environment gets it.
+            image = sky.Image(pip=["boto3"]) if p.buckets and made.name != "local" else None
+            shape = {"provider": made, "nodes": p.nodes, "image": image,
+                     "accelerator": None if p.provider == "local" else accelerator,
+                     "processes_per_node": p.processes_per_node}
+            if cluster is not None:
+                from skyward.clusters import cli as clusters
+
+                shape = clusters.pool_args(dict(cluster), shape)
+            with contextlib.ExitStack() as stack:
+                try:  # entering provisions: a refusal for capacity moves on to the next candidate
+                    pool = stack.enter_context(sky.ComputePool(**shape, console=console, on_event=on_event))
+                except CapacityError as exc:
+                    if index + 1 == len(attempts):
+                        raise
+                    err.write(f"skyward: no capacity for {candidate.describe()}: {exc}; trying "
+                              f"{attempts[index + 1].describe()}\n")
+                    continue
+                _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
+            return 0
+        return 1
     except CommandFailed as exc:
-        which = "setup" if p.setup and exc.command == p.setup else "run"
-        err.write(f"skyward: {which} failed on node {exc.node}: {exc}\n")
+        err.write(f"skyward: {phase[0]} failed on node {exc.node}: {exc}\n")
         return exc.exit_code if exc.exit_code > 0 else 128 - exc.exit_code
     except KeyboardInterrupt:
         left = "detached; the cluster stays up" if cluster is not None else "the pool was torn down"
@@ -294,10 +300,48 @@ def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_eve
         return 1
 
 
+def _run_stage(pool: Any, p: LaunchPlan, phase: list[str], *, cluster: Mapping[str, Any] | None = None,
+               run_setup: bool = True, detach_run: bool = False, err: IO[str] | None = None) -> None:
+    import skyward as sky
+    from skyward._launch_where import in_container
+
+    cwd = _sync_files(pool, p)
+    env = dict(p.env)
+    if pool.provider.name == "local" and "PATH" not in env:
+        # The nodes run this interpreter: its environment's tools (torchrun) come first, as on
+        # a remote node whose worker environment is on PATH, without activating anything.
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    image = p.image or ""
+    wrap = (lambda cmd: in_container(cmd, image[len("docker:"):], list(env), cwd)) \
+        if image.startswith("docker:") else (lambda cmd: cmd)
+    if cluster is not None:
+        from skyward.clusters import cli as clusters
+    if p.setup and run_setup and (cluster is None or clusters.setup_needed(pool, p)):
+        sky.shell(wrap(p.setup), env=env, cwd=cwd) @ pool
+        if cluster is not None:
+            clusters.setup_done(pool, p)
+    phase[0] = "run"
+    if p.run.strip() and detach_run:
+        logs = clusters.run_detached(pool, wrap(p.run), env, cwd)
+        (err or sys.stderr).write(f"skyward: the run goes on on cluster {pool.name} (log: {logs[0]} on node 0); "
+                                  f"follow it with `skyward logs {pool.name}`\n")
+    elif p.run.strip():
+        sky.shell(wrap(p.run), env=env, cwd=cwd) @ pool
+
+
 def _sync_files(pool: Any, p: LaunchPlan) -> str | None:
     """Copy the file mounts and the workdir to the nodes; returns the run's directory there
     (without a workdir: this directory on the Local provider, the home directory elsewhere)."""
+    import skyward as sky
+    from skyward._task_mounts import clone_command, fetch_bucket
+
     local = pool.provider.name == "local"
+    for bucket in p.buckets:
+        task = sky.compute(name="copy bucket")(fetch_bucket)(bucket.url, bucket.dest)
+        if local:
+            task >> pool
+        else:
+            task @ pool
     for dest, source in p.file_mounts.items():
         blob = _pack(source, f"file_mounts[{dest!r}]")
         task = _unpack(blob, dest, os.path.isdir(source))
@@ -305,6 +349,14 @@ def _sync_files(pool: Any, p: LaunchPlan) -> str | None:
             task >> pool  # the nodes are this machine: once is enough
         else:
             task @ pool
+    if p.workdir_git is not None:  # each node clones (on Local, once: the nodes share this machine)
+        dest = f"~/.skyward/workdirs/{pool.task_id}"
+        clone = sky.shell(clone_command(*p.workdir_git, dest), env=p.env)
+        if local:
+            clone >> pool
+        else:
+            clone @ pool
+        return dest
     if p.workdir is None:
         return None if local else "~"  # (elsewhere the worker's directory is skyward's own)
     if local:

@@ -314,7 +314,7 @@ def test_select_errors_name_the_parameter_and_list_what_exists():
     with pytest.raises(ConfigError) as info:
         select(cat, accelerator="A100:16")
     assert info.value.parameter == "accelerator"
-    assert "A100:8" in info.value.accepted and "H100:8" in info.value.accepted
+    assert "A100:8" in info.value.accepted and "H100:1/8" in info.value.accepted
     assert "at most 8" in str(info.value)
 
     with pytest.raises(ConfigError) as info:
@@ -453,3 +453,8 @@ def test_import_does_not_pull_boto3(module):
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_one_h100_plans_the_one_gpu_p5_4xlarge_not_the_eight_gpu_type():
+    assert best("H100:1") == "p5.4xlarge"
+    assert best("H100:8") == "p5.48xlarge"

@@ -28,6 +28,7 @@ import skyward as sky
 from skyward.accelerators import A100, parse_accelerator
 from skyward.errors import CapacityError, ConfigError, ProvisionError
 from skyward.providers.aws import ec2 as api
+from skyward.providers.aws import inventory
 from skyward.providers.aws import watchdog
 from skyward.providers.aws.provider import AWS, DLAMI_PARAMETER, UBUNTU_PARAMETER
 from skyward.providers.base import PoolSpec
@@ -673,9 +674,9 @@ def test_an_own_ssh_key_is_imported_as_the_pool_key_pair(aws, tmp_path):
 def test_destroy_removes_every_pool_and_reports_nothing_left(aws):
     p = provider(aws, allocation="on-demand")
     first, second = p.provision(spec(1)), p.provision(spec(2))
-    found = api.list_resources(api.EC2.connect())
+    found = inventory.list_resources(api.EC2.connect())
     assert len(found.pools) == 2 and len(found.live_instances) == 3
-    left = api.destroy(api.EC2.connect(), None)
+    left = inventory.destroy(api.EC2.connect(), None)
     assert left.empty
     p.terminate(first + second)  # already gone: confirmed at once, nothing raised
     assert not p._pools

@@ -1,5 +1,5 @@
 """``skyward launch``: task files are validated before anything starts, flags override them,
-``--dryrun`` starts nothing, and seed 004's minGPT recipe (torchrun with ``--node_rank``, and
+``--dryrun`` starts nothing, and SkyPilot's minGPT recipe (torchrun with ``--node_rank``, and
 c10d rendezvous) trains across 2 nodes on a Local pool and on 2 SSH test hosts."""
 
 from __future__ import annotations
@@ -44,12 +44,13 @@ def cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.Comple
     ("run: echo\nnum_nodes: 0\n", "num_nodes", "an integer >= 1"),
     ("run: echo\nresources: {cpus: lots}\n", "resources.cpus", '"8+"'),
     ("run: echo\nresources: {accelerators: Z80:2}\n", "resources.accelerators", "H100"),
-    ("run: echo\nresources: {accelerators: {L4: 1, A100: 1}}\n", "resources.accelerators", "one accelerator"),
+    ("run: echo\nresources: {accelerators: T4:0.5}\n", "resources.accelerators", "fractional GPUs"),
+    ("run: echo\nresources: {accelerators: tpu-v2-8}\n", "resources.accelerators", "TPUs"),
     ("run: echo\nresources: {disk: 100}\n", "resources.disk", "use_spot"),
     ("run: echo\nenvs: {9LIVES: x}\n", "envs['9LIVES']", "variable name"),
     ("run: echo\nworkdir: /no/such/dir\n", "workdir", "exists"),
-    ("run: echo\nfile_mounts: {/data: s3://bucket/x}\n", "file_mounts['/data']", "local path"),
-    ("setup: echo\n", "run", "run"),
+    ("run: echo\nfile_mounts: {/data: gs://bucket/x}\n", "file_mounts['/data']", "s3:// URL"),
+    ("runn: echo\n", "runn", "did you mean 'run'"),  # a misspelt key is named as unknown
     ("run: [echo, hi]\n", "run", "a string"),
     ("- run: echo\n", "TASK", "mapping"),
     ("run: 'echo\n", "TASK", "YAML"),
@@ -238,7 +239,7 @@ def test_the_mingpt_example_trains_across_two_nodes_of_a_local_pool(example: str
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_the_mingpt_example_trains_across_two_ssh_hosts(example: str, test_hosts, wheelhouse,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)  # the task's workdir is "." (the repository), as in the seed's recipe
+    monkeypatch.chdir(ROOT)  # the task's workdir is "." (the repository), as in SkyPilot's minGPT recipe
     lines: list[str] = []
 
     def on_event(event: ev.Event) -> None:

@@ -54,6 +54,35 @@ def _session(value: Any) -> Any:
     return value
 
 
+def _ports(value: Any) -> Any:
+    """8080, "9000-9010", (9000, 9010), or a list of them -> ((low, high), ...)."""
+    accepted = 'TCP ports 1-65535: 8080, "9000-9010", or a list of them'
+    items = value if isinstance(value, (list, tuple)) and not (
+        len(value) == 2 and all(isinstance(v, int) for v in value) and isinstance(value, tuple)) else [value]
+    out = []
+    for item in items:
+        if isinstance(item, tuple) and len(item) == 2:
+            low, high = item
+        elif isinstance(item, int) and not isinstance(item, bool):
+            low = high = item
+        elif isinstance(item, str) and re.fullmatch(r"\s*\d+\s*(-\s*\d+\s*)?", item):
+            low, _, rest = item.partition("-")
+            low, high = int(low), int(rest or low)
+        else:
+            reject(accepted, item)
+        if not (isinstance(low, int) and isinstance(high, int) and 1 <= low <= high <= 65535):
+            reject(accepted, item)
+        out.append((low, high))
+    return tuple(out)
+
+
+def _labels(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        if not key or key.lower().startswith(("skyward:", "aws:")) or key == "Name":
+            reject("tag names that are not Name and do not start with 'skyward:' or 'aws:'", key)
+    return value
+
+
 def _one_or_many(value: Any) -> Any:
     import os
 
@@ -67,6 +96,7 @@ def _at_least(minimum: float, *, integer: bool = False) -> Any:
 
 
 Region = _matching(r"[a-z]{2}(-[a-z]+)+-\d+", "an AWS region such as 'us-east-1'")
+Zone = _matching(r"[a-z]{2}(-[a-z]+)+-\d+[a-z]", "an availability zone such as 'us-east-1a'")
 InstanceType = _matching(r"[a-z0-9-]+\.[a-z0-9-]+", "an EC2 instance type such as 'g5.xlarge'")
 AMI = _matching(r"ami-[0-9a-f]{8,17}|resolve:ssm:/.+",
                 "an AMI id such as 'ami-0abc12345678def90' or 'resolve:ssm:/parameter/name'")
@@ -97,6 +127,14 @@ class AWSOptions(BaseModel):
     subnet_id: Subnet | None = None
     public_ip: Annotated[bool | None, Field(description="True, False or None")] = None
     disk_gb: _at_least(8, integer=True) = 100
+    disk_tier: Annotated[Literal["low", "medium", "high", "ultra", "best"] | None,
+                         Field(description="'low', 'medium', 'high', 'ultra', 'best' or None")] = None
+    ports: Annotated[tuple[tuple[int, int], ...], BeforeValidator(_ports),
+                     Field(description='TCP ports to open to the client: 8080, "9000-9010", or a list of them')] = ()
+    zone: Zone | None = None
+    labels: Annotated[dict[str, str], AfterValidator(_labels),
+                      Field(description="a mapping of tag names to values (not starting with 'skyward:' or "
+                                        "'aws:')")] = {}
     idle_timeout: _at_least(60) = 600.0
     max_lifetime: Annotated[_at_least(300) | None, Field(description="a number >= 300 or None")] = 24 * 3600.0
     user: LoginUser = "ubuntu"

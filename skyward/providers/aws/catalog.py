@@ -6,7 +6,8 @@ is unavailable (no credentials yet, no network, a restricted IAM policy, tests),
 ``catalog.json`` read by :func:`load_catalog` stands in for it.
 
 Prices in the catalog (``price_per_hour``) are **approximate** us-east-1 Linux on-demand list
-prices in USD, written down around 2024 from AWS's public price list. They are used only to
+prices in USD, written down around 2024 from AWS's public price list (the p5 family after
+AWS's June 2025 reduction); :mod:`.catalog_cache` builds a current, dated one from AWS's APIs. They are used only to
 rank candidates (cheapest first) and are not a quote: AWS changes prices, other regions
 differ, and spot / savings-plan prices are not considered. A type with no known price has
 ``price_per_hour = None`` and is ranked after every priced one.

@@ -9,9 +9,8 @@ call, touching nothing, so what Skyward would ask AWS for can be checked offline
 * missing credentials / region / profile                 -> :class:`~skyward.errors.ConfigError`
 * anything else (permissions, a bad AMI, no network...)  -> :class:`~skyward.errors.ProvisionError`
 
-Every resource Skyward creates carries the tag ``skyward:pool=<pool id>``; :func:`list_resources`
-finds them by that tag and :func:`destroy` removes them and confirms, which is what pool
-teardown, the cleanup of a failed launch, and ``skyward down`` all use.
+Every resource Skyward creates carries the tag ``skyward:pool=<pool id>``;
+:mod:`skyward.providers.aws.inventory` finds and removes them by that tag.
 
 boto3 is imported inside functions only.
 """
@@ -19,14 +18,11 @@ boto3 is imported inside functions only.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from skyward._optional import require
-from skyward._retry import Backoff
 from skyward.errors import CapacityError, ConfigError, ProvisionError, SkywardError
 
 __all__ = [
@@ -36,14 +32,8 @@ __all__ = [
     "TAG_NODE",
     "TAG_POOL",
     "EC2",
-    "PoolResources",
-    "TaggedInstance",
-    "TaggedKeyPair",
-    "TaggedSecurityGroup",
-    "destroy",
     "ingress_request",
     "key_pair_request",
-    "list_resources",
     "pool_filter",
     "resource_name",
     "run_instances_request",
@@ -122,21 +112,46 @@ def security_group_request(pool_id: str, vpc_id: str, *, created: str | None = N
     }
 
 
-def ingress_request(group_id: str, ssh_cidr: str, *, ssh_port: int = 22) -> dict[str, Any]:
+def ingress_request(group_id: str, ssh_cidr: str, *, ssh_port: int = 22,
+                    ports: Sequence[tuple[int, int]] = ()) -> dict[str, Any]:
     """``AuthorizeSecurityGroupIngress``: SSH from ``ssh_cidr`` only, and everything from the group.
 
     Members of the group reach each other on any port (DDP rendezvous and collectives); nothing
-    else reaches any port but SSH.
+    else reaches any port but SSH and the ``ports`` asked for (TCP ranges, low to high), which
+    are open to ``ssh_cidr`` too: the client's address, never the whole internet.
     """
-    ranges = ({"Ipv6Ranges": [{"CidrIpv6": ssh_cidr, "Description": "skyward client (SSH)"}]}
-              if ":" in ssh_cidr else {"IpRanges": [{"CidrIp": ssh_cidr, "Description": "skyward client (SSH)"}]})
+    def ranges(what: str) -> dict[str, Any]:
+        return ({"Ipv6Ranges": [{"CidrIpv6": ssh_cidr, "Description": f"skyward client ({what})"}]}
+                if ":" in ssh_cidr else {"IpRanges": [{"CidrIp": ssh_cidr, "Description": f"skyward client ({what})"}]})
+
     return {
         "GroupId": group_id,
         "IpPermissions": [
-            {"IpProtocol": "tcp", "FromPort": ssh_port, "ToPort": ssh_port, **ranges},
+            {"IpProtocol": "tcp", "FromPort": ssh_port, "ToPort": ssh_port, **ranges("SSH")},
+            *({"IpProtocol": "tcp", "FromPort": low, "ToPort": high, **ranges("task ports")} for low, high in ports),
             {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id, "Description": "skyward pool members"}]},
         ],
     }
+
+
+#: A task file's disk_tier as an EBS volume: gp3 at its baseline, gp3 with the IOPS and
+#: throughput raised, or io2 (provisioned IOPS, capped at 500 per GB by EBS:
+#: https://docs.aws.amazon.com/ebs/latest/userguide/provisioned-iops.html).
+DISK_TIERS: Mapping[str, Mapping[str, Any]] = {
+    "low": {"VolumeType": "gp3"},
+    "medium": {"VolumeType": "gp3", "Iops": 6000, "Throughput": 500},
+    "high": {"VolumeType": "io2", "Iops": 16000},
+    "ultra": {"VolumeType": "io2", "Iops": 64000},
+    "best": {"VolumeType": "io2", "Iops": 64000},
+}
+
+
+def volume_settings(disk_gb: int, tier: str | None) -> dict[str, Any]:
+    """The root volume's type (and IOPS) for a disk tier; gp3 without one."""
+    settings = dict(DISK_TIERS.get(tier or "low", DISK_TIERS["low"]))
+    if settings["VolumeType"] == "io2":
+        settings["Iops"] = max(100, min(settings["Iops"], 500 * disk_gb))
+    return settings
 
 
 def run_instances_request(
@@ -156,6 +171,8 @@ def run_instances_request(
     disk_gb: int | None = None,
     public_ip: bool | None = None,
     shutdown_behavior: str = "terminate",
+    disk_tier: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """``RunInstances`` for all ``count`` nodes at once, in one subnet (so one AZ).
 
@@ -180,7 +197,8 @@ def run_instances_request(
         "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
         "TagSpecifications": [
             {"ResourceType": "instance",
-             "Tags": _tags(pool_id, created, {"Name": resource_name(pool_id)})},
+             # A task's labels are tags too; they never replace skyward's own.
+             "Tags": _tags(pool_id, created, {**dict(labels or {}), "Name": resource_name(pool_id)})},
             {"ResourceType": "volume", "Tags": _tags(pool_id, created)},
         ],
     }
@@ -202,7 +220,8 @@ def run_instances_request(
             "DeviceName": root_device,
             # Encrypted explicitly: not left to the account's "encryption by default" setting
             # (with the account's default KMS key when no other is configured).
-            "Ebs": {"VolumeSize": disk_gb, "VolumeType": "gp3", "DeleteOnTermination": True, "Encrypted": True},
+            "Ebs": {"VolumeSize": disk_gb, **volume_settings(disk_gb, disk_tier), "DeleteOnTermination": True,
+                    "Encrypted": True},
         }]
     return request
 
@@ -353,203 +372,3 @@ class EC2:
 
 
 # -- finding and removing a pool's resources ---------------------------------------------------------
-
-
-def _tag(tags: Sequence[Mapping[str, str]] | None, key: str) -> str:
-    for t in tags or ():
-        if t.get("Key") == key:
-            return str(t.get("Value", ""))
-    return ""
-
-
-def _created(tags: Any, fallback: datetime | None = None) -> datetime | None:
-    text = _tag(tags, TAG_CREATED)
-    if text:
-        with contextlib.suppress(ValueError):
-            return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    return fallback
-
-
-@dataclass(frozen=True, slots=True)
-class TaggedInstance:
-    id: str
-    pool: str
-    instance_type: str
-    state: str
-    market: str  # "spot" or "on-demand"
-    zone: str
-    private_ip: str
-    public_ip: str
-    node: int | None
-    launched: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class TaggedKeyPair:
-    name: str
-    id: str
-    pool: str
-    created: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class TaggedSecurityGroup:
-    id: str
-    name: str
-    pool: str
-    vpc_id: str
-    created: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class PoolResources:
-    """Skyward-tagged resources in one region (instances include terminated ones)."""
-
-    instances: tuple[TaggedInstance, ...] = ()
-    key_pairs: tuple[TaggedKeyPair, ...] = ()
-    security_groups: tuple[TaggedSecurityGroup, ...] = ()
-
-    @property
-    def live_instances(self) -> tuple[TaggedInstance, ...]:
-        """Instances not yet shutting down or terminated (those still bill)."""
-        return tuple(i for i in self.instances if i.state not in GONE_STATES)
-
-    @property
-    def empty(self) -> bool:
-        """True when nothing is left: no live instance, key pair or security group."""
-        return not (self.live_instances or self.key_pairs or self.security_groups)
-
-    @property
-    def pools(self) -> list[str]:
-        found = {i.pool for i in self.live_instances} | {k.pool for k in self.key_pairs}
-        found |= {g.pool for g in self.security_groups}
-        return sorted(found)
-
-    def describe(self) -> str:
-        parts = []
-        if self.live_instances:
-            parts.append("instances " + ", ".join(f"{i.id} ({i.state})" for i in self.live_instances))
-        if self.key_pairs:
-            parts.append("key pairs " + ", ".join(k.name for k in self.key_pairs))
-        if self.security_groups:
-            parts.append("security groups " + ", ".join(f"{g.id} ({g.name})" for g in self.security_groups))
-        return "; ".join(parts) or "nothing"
-
-
-def _instance(item: Mapping[str, Any]) -> TaggedInstance:
-    tags = item.get("Tags")
-    node = _tag(tags, TAG_NODE)
-    return TaggedInstance(
-        id=item["InstanceId"],
-        pool=_tag(tags, TAG_POOL),
-        instance_type=item.get("InstanceType", ""),
-        state=item.get("State", {}).get("Name", ""),
-        market="spot" if item.get("InstanceLifecycle") == "spot" else "on-demand",
-        zone=item.get("Placement", {}).get("AvailabilityZone", ""),
-        private_ip=item.get("PrivateIpAddress", "") or "",
-        public_ip=item.get("PublicIpAddress", "") or "",
-        node=int(node) if node.isdigit() else None,
-        launched=item.get("LaunchTime"),
-    )
-
-
-def list_resources(ec2: EC2, pool_id: str | None = None) -> PoolResources:
-    """Every resource tagged ``skyward:pool`` (``=pool_id`` when given) in the client's region."""
-    filters = pool_filter(pool_id)
-    instances = [_instance(item)
-                 for page in ec2.pages("describe_instances", {"Filters": filters})
-                 for reservation in page.get("Reservations", [])
-                 for item in reservation.get("Instances", [])]
-    keys = [TaggedKeyPair(k["KeyName"], k.get("KeyPairId", ""), _tag(k.get("Tags"), TAG_POOL),
-                          _created(k.get("Tags"), k.get("CreateTime")))
-            for k in ec2.call("describe_key_pairs", {"Filters": filters}).get("KeyPairs", [])]
-    groups = [TaggedSecurityGroup(g["GroupId"], g.get("GroupName", ""), _tag(g.get("Tags"), TAG_POOL),
-                                  g.get("VpcId", ""), _created(g.get("Tags")))
-              for page in ec2.pages("describe_security_groups", {"Filters": filters})
-              for g in page.get("SecurityGroups", [])]
-    return PoolResources(tuple(sorted(instances, key=lambda i: (i.pool, i.node if i.node is not None else -1, i.id))),
-                         tuple(keys), tuple(groups))
-
-
-def instance_states(ec2: EC2, ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
-    """The current description of each of ``ids`` (missing ones are left out: not visible yet)."""
-    found: dict[str, Mapping[str, Any]] = {}
-    if not ids:
-        return found
-    try:
-        pages = list(ec2.pages("describe_instances", {"InstanceIds": list(ids)}))
-    except ProvisionError as exc:
-        if not aws_code(exc).endswith(_NOT_FOUND_SUFFIX):
-            raise
-        # EC2 is eventually consistent: a just-launched id may not be describable yet.
-        pages = list(ec2.pages("describe_instances", {"Filters": [{"Name": "instance-id", "Values": list(ids)}]}))
-    for page in pages:
-        for reservation in page.get("Reservations", []):
-            for item in reservation.get("Instances", []):
-                found[item["InstanceId"]] = item
-    return found
-
-
-def terminate(ec2: EC2, ids: Sequence[str], *, timeout: float) -> list[str]:
-    """Terminate ``ids`` and wait until each is shutting down or terminated; return the unconfirmed."""
-    if not ids:
-        return []
-    try:
-        ec2.call("terminate_instances", {"InstanceIds": list(ids)})
-    except ProvisionError as exc:
-        if not aws_code(exc).endswith(_NOT_FOUND_SUFFIX):
-            raise
-        for one in ids:  # one unknown id fails the whole call: go one by one
-            with contextlib.suppress(ProvisionError):
-                ec2.call("terminate_instances", {"InstanceIds": [one]})
-    pending = list(ids)
-    for _ in Backoff(timeout=timeout, delay=0.1, max_delay=2.0):
-        states = instance_states(ec2, ids)
-        pending = [i for i in ids if states.get(i, {}).get("State", {}).get("Name") not in GONE_STATES]
-        if not pending:
-            break
-    return pending
-
-
-def destroy(ec2: EC2, pool_id: str | None, *, timeout: float = 300.0, settle: float = 0.0) -> PoolResources:
-    """Remove every resource of ``pool_id`` (of every pool with ``None``) and confirm it.
-
-    Order: terminate live instances and wait until each is shutting down or terminated; sweep
-    again after ``settle`` seconds when a launch may still be surfacing (EC2's eventual
-    consistency); delete the key pairs; delete the security groups, retrying while EC2 says
-    they are still in use (until the instances are fully terminated). Returns what is left —
-    empty on success; the caller decides whether leftovers are an error.
-    """
-    deadline = time.monotonic() + timeout
-    sweeps = 0
-    while True:
-        found = list_resources(ec2, pool_id)
-        live = [i.id for i in found.live_instances]
-        sweeps += 1
-        if live:
-            terminate(ec2, live, timeout=max(1.0, deadline - time.monotonic()))
-        if sweeps > 1 or settle <= 0:
-            if not live or time.monotonic() >= deadline:
-                break
-            continue
-        time.sleep(settle)
-    found = list_resources(ec2, pool_id)
-    for key in found.key_pairs:
-        with contextlib.suppress(ProvisionError):
-            ec2.call("delete_key_pair", {"KeyName": key.name})
-    groups = list(found.security_groups)
-    for _ in Backoff(timeout=deadline - time.monotonic(), delay=0.2, max_delay=5.0):
-        if not groups:
-            break
-        waiting = []
-        for group in groups:
-            try:
-                ec2.call("delete_security_group", {"GroupId": group.id})
-            except ProvisionError as exc:
-                code = aws_code(exc)
-                if code == "DependencyViolation":
-                    waiting.append(group)  # instances still shutting down use it
-                elif not code.endswith(_NOT_FOUND_SUFFIX):
-                    raise
-        groups = waiting
-    return list_resources(ec2, pool_id)

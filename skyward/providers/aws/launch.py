@@ -25,6 +25,7 @@ from typing import Any
 from skyward._retry import Backoff
 from skyward.errors import CapacityError, ConfigError, ProvisionError
 from skyward.providers.aws import ec2 as api
+from skyward.providers.aws import inventory
 from skyward.providers.aws import watchdog
 from skyward.providers.aws.keys import new_key_pair, write_private
 from skyward.providers.aws.plan import LaunchPlan
@@ -73,7 +74,7 @@ def resolve_ssh_cidr(ssh_cidr: str | None, ip_lookup_url: str) -> str:
 
 
 def create_access(ec2: api.EC2, pool: PoolState, *, ssh_cidr: str, ssh_key: str | None, public_key: str | None,
-                  make_host_key: bool) -> tuple[str, watchdog.HostKey | None]:
+                  make_host_key: bool, ports: Sequence[tuple[int, int]] = ()) -> tuple[str, watchdog.HostKey | None]:
     """Make the pool's private directory and keys, then its key pair and security group on AWS.
 
     The login key is ``ssh_key`` (whose public half is ``public_key``) or a new ed25519 key,
@@ -94,7 +95,7 @@ def create_access(ec2: api.EC2, pool: PoolState, *, ssh_cidr: str, ssh_key: str 
 
     ec2.call("import_key_pair", api.key_pair_request(pool.pool_id, public))
     group_id = ec2.call("create_security_group", api.security_group_request(pool.pool_id, pool.plan.vpc_id))["GroupId"]
-    ec2.call("authorize_security_group_ingress", api.ingress_request(group_id, ssh_cidr))
+    ec2.call("authorize_security_group_ingress", api.ingress_request(group_id, ssh_cidr, ports=ports))
     return group_id, host_key
 
 
@@ -103,7 +104,8 @@ def create_access(ec2: api.EC2, pool: PoolState, *, ssh_cidr: str, ssh_key: str 
 
 def launch(ec2: api.EC2, pool: PoolState, *, group_id: str, user_data: str, disk_gb: int, public_ip: bool | None,
            allocation: str, boot_timeout: float, teardown_timeout: float,
-           shutdown_behavior: str = "terminate") -> list[Mapping[str, Any]]:
+           shutdown_behavior: str = "terminate", disk_tier: str | None = None,
+           labels: Mapping[str, str] | None = None) -> list[Mapping[str, Any]]:
     """Try the plan's attempts in order; return the running instances' descriptions by node.
 
     Sets ``pool.summary`` (what was launched where). Raises CapacityError naming the last type
@@ -120,7 +122,8 @@ def launch(ec2: api.EC2, pool: PoolState, *, group_id: str, user_data: str, disk
             pool_id=pool.pool_id, count=plan.nodes, instance_type=itype.name, image_id=image.image_id,
             subnet_id=place.subnet_id, group_id=group_id, key_name=key_name, market=market,
             user_data=user_data, client_token=f"skyward-{pool.pool_id}-{n}-{uuid.uuid4().hex[:8]}",
-            root_device=image.root_device, disk_gb=disk, public_ip=public_ip, shutdown_behavior=shutdown_behavior)
+            root_device=image.root_device, disk_gb=disk, public_ip=public_ip, shutdown_behavior=shutdown_behavior,
+            disk_tier=disk_tier, labels=labels)
         last = (itype.name, place.zone)
         pool.launch_in_flight = True
         try:
@@ -158,8 +161,8 @@ def launch(ec2: api.EC2, pool: PoolState, *, group_id: str, user_data: str, disk
 def _give_up_attempt(ec2: api.EC2, pool: PoolState, ids: Sequence[str], timeout: float) -> None:
     """Terminate a failed attempt's instances: those EC2 named, and any other of the pool's
     (an answer may have been incomplete); nothing of the pool runs before the next attempt."""
-    tagged = [i.id for i in api.list_resources(ec2, pool.pool_id).live_instances]
-    left = api.terminate(ec2, list(dict.fromkeys([*ids, *tagged])), timeout=timeout)
+    tagged = [i.id for i in inventory.list_resources(ec2, pool.pool_id).live_instances]
+    left = inventory.terminate(ec2, list(dict.fromkeys([*ids, *tagged])), timeout=timeout)
     if left:
         raise ProvisionError(f"could not confirm the termination of {', '.join(left)}", provider="aws")
 
@@ -168,7 +171,7 @@ def _wait_running(ec2: api.EC2, ids: Sequence[str], timeout: float) -> tuple[lis
     """Wait until every instance runs with a private address: (descriptions, "") or ([], why not)."""
     ready: list[Mapping[str, Any]] = []
     for _ in Backoff(timeout=timeout, delay=0.2, max_delay=3.0):
-        states = api.instance_states(ec2, ids)
+        states = inventory.instance_states(ec2, ids)
         for item in states.values():
             state = item.get("State", {}).get("Name")
             if state in api.GONE_STATES or state == "stopped":

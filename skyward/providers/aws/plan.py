@@ -90,6 +90,8 @@ class LaunchPlan:
     images: Mapping[tuple[str, bool], MachineImage]
     zones: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     types_source: str = "ec2-api"
+    #: Devices per node the pool asked for (a type may have more: the nodes use this many).
+    accelerators: int | None = None
 
     @property
     def vpc_id(self) -> str:
@@ -139,11 +141,21 @@ def instance_types(ec2: api.EC2, arch: str | None) -> tuple[tuple[catalog.Instan
             types = tuple(catalog.from_ec2_description(item)
                           for page in ec2.pages("describe_instance_types", {"Filters": filters})
                           for item in page.get("InstanceTypes", []))
-            found = (types, "ec2-api") if types else (catalog.load_catalog(), "catalog")
+            found = (_priced(types, ec2.region), "ec2-api") if types else (catalog.load_catalog(), "catalog")
             _TYPES[key] = found
         except ProvisionError as exc:  # e.g. an IAM policy without ec2:DescribeInstanceTypes
             found = (catalog.load_catalog(), f"catalog (describe_instance_types: {exc})")
         return found
+
+
+def _priced(types: tuple[catalog.InstanceType, ...], region: str) -> tuple[catalog.InstanceType, ...]:
+    """The types with the region's cached prices (``skyward catalog refresh``), where there are any."""
+    from dataclasses import replace
+
+    from skyward.providers.aws import catalog_cache
+
+    prices = {t.name: t.price_per_hour for t in catalog_cache.current(region)[0] if t.price_per_hour is not None}
+    return tuple(replace(t, price_per_hour=prices.get(t.name, t.price_per_hour)) for t in types)
 
 
 def choose(types: Sequence[catalog.InstanceType], spec: PoolSpec, *, instance_type: str | None,
@@ -237,19 +249,26 @@ _MARKETS: dict[str, tuple[api.Market, ...]] = {
 
 def plan_launch(ec2: api.EC2, spec: PoolSpec, *, instance_type: str | None, vcpus: int | None,
                 memory_gb: float | None, arch: str | None, allocation: str, ami: str | None,
-                subnet_id: str | None) -> LaunchPlan:
+                subnet_id: str | None, zone: str | None = None) -> LaunchPlan:
     """What a launch for ``spec`` would do, resolved with read-only calls; nothing is created.
 
-    Raises ConfigError (naming the parameter) when the request cannot be met here.
+    ``zone`` keeps only that availability zone's subnet. Raises ConfigError (naming the
+    parameter) when the request cannot be met here.
     """
     types, source = instance_types(ec2, arch)
     candidates = choose(types, spec, instance_type=instance_type, vcpus=vcpus, memory_gb=memory_gb,
                         arch=arch)[:FALLBACK_TYPES]
     places = placements(ec2, subnet_id)
+    if zone is not None:
+        inside = tuple(p for p in places if p.zone == zone)
+        if not inside:
+            raise ConfigError("zone", "an availability zone of the subnets here: " + ", ".join(p.zone for p in places),
+                              zone)
+        places = inside
     offered = zones(ec2, [t.name for t in candidates], subnet_id)
     images = {}
     for t in candidates:
         if (t.arch, t.cuda) not in images:
             images[(t.arch, t.cuda)] = machine_image(ec2, ami, t.arch, t.cuda)
     return LaunchPlan(spec.pool_id, spec.nodes, ec2.region, tuple(candidates), places, _MARKETS[allocation],
-                      images, offered, source)
+                      images, offered, source, spec.accelerator.count if spec.accelerator else None)

@@ -55,6 +55,7 @@ from skyward._retry import Backoff
 from skyward.errors import ConfigError, ProvisionError
 from skyward.providers.aws import catalog, watchdog
 from skyward.providers.aws import ec2 as api
+from skyward.providers.aws import inventory
 from skyward.providers.aws.keys import public_key_of, write_private
 from skyward.providers.aws.launch import PoolState, create_access, launch, resolve_ssh_cidr
 from skyward.providers.aws.plan import (
@@ -111,6 +112,11 @@ class AWS(Provider):
         subnet_id: launch into this subnet (its AZ and VPC); default: the default VPC's subnets.
         public_ip: give instances a public address (``None``: the subnet's setting).
         disk_gb: root volume size (at least the AMI's own size); always encrypted (EBS).
+        disk_tier: the root volume's speed: ``"low"`` (gp3), ``"medium"`` (gp3, raised IOPS),
+            ``"high"``/``"ultra"``/``"best"`` (io2); ``None``: gp3.
+        ports: TCP ports (``8080``, ``"9000-9010"``) opened to ``ssh_cidr``, as SSH is.
+        zone: launch only in this availability zone (its default subnet).
+        labels: extra tags on the instances (a task file's ``resources.labels``).
         idle_timeout: seconds without the client's SSH connection after which an instance
             powers itself off (and so is terminated; a named cluster's is stopped, and its
             workers keep it up until their autostop).
@@ -158,6 +164,10 @@ class AWS(Provider):
         subnet_id: str | None = None,
         public_ip: bool | None = None,
         disk_gb: int = 100,
+        disk_tier: str | None = None,
+        ports: Sequence[int | str | tuple[int, int]] = (),
+        zone: str | None = None,
+        labels: Mapping[str, str] | None = None,
         idle_timeout: float = 600.0,
         max_lifetime: float | None = DEFAULT_MAX_LIFETIME,
         user: str = "ubuntu",
@@ -180,6 +190,7 @@ class AWS(Provider):
 
         o = aws_options(region=region, instance_type=instance_type, vcpus=vcpus, memory_gb=memory_gb, arch=arch,
                         allocation=allocation, ami=ami, subnet_id=subnet_id, public_ip=public_ip, disk_gb=disk_gb,
+                        disk_tier=disk_tier, ports=ports, zone=zone, labels=labels or {},
                         idle_timeout=idle_timeout, max_lifetime=max_lifetime, user=user, known_hosts=known_hosts,
                         ssh_cidr=ssh_cidr, allow_ssh_from_anywhere=allow_ssh_from_anywhere,
                         ip_lookup_url=ip_lookup_url, ssh_via=ssh_via, root=root,
@@ -213,6 +224,7 @@ class AWS(Provider):
         self.subnet_id = o.subnet_id
         self.public_ip = o.public_ip
         self.disk_gb = o.disk_gb
+        self.disk_tier, self.ports, self.zone, self.labels = o.disk_tier, o.ports, o.zone, dict(o.labels)
         self.idle_timeout = o.idle_timeout
         self.max_lifetime = o.max_lifetime
         self._max_lifetime_given = max_lifetime is not DEFAULT_MAX_LIFETIME
@@ -275,7 +287,7 @@ class AWS(Provider):
             raise ConfigError("nodes", "an integer >= 1", spec.nodes)
         return plan_launch(self._ec2(), spec, instance_type=self.instance_type, vcpus=self.vcpus,
                            memory_gb=self.memory_gb, arch=self.arch, allocation=self.allocation, ami=self.ami,
-                           subnet_id=self.subnet_id)
+                           subnet_id=self.subnet_id, zone=self.zone)
 
     def validate(self, spec: PoolSpec) -> None:
         """Resolve the launch plan now, so a request AWS cannot serve fails before any launch."""
@@ -314,14 +326,16 @@ class AWS(Provider):
         ec2 = self._ec2()
         ssh_cidr = resolve_ssh_cidr(self.ssh_cidr, self.ip_lookup_url)
         group_id, host_key = create_access(ec2, pool, ssh_cidr=ssh_cidr, ssh_key=self.ssh_key,
-                                           public_key=self._public_key, make_host_key=self.known_hosts is None)
+                                           public_key=self._public_key, make_host_key=self.known_hosts is None,
+                                           ports=self.ports)
         shutdown, lifetime = watchdog.power_off_policy(
             cluster=spec.cluster is not None, down=spec.cluster_down,
             max_lifetime=self.max_lifetime, max_lifetime_given=self._max_lifetime_given)
         user_data = watchdog.user_data(idle_timeout=self.idle_timeout, max_lifetime=lifetime, host_key=host_key)
         described = launch(ec2, pool, group_id=group_id, user_data=user_data, disk_gb=self.disk_gb,
                            public_ip=self.public_ip, allocation=self.allocation, boot_timeout=self.boot_timeout,
-                           teardown_timeout=self.teardown_timeout, shutdown_behavior=shutdown)
+                           teardown_timeout=self.teardown_timeout, shutdown_behavior=shutdown,
+                           disk_tier=self.disk_tier, labels=self.labels)
         instances = self._describe(pool, described, host_key)
         for inst in instances:
             ec2.call("create_tags", {"Resources": [inst.id], "Tags": [{"Key": api.TAG_NODE, "Value": str(inst.node)}]})
@@ -356,7 +370,8 @@ class AWS(Provider):
             address = self._connect_address(item["InstanceId"], private_ip, public_ip)
             instances.append(Instance(
                 id=item["InstanceId"], node=node, private_addr=private_ip, public_addr=public_ip,
-                accelerators=itype.gpu_count,
+                # As SkyPilot: the devices asked for, not all the type has (L4:2 on a 4-GPU type: 2).
+                accelerators=min(itype.gpu_count, pool.plan.accelerators or itype.gpu_count),
                 ssh=SSHAddress(address, self.user, key=pool.key_path, known_hosts=known,
                                connect_timeout=self.connect_timeout),
                 environment=replace(environment, note=f"{pool.summary}: {item['InstanceId']} at {private_ip}")))
@@ -380,7 +395,7 @@ class AWS(Provider):
             owners = [self._owner[i.id] for i in instances if i.id in self._owner]
         unknown = [i.id for i in instances if i.id not in self._owner]
         if unknown:
-            owners += [_pool_tag(item) for item in api.instance_states(self._ec2(), unknown).values()]
+            owners += [_pool_tag(item) for item in inventory.instance_states(self._ec2(), unknown).values()]
         problems = []
         for pool_id in dict.fromkeys(p for p in owners if p):
             try:
@@ -399,9 +414,9 @@ class AWS(Provider):
             raise ProvisionError(f"pool {pool_id}: not released: {left.describe()}; "
                                  f"run `skyward down {pool_id} --region {self._ec2().region}`", provider="aws")
 
-    def _release(self, pool_id: str, *, settle: float) -> api.PoolResources:
+    def _release(self, pool_id: str, *, settle: float) -> inventory.PoolResources:
         """Destroy the pool's tagged resources, forget it, drop its private files."""
-        left = api.destroy(self._ec2(), pool_id, timeout=self.teardown_timeout, settle=settle)
+        left = inventory.destroy(self._ec2(), pool_id, timeout=self.teardown_timeout, settle=settle)
         if left.empty:
             with self._lock:
                 pool = self._pools.pop(pool_id, None)
@@ -417,7 +432,7 @@ class AWS(Provider):
     def machine_states(self, instances: list[Instance]) -> list[str]:
         """Each instance's EC2 state (``"running"``, ``"stopped"``, ``"terminated"``...), or
         ``"missing"`` for one EC2 no longer knows."""
-        states = api.instance_states(self._ec2(), [i.id for i in instances])
+        states = inventory.instance_states(self._ec2(), [i.id for i in instances])
         return [_state(states, i.id) for i in instances]
 
     def stop(self, instances: list[Instance]) -> None:
@@ -426,14 +441,14 @@ class AWS(Provider):
         cluster with ``skyward down``), or when they are not stopped within ``teardown_timeout``."""
         ec2 = self._ec2()
         ids = [i.id for i in instances]
-        states = api.instance_states(ec2, ids)
+        states = inventory.instance_states(ec2, ids)
         spot = [i for i in ids if states.get(i, {}).get("InstanceLifecycle") == "spot"]
         if spot:
             raise ProvisionError(f"{', '.join(spot)}: spot instances cannot be stopped (EC2 one-time spot requests); "
                                  "end the cluster with `skyward down`, or launch it with allocation='on-demand' "
                                  "to stop and start it", provider="aws")
         for _ in Backoff(timeout=self.teardown_timeout, delay=0.2, max_delay=3.0):
-            states = api.instance_states(ec2, ids)
+            states = inventory.instance_states(ec2, ids)
             running = [i for i in ids if _state(states, i) == "running"]
             if running:
                 ec2.call("stop_instances", {"InstanceIds": running})
@@ -451,7 +466,7 @@ class AWS(Provider):
         ids = [i.id for i in instances]
         states: dict[str, Any] = {}
         for _ in Backoff(timeout=self.boot_timeout, delay=0.2, max_delay=3.0):
-            states = dict(api.instance_states(ec2, ids))
+            states = dict(inventory.instance_states(ec2, ids))
             gone = [f"{i} ({_state(states, i)})" for i in ids
                     if _state(states, i) in (*api.GONE_STATES, "missing")]
             if gone:
@@ -506,9 +521,9 @@ class AWS(Provider):
                       file=sys.__stderr__)
         region = pool.plan.region
         done = outcome[0] if outcome else None
-        if isinstance(done, api.PoolResources) and done.empty:
+        if isinstance(done, inventory.PoolResources) and done.empty:
             return
-        what = done.describe() if isinstance(done, api.PoolResources) else repr(done)
+        what = done.describe() if isinstance(done, inventory.PoolResources) else repr(done)
         with contextlib.suppress(Exception):
             error.add_note(f"skyward: cleanup of pool {pool.pool_id} incomplete ({what}); "
                            f"run `skyward down {pool.pool_id} --region {region}`")

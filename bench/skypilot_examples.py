@@ -1,0 +1,109 @@
+"""How many of SkyPilot's own example task files ``skyward launch --dryrun`` accepts.
+
+Usage: ``python bench/skypilot_examples.py SKYPILOT_CHECKOUT [--as-told] [--show refused|warned|all]``
+
+Every ``*.yaml``/``*.yml`` under the checkout's ``examples/`` and ``llm/`` that is a task file
+(a mapping, or documents of mappings, with ``run``, ``setup`` or ``resources``) is planned as
+``skyward launch FILE --dryrun`` plans it, from the checkout's root (recipes name their
+workdir relative to it). Each ends as *accepted* (a plan), *refused* (a task-file error listing
+every reason) or *crashed* (any other exception: a bug). The files are read, never copied.
+
+``--as-told`` plans each file as its README tells a user to launch it: a variable the file
+leaves empty (``HF_TOKEN:``) is given with ``--env``/``--secret``, and a file whose relative
+paths are not found from the checkout's root is planned from its own folder instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import os
+import sys
+import traceback
+from pathlib import Path
+
+
+def task_files(root: Path) -> list[Path]:
+    import yaml
+
+    found = []
+    for folder in ("examples", "llm"):
+        for path in sorted((root / folder).rglob("*.y*ml")):
+            try:
+                docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+            except Exception:  # noqa: BLE001 - not YAML: a task file the user would still try
+                found.append(path)
+                continue
+            if any(isinstance(d, dict) and ({"run", "setup", "resources"} & set(d)) for d in docs):
+                found.append(path)
+    return found
+
+
+def plan_as(path: Path, root: Path, as_told: bool):  # noqa: ANN201
+    from skyward._task_check import TaskFileError
+    from skyward.launch import plan
+
+    if not as_told:
+        return plan(path)
+    try:
+        return plan(path)
+    except TaskFileError as exc:
+        given: dict[str, list[str]] = {"envs": [], "secrets": []}
+        for problem in exc.problems:  # envs['HF_TOKEN'] left empty: given, as the README says
+            field = problem.field.split(": ")[-1]
+            kind, _, name = field.partition("[")
+            if kind in given and problem.got == "None":
+                given[kind].append(f"{name.strip(chr(93)).strip(chr(39))}=x")
+        envs, secrets = given["envs"], given["secrets"]
+        try:
+            return plan(path, env=envs, secrets=secrets)
+        except TaskFileError:
+            os.chdir(path.parent)
+            try:
+                return plan(path, env=envs, secrets=secrets)
+            finally:
+                os.chdir(root)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--show", choices=("refused", "warned", "all"), default=None)
+    parser.add_argument("--as-told", action="store_true")
+    args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from skyward.errors import ConfigError
+
+    root = args.root.resolve()
+    os.chdir(root)
+    outcome: dict[str, list[tuple[Path, str]]] = collections.defaultdict(list)
+    reasons: collections.Counter[str] = collections.Counter()
+    for path in task_files(root):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                p = plan_as(path, root, args.as_told)
+            p.describe()
+            outcome["accepted"].append((path, "\n".join(p.warnings)))
+        except ConfigError as exc:
+            outcome["refused"].append((path, str(exc)))
+            for problem in getattr(exc, "problems", ()):
+                reasons[problem.field.split("[")[0].split(": ")[-1] + ": " + problem.accepted[:50]] += 1
+        except Exception:  # noqa: BLE001 - what is measured
+            outcome["crashed"].append((path, traceback.format_exc()))
+    total = sum(len(v) for v in outcome.values())
+    for kind in ("accepted", "refused", "crashed"):
+        print(f"{kind}: {len(outcome[kind])} of {total} ({100 * len(outcome[kind]) / max(total, 1):.1f}%)")
+    print("\nmost common reasons for refusal:")
+    for reason, count in reasons.most_common(15):
+        print(f"  {count:3d}  {reason}")
+    for kind in ("crashed", *(("refused",) if args.show in ("refused", "all") else ()),
+                 *(("accepted",) if args.show in ("warned", "all") else ())):
+        for path, text in outcome[kind]:
+            print(f"\n== {kind}: {path.relative_to(root)}\n{text}")
+    return 1 if outcome["crashed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Planning a launch: the command line checked, each task of the file turned into a stage, and
+a stage described as ``--dryrun`` prints it (see :mod:`skyward.launch`).
+
+Every problem goes to the file's :class:`~skyward._task_check.Findings`, so the flags' and the
+file's are reported together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from skyward._task_fields import describe_ports
+from skyward.errors import ConfigError
+
+__all__ = ["PROVIDERS", "check_flags", "describe_stage", "stage"]
+
+PROVIDERS = ("local", "ssh", "aws")
+MASK = "***"
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.rstrip().splitlines())
+
+
+def check_flags(found: Any, provider: str | None, num_nodes: int | None, gpus: str | None, cpus: str | None,
+                 memory: str | None, hosts: Sequence[str]) -> dict[str, Any]:
+    """The command line's values, each bad one added to ``found``."""
+    from skyward._task_file import parse_minimum
+    from skyward.accelerators import parse_accelerator
+
+    def check(fn: Any, *args: Any, flag: str = "") -> Any:
+        try:
+            return fn(*args)
+        except ConfigError as exc:
+            found.problem(flag or exc.parameter, exc.accepted, exc.got, exc.detail)
+            return None
+
+    if provider is not None and provider not in PROVIDERS:
+        found.problem("--provider", "one of " + ", ".join(PROVIDERS), provider)
+    if num_nodes is not None and (isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1):
+        found.problem("--num-nodes", "an integer >= 1", num_nodes)
+        num_nodes = None
+    if gpus is not None and check(parse_accelerator, gpus, flag="--gpus") is None:
+        gpus = None
+    check(parse_minimum, cpus, "--cpus")
+    check(parse_minimum, memory, "--memory")
+    host_list = tuple(h.strip() for h in hosts if h.strip())
+    if provider == "ssh" and not host_list:
+        found.problem("--hosts", "the SSH hosts to use with --provider ssh, e.g. user@h1,user@h2", "nothing")
+    if provider not in ("ssh", None) and host_list:
+        found.problem("--hosts", "hosts only with --provider ssh", ",".join(host_list))
+    if gpus is not None:
+        gpus = str(parse_accelerator(gpus))
+    return {"provider": provider, "nodes": num_nodes, "gpus": gpus, "cpus": cpus, "memory": memory,
+            "hosts": host_list}
+
+
+def stage(task: Any, where: str, name: str, found: Any, flags: Mapping[str, Any], overrides: Mapping[str, str],
+          given_secrets: Mapping[str, str]) -> dict[str, Any]:
+    """One task of the file, with the command line applied, as the fields of its
+    :class:`~skyward.launch.LaunchPlan`; problems go to ``found``."""
+    from skyward._launch_where import choose
+    from skyward._task_mounts import resolve
+
+    envs: dict[str, str | None] = {**task.envs, **overrides}
+    for key in [k for k, v in envs.items() if v is None]:
+        found.problem(f"{where}envs[{key!r}]", f"a value: pass --env {key}=VALUE (the task file leaves it empty)",
+                      None)
+    found_secrets: dict[str, str | None] = {**task.secrets, **given_secrets}
+    for key in [k for k, v in found_secrets.items() if v is None]:
+        found.problem(f"{where}secrets[{key!r}]", f"a value: pass --secret {key}=VALUE, or --secret {key} with "
+                      "it set in your environment", None)
+    values = {k: v for k, v in envs.items() if v is not None}
+    workdir, mounts, buckets = resolve(task.workdir, task.file_mounts, values, found, where)
+    provider = flags["provider"]
+    if provider is None and flags["hosts"]:
+        provider = "ssh"
+    provider, candidates, processes = choose(task.candidates, provider, flags["gpus"], found, where)
+    nodes = flags["nodes"] or task.num_nodes
+    hosts = flags["hosts"]
+    if provider == "ssh" and not hosts and flags["provider"] is None:
+        found.problem(f"{where}resources.infra", "a cloud Skyward can rent from, or --hosts for ssh", "ssh")
+    elif provider == "ssh" and nodes > len(hosts) and hosts:
+        found.problem("--num-nodes", f"at most the {len(hosts)} host(s) given with --hosts", nodes)
+    first = candidates[0]
+    return dict(
+        name=name, provider=provider, nodes=nodes, run=task.run, setup=task.setup, hosts=hosts,
+        accelerator=first.accelerator, cpus=flags["cpus"] or first.cpus, memory=flags["memory"] or first.memory,
+        use_spot=first.use_spot, region=first.region, instance_type=first.instance_type,
+        envs=values, secrets={k: v for k, v in found_secrets.items() if v is not None},
+        workdir=workdir, workdir_git=task.workdir_git, file_mounts=mounts, processes_per_node=processes,
+        candidates=candidates,
+        buckets=buckets, autostop=task.candidates.autostop, job_recovery=task.candidates.job_recovery,
+    )
+
+
+def describe_stage(self: Any) -> list[str]:
+    """One stage of a plan in a few lines (secrets masked)."""
+    lines = [f"task {self.name!r}: {self.nodes} node(s) on {self.provider}"]
+    lines.append("  machines: " + _machines(self))
+    for other in self.candidates[1:]:
+        lines.append(f"  then, if AWS has no capacity: {other.describe()}")
+    first = self.candidates[0] if self.candidates else None
+    if first is not None and self.provider == "aws":
+        extra = []
+        if first.disk_size or first.disk_tier:
+            extra.append(f"root disk {first.disk_size or 100} GB, tier {first.disk_tier or 'medium'}")
+        if first.ports:
+            extra.append(f"ports {describe_ports(first.ports)} open")
+        if first.zone:
+            extra.append(f"zone {first.zone}")
+        if extra:
+            lines.append("  " + ", ".join(extra))
+    if self.image:
+        lines.append(f"  image: {self.image}")
+    if self.autostop is not None:
+        lines.append(f"  autostop: after {self.autostop.idle_minutes:g} idle minute(s)"
+                     + (", then down" if self.autostop.down else ""))
+    if self.workdir:
+        lines.append(f"  workdir: {self.workdir} (synced to every node; setup and run start there)")
+    if self.workdir_git:
+        url, ref = self.workdir_git
+        lines.append(f"  workdir: git {url}{' at ' + ref if ref else ''} (cloned on every node; setup and run "
+                     "start there)")
+    for dest, source in self.file_mounts.items():
+        lines.append(f"  file mount: {source} -> {dest}")
+    for bucket in self.buckets:
+        lines.append(f"  bucket: {bucket.url} -> {bucket.dest} (copied with boto3 on every node)")
+    for key, value in self.envs.items():
+        lines.append(f"  env {key}={value}")
+    for key in self.secrets:
+        lines.append(f"  secret {key}={MASK}")
+    if self.setup:
+        lines.append("  setup:\n" + _indent(self.setup))
+    lines.append("  run:\n" + _indent(self.run) if self.run.strip() else "  run: (none)")
+    return lines
+
+def _machines(self: Any) -> str:
+    wanted = ", ".join(f"{k}={v}" for k, v in (("accelerators", self.accelerator), ("cpus", self.cpus),
+                                               ("memory", self.memory)) if v)
+    if self.provider == "local":
+        if self.accelerator:
+            return (f"{self.nodes} node(s) x {self.processes_per_node} worker processes on this machine, "
+                    f"standing in for {self.accelerator}, no cost")
+        note = f" (asked: {wanted}; the Local provider runs on this machine as is)" if wanted else ""
+        return f"{self.nodes} worker process(es) on this machine, no cost{note}"
+    if self.provider == "ssh":
+        return ", ".join(self.hosts[:self.nodes]) + (f" (asked: {wanted})" if wanted else "")
+    return _aws_machine(self)
+
+def _aws_machine(self: Any) -> str:
+    from skyward.providers.aws import catalog_cache
+
+    market = "spot" if self.use_spot else "on-demand"
+    region = self.region or "the configured region"
+    types, source = catalog_cache.current(self.region)
+    if self.instance_type:
+        known = next((t for t in types if t.name == self.instance_type), None)
+        what = known.describe() if known else f"{self.instance_type} (price unknown)"
+    else:
+        from skyward._task_file import parse_minimum
+        from skyward.providers.aws import catalog
+
+        cpus = parse_minimum(self.cpus, "--cpus")
+        memory = parse_minimum(self.memory, "--memory")
+        found = catalog.select(types, accelerator=self.accelerator,
+                               vcpus=cpus[0] if cpus else None, memory_gb=memory[0] if memory else None)
+        what = found[0].describe() + " (EC2 is asked at launch)"
+    return f"{self.nodes} x {what}, {market}, in {region}\n  prices: {source}"
