@@ -313,7 +313,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "launch":
         return _launch(args, sys.stdout, sys.stderr)
     from skyward.clusters import cli as clusters
-    from skyward.errors import ConfigError
 
     try:
         if args.command in clusters.COMMANDS:
@@ -329,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _down(args, sys.stdout, sys.stderr)
     except SkywardError as exc:
         print(f"skyward: error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1
+        return 1
     except KeyboardInterrupt:
         print("skyward: interrupted", file=sys.stderr)
         return 130
