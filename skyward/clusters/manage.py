@@ -174,6 +174,10 @@ def stop(name: str) -> list[str]:
     the next pool that attaches brings it back."""
     with hold(name, "stop"):
         record = _record(name)
+        refusal = getattr(record.provider, "stop_refusal", None)
+        why = refusal(list(record.instances)) if refusal is not None and record.instances else None
+        if why:  # (before the workers are ended: the cluster stays as it is)
+            raise ClusterError(name, f"cannot be stopped: {why}", way_out=f"`skyward down {name}` ends it")
         problems = nodes_for(record).down(release=False)
         stop_machines = getattr(record.provider, "stop", None)
         if stop_machines is not None and not problems:

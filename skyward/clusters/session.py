@@ -122,6 +122,16 @@ class ClusterSession:
             image = record.image if record.image is not None else image
         image_hash = image.content_hash() if pool._image_given else record.image_hash
         nodes = self._nodes(pool, record)
+        if not record.instances:
+            # Its creation never got its machines (that client was killed): clear what it may
+            # have left (a cloud pool's tagged resources), then create it afresh.
+            problems = nodes.down()
+            if problems:
+                raise ClusterError(self.name, "a creation that did not finish left resources that could not be "
+                                   "released: " + "; ".join(problems), way_out=f"`skyward down {self.name}`")
+            self.store.remove(self.name)
+            self._create(pool, image, image.content_hash(), heartbeat)
+            return
         if record.status == UP and not _machines_running(record):
             record = record.with_(status=STOPPED)  # (AWS: autostop powered them off, stopped)
         if record.status == UP and record.image_hash == image_hash:

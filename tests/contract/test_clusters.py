@@ -286,3 +286,16 @@ def test_restarting_the_workers_of_a_cluster_replaces_them_and_down_still_ends_e
         assert worker_pid() @ pool == new
     assert manage.down(cluster) == []
     assert wait_gone(new, 10) == []
+
+
+def test_a_cluster_whose_creation_never_got_its_machines_is_created_afresh(home: str) -> None:
+    """A client killed right after registering a new cluster (record INIT, no machines): the
+    next pool of that name creates it instead of attaching to nothing."""
+    from skyward.clusters.state import ClusterRecord
+
+    manage.Store().put(ClusterRecord(name="half", id="0123456789", provider=sky.Local(), provider_name="local",
+                                     nodes=2, processes=1, concurrency=1, executor="thread", accelerator=None))
+    with sky.ComputePool(name="half", console=False) as pool:
+        pids = worker_pid() @ pool
+    assert len(set(pids)) == 2
+    assert manage.status(["half"])[0].status == "UP"

@@ -47,15 +47,13 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Literal
 
 from skyward._optional import require
-from skyward._retry import Backoff
 from skyward.errors import ConfigError, ProvisionError
 from skyward.providers.aws import catalog, watchdog
 from skyward.providers.aws import ec2 as api
-from skyward.providers.aws import inventory
+from skyward.providers.aws import inventory, machines
 from skyward.providers.aws.keys import public_key_of, write_private
 from skyward.providers.aws.launch import PoolState, create_access, launch, resolve_ssh_cidr
 from skyward.providers.aws.plan import (
@@ -313,7 +311,7 @@ class AWS(Provider):
             plan = self.plan(spec)
         pool = PoolState(spec.pool_id, plan)
         if spec.cluster is not None:  # its key must outlive this process (and a reboot)
-            pool.directory = str(_cluster_directory(spec.pool_id, create=True))
+            pool.directory = str(machines.cluster_directory(spec.pool_id, create=True))
         with self._lock:
             self._pools[spec.pool_id] = pool
         try:
@@ -425,79 +423,27 @@ class AWS(Provider):
             if pool is not None and pool.directory:
                 shutil.rmtree(pool.directory, ignore_errors=True)
             elif pool is None:  # launched by another process: a named cluster's files, if any
-                shutil.rmtree(_cluster_directory(pool_id), ignore_errors=True)
+                shutil.rmtree(machines.cluster_directory(pool_id), ignore_errors=True)
         return left
 
-    # -- named clusters: stop, start, states ------------------------------------------------------
+    # -- named clusters: stop, start, states (skyward.providers.aws.machines) ------------------------
     def machine_states(self, instances: list[Instance]) -> list[str]:
-        """Each instance's EC2 state (``"running"``, ``"stopped"``, ``"terminated"``...), or
-        ``"missing"`` for one EC2 no longer knows."""
-        states = inventory.instance_states(self._ec2(), [i.id for i in instances])
-        return [_state(states, i.id) for i in instances]
+        """Each instance's EC2 state (``"running"``, ``"stopped"``...), ``"missing"`` if unknown."""
+        return machines.states_of(self._ec2(), instances)
 
     def stop(self, instances: list[Instance]) -> None:
-        """Stop the instances (disks kept, compute no longer billed) and confirm it. Raises
-        ProvisionError for spot instances (one-time spot requests cannot stop: end such a
-        cluster with ``skyward down``), or when they are not stopped within ``teardown_timeout``."""
-        ec2 = self._ec2()
-        ids = [i.id for i in instances]
-        states = inventory.instance_states(ec2, ids)
-        spot = [i for i in ids if states.get(i, {}).get("InstanceLifecycle") == "spot"]
-        if spot:
-            raise ProvisionError(f"{', '.join(spot)}: spot instances cannot be stopped (EC2 one-time spot requests); "
-                                 "end the cluster with `skyward down`, or launch it with allocation='on-demand' "
-                                 "to stop and start it", provider="aws")
-        for _ in Backoff(timeout=self.teardown_timeout, delay=0.2, max_delay=3.0):
-            states = inventory.instance_states(ec2, ids)
-            running = [i for i in ids if _state(states, i) == "running"]
-            if running:
-                ec2.call("stop_instances", {"InstanceIds": running})
-            elif all(_state(states, i) in ("stopped", *api.GONE_STATES, "missing") for i in ids):
-                return
-        raise ProvisionError(f"instances not stopped after {self.teardown_timeout:g}s: "
-                             + ", ".join(f"{i} ({_state(states, i)})" for i in ids), provider="aws")
+        """Stop the instances (disks kept) and confirm it; see :func:`machines.stop`."""
+        machines.stop(self._ec2(), instances, self.teardown_timeout)
+
+    def stop_refusal(self, instances: list[Instance]) -> str | None:
+        """Why :meth:`stop` would refuse these instances (spot ones), or None."""
+        return machines.stop_refusal(self._ec2(), instances)
 
     def start(self, instances: list[Instance]) -> list[Instance]:
-        """Start stopped instances again (stopping ones once stopped), wait until each runs, and
-        return them described anew: the same ids and node numbers, the pool's key and host key,
-        and their addresses now (a public address changes across a stop). Raises ProvisionError
-        when one is gone (terminated) or not running within ``boot_timeout``."""
-        ec2 = self._ec2()
-        ids = [i.id for i in instances]
-        states: dict[str, Any] = {}
-        for _ in Backoff(timeout=self.boot_timeout, delay=0.2, max_delay=3.0):
-            states = dict(inventory.instance_states(ec2, ids))
-            gone = [f"{i} ({_state(states, i)})" for i in ids
-                    if _state(states, i) in (*api.GONE_STATES, "missing")]
-            if gone:
-                raise ProvisionError(f"the cluster's machines are gone: {', '.join(gone)}; end it with "
-                                     "`skyward down NAME`", provider="aws")
-            stopped = [i for i in ids if _state(states, i) == "stopped"]
-            if stopped:
-                ec2.call("start_instances", {"InstanceIds": stopped})
-            elif all(_state(states, i) == "running" and states[i].get("PrivateIpAddress") for i in ids):
-                break
-        else:
-            raise ProvisionError(f"instances not running after {self.boot_timeout:g}s: "
-                                 + ", ".join(f"{i} ({_state(states, i)})" for i in ids), provider="aws")
-        return self._described_again(instances, states)
-
-    def _described_again(self, instances: list[Instance], states: Mapping[str, Any]) -> list[Instance]:
-        moved: dict[str, list[str]] = {}  # a known_hosts file made for the pool -> its addresses now
-        again = []
-        for inst in instances:
-            item = states[inst.id]
-            private, public = item.get("PrivateIpAddress") or "", item.get("PublicIpAddress") or None
-            ssh = inst.ssh
-            if ssh is not None:
-                ssh = replace(ssh, host=self._connect_address(inst.id, private, public))
-                if self.known_hosts is None:
-                    for path in ssh.known_hosts:
-                        moved.setdefault(path, []).append(ssh.host)
-            again.append(replace(inst, private_addr=private, public_addr=public, ssh=ssh))
-        for path, addresses in moved.items():
-            _rewrite_known_hosts(path, addresses)
-        return again
+        """Start them again and return them described anew; see :func:`machines.start`."""
+        states = machines.start(self._ec2(), instances, self.boot_timeout)
+        return machines.described_again(instances, states, self._connect_address,
+                                        rewrite_known_hosts=self.known_hosts is None)
 
     def _clean_up_failed(self, pool: PoolState, error: BaseException) -> None:
         """After a failed or interrupted launch: remove everything, even on a second Ctrl-C."""
@@ -537,35 +483,5 @@ class AWS(Provider):
         return f"AWS({', '.join(shown)})"
 
 
-def _state(states: Mapping[str, Any], instance_id: str) -> str:
-    return str(states.get(instance_id, {}).get("State", {}).get("Name") or "missing")
-
-
 def _pool_tag(item: Mapping[str, Any]) -> str:
     return next((str(t.get("Value", "")) for t in item.get("Tags") or () if t.get("Key") == api.TAG_POOL), "")
-
-
-def _cluster_directory(pool_id: str, *, create: bool = False) -> Path:
-    """Where a named cluster's pool keeps its private key and known_hosts: under
-    ``SKYWARD_HOME`` (0700), so that later processes, after a reboot too, still log in."""
-    from skyward.clusters.state import home
-
-    path = home() / "aws" / pool_id
-    if create:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path.parent, 0o700)
-    return path
-
-
-def _rewrite_known_hosts(path: str, addresses: Sequence[str]) -> None:
-    """Point the pool's known_hosts file (one host key) at ``addresses`` (after a restart)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            key = f.readline().split(None, 1)[1].strip()
-    except (OSError, IndexError) as exc:
-        raise ProvisionError(f"the pool's host key file {path} is missing or empty ({exc})", provider="aws") from None
-    directory, name = os.path.split(path)
-    fresh = f"{name}.{os.getpid()}.new"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(directory, fresh))
-    os.replace(write_private(directory, fresh, "".join(f"{a} {key}\n" for a in dict.fromkeys(addresses))), path)
