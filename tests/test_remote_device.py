@@ -290,7 +290,7 @@ def test_a_node_killed_during_a_step_raises_worker_lost() -> None:
 def test_a_compute_gives_its_node_the_clients_torch() -> None:
     from skyward.accelerators import Accelerator
     from skyward.plugins._base import PoolInfo
-    from skyward.torch._compute import _torch_in_image
+    from skyward.torch._device import _torch_in_image
 
     version = torch.__version__.split("+")[0]
     cpu = _torch_in_image(sky.Image(), PoolInfo(nodes=1))
