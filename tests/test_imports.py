@@ -149,6 +149,30 @@ def test_skyward_has_no_import_cycle() -> None:
     assert cycles(import_graph()) == []
 
 
+#: Layers the design promises (docs/architecture.md): (modules under, what they never import).
+#: A transport reaches what an Instance says, never the providers that make instances; a
+#: plugin sees a PoolInfo and the pool its around_client hook is given, never the pool module.
+LAYERS = [
+    ("skyward.transport", ("skyward.providers",)),
+    ("skyward.plugins", ("skyward.pool",)),
+]
+
+
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_layers_hold() -> None:
+    graph = import_graph()
+    crossings = sorted(
+        f"{module} -> {target}"
+        for package, forbidden in LAYERS
+        for module, targets in graph.items() if _under(module, package)
+        for target in targets if any(_under(target, f) for f in forbidden)
+    )
+    assert crossings == []
+
+
 if __name__ == "__main__":
     eager, every = import_graph(lazy=False), import_graph()
     for component in cycles(every):

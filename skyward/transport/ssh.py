@@ -45,7 +45,7 @@ from skyward._optional import require
 from skyward._procs import TREE_VARIABLE
 from skyward._retry import Backoff
 from skyward.errors import BootstrapError
-from skyward.providers.base import SSHAddress
+from skyward.instance import SSHAddress
 from skyward.transport._ssh_channel import (
     START_MARKER,
     ChannelReader,
