@@ -19,7 +19,7 @@ from typing import Any
 
 # Described here, defined below both layers: the transports reach what an Instance says, and
 # must not import the providers that make them.
-from skyward.instance import HostEnvironment, Instance, SSHAddress
+from skyward.machine import HostEnvironment, Instance, SSHAddress
 
 __all__ = ["HostEnvironment", "Instance", "PoolSpec", "Provider", "SSHAddress"]
 

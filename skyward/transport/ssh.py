@@ -46,7 +46,7 @@ from skyward._optional import require
 from skyward._procs import TREE_VARIABLE
 from skyward._retry import Backoff
 from skyward.errors import BootstrapError
-from skyward.instance import SSHAddress
+from skyward.machine import SSHAddress
 from skyward.transport._ssh_channel import (
     START_MARKER,
     ChannelReader,
