@@ -2,6 +2,9 @@
 
 Unit tests check what each hook produces (packages, env, validation, secrecy); pool tests run
 real 2-node Local pools (real worker processes) and check what a task sees on every node.
+
+One internal on purpose: ``skyward.plugins._jax.distributed_env``, for a pool shape (GPUs per
+node, a coordinator on another host) that a Local pool on this machine cannot make.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """The remote ``sky`` torch device (skyward.torch) on the Local provider: tensors live on the
 node's worker, the client streams operations; results bit-exact against the same code on the
-client's CPU."""
+client's CPU.
+
+Internals on purpose: the device tables of ``skyward.torch._backend`` (and ``_server``'s
+sessions) are read to check what no public call shows: that nothing accumulates, and which
+peer a copy goes to."""
 
 from __future__ import annotations
 
