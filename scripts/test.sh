@@ -11,4 +11,6 @@ PY="$PY" bash scripts/install-test-deps.sh
 # let a broken page pass), so only the INFO lines are dropped here.
 NO_MKDOCS_2_WARNING=1 "$PY" -m mkdocs build --strict --site-dir "$(mktemp -d)" 2>&1 \
     | { grep -v '^INFO ' || true; }
-"$PY" -m pytest -q "$@"
+# Every test dependency is installed above: a test that skips here is a check that did not run,
+# and fails (tests/conftest.py).
+SKYWARD_TEST_NO_SKIP=1 "$PY" -m pytest -q "$@"
