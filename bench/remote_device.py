@@ -8,7 +8,7 @@ One client process, one Local ``Compute`` (its worker is another process on this
 - **Client cost per queued op**: ``c = a + b`` on 16-element ``sky`` tensors, 20,000 times, each
   timed on its own (``perf_counter_ns``); p50 and p90, and ops/s over the whole loop (sends
   included). For scale, the same line on CPU tensors in the same process.
-- **MNIST steps/s**: seed 000's network, AdamW, batch 256, the batch already on the device;
+- **MNIST steps/s**: the network of SkyTorch's MNIST example, AdamW, batch 256, the batch already on the device;
   the same steps on the client's CPU and on the ``sky`` device, blocks interleaved (CPU, sky,
   sky, CPU, ...), the loss read back once at the end of each block. The ratio is sky / CPU per
   pair of neighbouring blocks, median over pairs. On this machine the worker and the client
@@ -45,7 +45,7 @@ COPY_BYTES = 64 << 20
 
 
 def mnist_net():  # type: ignore[no-untyped-def]
-    """Seed 000's network, as guides/remote_mnist.py defines it."""
+    """The network of SkyTorch's MNIST example, as guides/remote_mnist.py defines it."""
     sys.path.insert(0, os.path.join(ROOT, "guides"))
     from remote_mnist import MNISTNet
 
@@ -219,7 +219,7 @@ def section(r: dict, quick: bool) -> str:
         "",
         "A Local `Compute` (its worker is a second process on this machine). **Client cost per queued op**: "
         "`c = a + b` on 16-element tensors, each call timed on its own; ops/s over the whole loop, sends "
-        "included. The CPU row is the same line on CPU tensors, for scale. **MNIST**: seed 000's network, "
+        "included. The CPU row is the same line on CPU tensors, for scale. **MNIST**: the network of SkyTorch's MNIST example, "
         "AdamW, batch 256 already on the device; blocks of "
         f"{r['steps']} steps on the client's CPU and on `sky`, interleaved, {len(pairs)} pairs, after 10 warm-up "
         "steps each; the ratio is the median of per-pair ratios. The worker and the client share the "

@@ -1,4 +1,4 @@
-"""Seed 000's two-compute example: a policy model trains on one node, a reference copy lives on
+"""SkyTorch's weight-sync example: a policy model trains on one node, a reference copy lives on
 another, and after every step the weights go from the first to the second, node to node.
 
 The model is a small causal language model built from a config (a 2-layer GPT-2, nothing

@@ -1,4 +1,4 @@
-"""Seed 000's MNIST loop on a remote ``sky`` device: the loop is ordinary PyTorch, the tensors
+"""SkyTorch's MNIST example on a remote ``sky`` device: the loop is ordinary PyTorch, the tensors
 live on a pool's node, and this process only streams the operations to it.
 
 The data is synthetic and MNIST-shaped (1x28x28 images, ten classes: a fixed pattern per class
@@ -45,7 +45,7 @@ def synthetic_mnist(n: int, seed: int = 0) -> TensorDataset:
 
 
 def train(model: nn.Module, device: torch.device | str, loader: DataLoader, epochs: int) -> float:
-    """The loop of seed 000, unchanged: the device decides where it runs."""
+    """The loop of SkyTorch's MNIST example, unchanged: the device decides where it runs."""
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.002)
     for _ in range(epochs):

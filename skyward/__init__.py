@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 # submodule would otherwise leave the module (not the decorator) as ``sky.compute``.
 from skyward.compute import compute
 
-__version__ = "0.1.0"
+from skyward._version import __version__
 
 # public name -> the module that defines it (a module itself when the value is None)
 _WHERE: dict[str, str] = {

@@ -16,8 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, Field
 
 from skyward._config import STRICT, reject, strings, validate
-from skyward._secrets import MASK, Secret, looks_secret, mask_url
-from skyward.image import _Env
+from skyward._secrets import MASK, EnvVars, Secret, looks_secret, mask_url
 
 __all__ = ["check_fields"]
 
@@ -51,10 +50,10 @@ def _apt(name: str) -> None:
         reject("Debian package names like 'ffmpeg' or 'libgl1=1.7.0-1'", name)
 
 
-def _env(env: Any) -> _Env:
+def _env(env: Any) -> EnvVars:
     if not isinstance(env, Mapping):
         reject("a mapping of variable names to string values", type(env).__name__)
-    if isinstance(env, _Env):
+    if isinstance(env, EnvVars):
         return env
     for key, value in env.items():
         if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
@@ -65,7 +64,7 @@ def _env(env: Any) -> _Env:
             reject("string values (or sky.Secret values)", MASK if secret else value, detail=f"for {key}")
         if "\0" in text:  # no environment can hold it: the build would fail on the host
             reject("string values without NUL characters", MASK if secret else text, detail=f"for {key}")
-    return _Env(env.items())
+    return EnvVars(env.items())
 
 
 def _exists(path: str) -> None:

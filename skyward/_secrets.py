@@ -17,10 +17,10 @@ environment of the processes that need them, never on a command line (see
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["MASK", "Redactor", "Secret", "looks_secret", "mask_url", "url_secrets"]
+__all__ = ["MASK", "EnvVars", "Redactor", "Secret", "looks_secret", "mask_url", "url_secrets"]
 
 MASK = "***"
 #: Parts of a variable name that make its value secret (PASS covers PASSWORD and PASSWD).
@@ -112,3 +112,57 @@ class Redactor:
             if value in text:
                 text = text.replace(value, MASK)
         return text
+
+
+class EnvVars(Mapping[str, str]):
+    """A read-only, hashable ``dict``-like mapping of plain strings whose repr hides secrets.
+
+    Values given as :class:`~skyward.Secret` are stored as their plain string (what the
+    hosts' environment gets) and their names remembered as secret, like names that look
+    secret (:func:`looks_secret`).
+    """
+
+    __slots__ = ("_items", "_marked")
+
+    def __init__(self, items: Iterable[tuple[str, str | Secret]] = ()):
+        plain: dict[str, str] = {}
+        marked = set()
+        for key, value in sorted(items, key=lambda kv: kv[0]):
+            if isinstance(value, Secret):
+                marked.add(key)
+                value = value.reveal()
+            plain[key] = value
+        self._items = plain
+        self._marked = frozenset(marked)
+
+    def is_secret(self, key: str) -> bool:
+        """True when the value of ``key`` is never shown."""
+        return key in self._marked or looks_secret(key)
+
+    def marked(self) -> dict[str, str | Secret]:
+        """The variables, with every secret value wrapped in :class:`~skyward.Secret`."""
+        return {k: (Secret(v) if self.is_secret(k) else v) for k, v in self._items.items()}
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items.items()))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self._items == dict(other.items())
+        return NotImplemented
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (EnvVars, (tuple(self.marked().items()),))
+
+    def __repr__(self) -> str:
+        shown = {k: (MASK if self.is_secret(k) else v) for k, v in self._items.items()}
+        return repr(shown)

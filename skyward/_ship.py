@@ -88,9 +88,9 @@ def skyward_wheel(cache: Path | None = None) -> ShippedWheel:
 
 
 def _package_dir() -> Path:
-    import skyward
-
-    return Path(skyward.__file__).resolve().parent
+    # This module's own folder: the package, found without importing ``skyward`` (whose
+    # __init__ leads back here through the pool).
+    return Path(__file__).resolve().parent
 
 
 def _package_files(package_dir: Path) -> list[tuple[str, Path, os.stat_result]]:
@@ -145,9 +145,9 @@ def _metadata(package_dir: Path) -> tuple[str, list[str], str, str | None]:
             if scripts:
                 entry_points = "[console_scripts]\n" + "".join(f"{k} = {v}\n" for k, v in sorted(scripts.items()))
     if version is None:
-        import skyward
+        from skyward._version import __version__
 
-        version = getattr(skyward, "__version__", "0")
+        version = __version__
     if requires is None:
         requires = list(_FALLBACK_REQUIRES)
     return version, requires, requires_python or _FALLBACK_REQUIRES_PYTHON, entry_points

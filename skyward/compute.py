@@ -42,9 +42,9 @@ T = TypeVar("T")
 class Pool(Protocol):
     """What the operators ask of their right-hand side: :class:`skyward.ComputePool` is one.
 
-    A protocol rather than the class, so that this module does not import the pool module
-    (which imports this one); the operators still accept only a ``ComputePool`` (see
-    :func:`_pool`).
+    The operators know a pool only through these four methods, so this module does not import
+    the pool (which is built on it): any object whose type has them is accepted (see
+    :func:`_pool`), anything else is refused with a :class:`~skyward.ConfigError`.
     """
 
     def run(self, pending: PendingCompute[T], /) -> T: ...
@@ -283,13 +283,19 @@ def _rebuild_pending(state: bytes) -> PendingCompute[Any]:
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _pool(pool: Any, op: str) -> Pool:
-    # Imported here, not at the top: skyward.pool imports this module. An operator runs only
-    # once this module is fully loaded, so the import cannot meet it half-initialised.
-    from skyward.pool import ComputePool
+_POOL_METHODS = ("run", "broadcast", "submit", "gather")
+#: Types seen to have every method of :class:`Pool`. A plain check per type, cached, rather than
+#: ``isinstance`` on a ``runtime_checkable`` protocol, which costs tens of microseconds a call
+#: on the dispatch path.
+_pool_types: set[type] = set()
 
-    if not isinstance(pool, ComputePool):
-        raise ConfigError(f"right-hand side of {op}", "a ComputePool", _describe(pool))
+
+def _pool(pool: Any, op: str) -> Pool:
+    kind = type(pool)
+    if kind not in _pool_types:
+        if not all(callable(getattr(kind, m, None)) for m in _POOL_METHODS):
+            raise ConfigError(f"right-hand side of {op}", "a ComputePool", _describe(pool))
+        _pool_types.add(kind)
     return pool
 
 

@@ -34,13 +34,12 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skyward._secrets import MASK as _MASK
-from skyward._secrets import Secret, url_secrets
+from skyward._secrets import EnvVars, Secret, url_secrets
 from skyward._secrets import looks_secret as _looks_secret
 from skyward._secrets import mask_url as _mask_url
 from skyward.errors import ConfigError
@@ -56,60 +55,6 @@ _HASH_FORMAT = 2
 # Build artefacts that change without their sources changing.
 _SKIP_DIRS = frozenset({"__pycache__", ".git", ".mypy_cache", ".pytest_cache"})
 _SKIP_SUFFIXES = (".pyc", ".pyo")
-
-
-class _Env(Mapping[str, str]):
-    """A read-only, hashable ``dict``-like mapping of plain strings whose repr hides secrets.
-
-    Values given as :class:`~skyward.Secret` are stored as their plain string (what the
-    hosts' environment gets) and their names remembered as secret, like names that look
-    secret (:func:`~skyward._secrets.looks_secret`).
-    """
-
-    __slots__ = ("_items", "_marked")
-
-    def __init__(self, items: Iterable[tuple[str, str | Secret]] = ()):
-        plain: dict[str, str] = {}
-        marked = set()
-        for key, value in sorted(items, key=lambda kv: kv[0]):
-            if isinstance(value, Secret):
-                marked.add(key)
-                value = value.reveal()
-            plain[key] = value
-        self._items = plain
-        self._marked = frozenset(marked)
-
-    def is_secret(self, key: str) -> bool:
-        """True when the value of ``key`` is never shown."""
-        return key in self._marked or _looks_secret(key)
-
-    def marked(self) -> dict[str, str | Secret]:
-        """The variables, with every secret value wrapped in :class:`~skyward.Secret`."""
-        return {k: (Secret(v) if self.is_secret(k) else v) for k, v in self._items.items()}
-
-    def __getitem__(self, key: str) -> str:
-        return self._items[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(tuple(self._items.items()))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Mapping):
-            return self._items == dict(other.items())
-        return NotImplemented
-
-    def __reduce__(self):
-        return (_Env, (tuple(self.marked().items()),))
-
-    def __repr__(self) -> str:
-        shown = {k: (_MASK if self.is_secret(k) else v) for k, v in self._items.items()}
-        return repr(shown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +103,7 @@ class Image:
     def secrets(self) -> tuple[str, ...]:
         """Every secret value this image holds: secret ``env`` values and URL credentials."""
         env = self.env
-        found = [v for k, v in env.items() if (env.is_secret(k) if isinstance(env, _Env) else _looks_secret(k))]
+        found = [v for k, v in env.items() if (env.is_secret(k) if isinstance(env, EnvVars) else _looks_secret(k))]
         for url in self.pip_indexes:
             found += url_secrets(url)
         return tuple(dict.fromkeys(v for v in found if v))
@@ -217,7 +162,7 @@ class Image:
 
     def with_env(self, env: Mapping[str, str | Secret] | None = None, /, **values: str | Secret) -> Image:
         """A copy with these variables set; a name already present takes the new value."""
-        merged: dict[str, str | Secret] = self.env.marked() if isinstance(self.env, _Env) else dict(self.env)
+        merged: dict[str, str | Secret] = self.env.marked() if isinstance(self.env, EnvVars) else dict(self.env)
         merged.update(env or {})
         merged.update(values)
         return self.replace(env=merged)

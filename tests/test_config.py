@@ -137,13 +137,16 @@ def test_output_control_rejects_bad_only() -> None:
 
 
 def test_processes_per_node_defaults_to_one_per_gpu_with_the_torch_plugin_only() -> None:
-    from skyward._options import pool_options
-
     torch_plugin = sky.plugins.torch()
-    assert pool_options(accelerator="A100:4", plugins=[torch_plugin]).processes == 4
-    assert pool_options(accelerator="A100:4").processes == 1  # no torch plugin: one per node
-    assert pool_options(plugins=[torch_plugin]).processes == 1  # no GPUs
-    assert pool_options(accelerator="A100:4", plugins=[torch_plugin], processes_per_node=2).processes == 2
+
+    def processes(**options: object) -> int:
+        # An SSH pool is only described here: nothing connects before the pool is entered.
+        return sky.ComputePool(provider=sky.SSH(["192.0.2.1"]), console=False, **options).processes_per_node  # type: ignore[arg-type]
+
+    assert processes(accelerator="A100:4", plugins=[torch_plugin]) == 4
+    assert processes(accelerator="A100:4") == 1  # no torch plugin: one per node
+    assert processes(plugins=[torch_plugin]) == 1  # no GPUs
+    assert processes(accelerator="A100:4", plugins=[torch_plugin], processes_per_node=2) == 2
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, "2", True])

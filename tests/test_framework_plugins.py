@@ -2,6 +2,9 @@
 
 Unit tests check what each hook produces (packages, env, validation, secrecy); pool tests run
 real 2-node Local pools (real worker processes) and check what a task sees on every node.
+
+One internal on purpose: ``skyward.plugins._jax.distributed_env``, for a pool shape (GPUs per
+node, a coordinator on another host) that a Local pool on this machine cannot make.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import pytest
 
 import skyward as sky
 from skyward import events as ev
-from skyward.plugins import _joblib as joblib_plugin
 from skyward.runtime import InstanceInfo, Peer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -319,16 +321,24 @@ def test_joblib_and_sklearn_transforms_add_their_packages() -> None:
     assert sky.plugins.joblib().transform(base, sky.PoolInfo(nodes=2)).pip == ("numpy", "joblib")
     assert sky.plugins.sklearn().transform(base, sky.PoolInfo(nodes=2)).pip == ("numpy", "scikit-learn", "joblib")
     # sklearn reuses the joblib plugin's backend hook rather than a copy of it.
-    assert sky.plugins.sklearn().around_client is sky.plugins.joblib().around_client is joblib_plugin.use_pool
+    assert sky.plugins.sklearn().around_client is sky.plugins.joblib().around_client
 
 
 def test_joblib_n_jobs_counts_every_slot_of_the_pool() -> None:
-    pool = types.SimpleNamespace(nodes=2, concurrency=3)
-    n = joblib_plugin._effective_n_jobs
-    assert [n(pool, -1), n(pool, None), n(pool, -2), n(pool, 4), n(pool, 1)] == [6, 6, 5, 4, 1]
-    assert n(types.SimpleNamespace(nodes=1, concurrency=1), -1) == 2  # still on the pool, not here
-    with pytest.raises(ValueError):
-        n(pool, 0)
+    import joblib
+
+    # The hook takes the pool it is given: anything with a ComputePool's nodes, concurrency,
+    # is_open and submit (no batch is sent here).
+    def pool(nodes: int, concurrency: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(nodes=nodes, concurrency=concurrency, is_open=True, submit=None)
+
+    with sky.plugins.joblib().around_client(pool(2, 3)):
+        n = joblib.effective_n_jobs
+        assert [n(-1), n(None), n(-2), n(4), n(1)] == [6, 6, 5, 4, 1]
+        with pytest.raises(ValueError):
+            n(0)
+    with sky.plugins.joblib().around_client(pool(1, 1)):
+        assert joblib.effective_n_jobs(-1) == 2  # still on the pool, not here
 
 
 def test_joblib_parallel_spreads_batches_over_every_node_in_order() -> None:

@@ -1,16 +1,17 @@
-"""No import cycles inside skyward/.
+"""No import cycles inside skyward/, counting the imports inside functions.
 
 The graph: one node per module of the package (``skyward/x/__init__.py`` is ``skyward.x``),
-one edge per import at module level, including inside a top-level ``if``/``try``/``with``
-and under ``if TYPE_CHECKING:`` (never run, but a dependency all the same: the type checker
-follows it, and it becomes a runtime cycle the day the name is needed at runtime). Imports
-inside functions are left out: a lazy import runs after every module involved is loaded, so
-it cannot meet a half-initialised module; each one that closes a loop says why it is lazy. ``from pkg import name`` is an
-edge to ``pkg.name`` when that is a module, else to ``pkg``. The implicit import of a parent
-package is left out: every module would otherwise sit on a cycle through ``skyward``.
+one edge per import anywhere in the module: at module level (including inside a top-level
+``if``/``try``/``with`` and under ``if TYPE_CHECKING:``, never run but a dependency all the
+same) and inside functions. A lazy import does not fail at runtime, but a loop it closes is a
+loop all the same: the two modules can only be understood, tested and changed together. A
+lazy import stays a good way to keep a heavy dependency off ``import skyward``; it is no way
+to hide a cycle. ``from pkg import name`` is an edge to ``pkg.name`` when that is a module,
+else to ``pkg``. The implicit import of a parent package is left out: every module would
+otherwise sit on a cycle through ``skyward``.
 
-``python -m tests.test_imports`` prints the graph's cycles and the lazy imports that would
-close one (each should say why it is lazy).
+``python -m tests.test_imports`` prints the graph's cycles, each edge of them marked eager or
+lazy.
 """
 
 from __future__ import annotations
@@ -75,14 +76,18 @@ def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom, k
     return out
 
 
-def import_graph(lazy: bool = False) -> dict[str, set[str]]:
-    """module -> the skyward modules it imports at import time (or, ``lazy=True``, in functions)."""
+def import_graph(lazy: bool | None = None) -> dict[str, set[str]]:
+    """module -> the skyward modules it imports: anywhere (``lazy=None``), at import time only
+    (``False``) or inside functions only (``True``)."""
     modules = _modules()
     known = set(modules)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text(), str(path))
-        nodes = _lazy(tree) if lazy else _top_level(tree.body)
+        if lazy is None:
+            nodes = _top_level(tree.body) + _lazy(tree)
+        else:
+            nodes = _lazy(tree) if lazy else _top_level(tree.body)
         is_package = path.name == "__init__.py"
         graph[name] = set().union(*(_targets(name, is_package, n, known) for n in nodes)) - {name}
     return graph
@@ -123,29 +128,6 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
-    seen, todo = set(), [start]
-    while todo:
-        v = todo.pop()
-        if v == goal:
-            return True
-        if v not in seen:
-            seen.add(v)
-            todo += graph.get(v, ())
-    return False
-
-
-def lazy_cycle_closers() -> list[tuple[str, str]]:
-    """(module, target) for each lazy import whose target imports the module back at import time."""
-    eager = import_graph()
-    return sorted(
-        (module, target)
-        for module, targets in import_graph(lazy=True).items()
-        for target in targets
-        if target not in eager[module] and _reaches(eager, target, module)
-    )
-
-
 def test_the_graph_sees_the_package() -> None:
     graph = import_graph()
     assert "skyward.worker.agent" in graph and "skyward.protocol" in graph
@@ -157,26 +139,44 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+def test_the_graph_counts_imports_inside_functions() -> None:
+    # skyward.pool.pool imports the remote device only when pool.device() is called
+    assert "skyward.torch._device" not in import_graph(lazy=False)["skyward.pool.pool"]
+    assert "skyward.torch._device" in import_graph()["skyward.pool.pool"]
+
+
 def test_skyward_has_no_import_cycle() -> None:
     assert cycles(import_graph()) == []
 
 
-#: Lazy imports that would close a loop, each with the reason it is lazy.
-JUSTIFIED_LAZY = {
-    ("skyward.compute", "skyward.pool"): "the operators check their right-hand side is a "
-    "ComputePool; they are typed against compute.Pool, a protocol, and run once both are loaded",
-    ("skyward.image", "skyward._image_fields"): "the Image model needs pydantic, loaded on the first "
-    "Image() rather than by `import skyward` (the worker imports skyward too)",
-}
+#: Layers the design promises (docs/architecture.md): (modules under, what they never import).
+#: A transport reaches what an Instance says, never the providers that make instances; a
+#: plugin sees a PoolInfo and the pool its around_client hook is given, never the pool module.
+LAYERS = [
+    ("skyward.transport", ("skyward.providers",)),
+    ("skyward.plugins", ("skyward.pool",)),
+]
 
 
-def test_every_lazy_import_that_closes_a_loop_is_justified() -> None:
-    unexplained = [pair for pair in lazy_cycle_closers() if pair not in JUSTIFIED_LAZY]
-    assert unexplained == [], "say why each is lazy in JUSTIFIED_LAZY (or break the loop)"
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_layers_hold() -> None:
+    graph = import_graph()
+    crossings = sorted(
+        f"{module} -> {target}"
+        for package, forbidden in LAYERS
+        for module, targets in graph.items() if _under(module, package)
+        for target in targets if any(_under(target, f) for f in forbidden)
+    )
+    assert crossings == []
 
 
 if __name__ == "__main__":
-    for component in cycles(import_graph()):
-        print("cycle:", " <-> ".join(component))
-    for module, target in lazy_cycle_closers():
-        print(f"lazy: {module} -> {target}")
+    eager, every = import_graph(lazy=False), import_graph()
+    for component in cycles(every):
+        print("cycle:", ", ".join(component))
+        for module in component:
+            for target in sorted(every[module] & set(component)):
+                print(f"    {module} -> {target}", "" if target in eager[module] else "(lazy)")

@@ -1,6 +1,7 @@
 """``skyward launch``: task files are validated before anything starts, flags override them,
-``--dryrun`` starts nothing, and SkyPilot's minGPT recipe (torchrun with ``--node_rank``, and
-c10d rendezvous) trains across 2 nodes on a Local pool and on 2 SSH test hosts."""
+``--dryrun`` starts nothing, and the minGPT task file of ``examples/mingpt`` (torchrun with
+``--node_rank``, and c10d rendezvous) trains across 2 nodes on a Local pool and on 2 SSH test
+hosts."""
 
 from __future__ import annotations
 

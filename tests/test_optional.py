@@ -2,6 +2,9 @@
 
 Each test runs a real interpreter in which the package is made unimportable the way a missing
 install is (``sys.modules[name] = None`` makes ``import name`` raise ``ModuleNotFoundError``).
+
+Internals on purpose: ``skyward._optional`` is the one import point for optional packages, and
+its table of extras is checked against pyproject.toml and against every import in the package.
 """
 
 from __future__ import annotations

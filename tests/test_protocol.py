@@ -1,4 +1,7 @@
-"""Frames survive a real pipe; large buffers travel out of band."""
+"""Frames survive a real pipe; large buffers travel out of band.
+
+One internal on purpose: ``_plain``, which picks the C pickler for plain data; both picklers
+give the same values, so no public path can tell which one ran."""
 
 from __future__ import annotations
 

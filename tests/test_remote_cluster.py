@@ -1,6 +1,10 @@
 """Two computes in one program (skyward.torch.Cluster) and copies between their devices, on the
 Local provider: the bytes go worker to worker (the client sees none of them), each node's
-operations stay in order, and leaving the cluster tears every compute down."""
+operations stay in order, and leaving the cluster tears every compute down.
+
+Internals on purpose: the device tables of ``skyward.torch._backend`` (and ``_server``'s
+sessions) are read to check what no public call shows: that nothing accumulates, and which
+peer a copy goes to."""
 
 from __future__ import annotations
 

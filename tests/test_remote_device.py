@@ -1,6 +1,10 @@
 """The remote ``sky`` torch device (skyward.torch) on the Local provider: tensors live on the
 node's worker, the client streams operations; results bit-exact against the same code on the
-client's CPU."""
+client's CPU.
+
+Internals on purpose: the device tables of ``skyward.torch._backend`` (and ``_server``'s
+sessions) are read to check what no public call shows: that nothing accumulates, and which
+peer a copy goes to."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import skyward as sky  # noqa: E402
 from skyward.torch import Compute, compute  # noqa: E402
 from skyward.torch import _backend  # noqa: E402
 
-# Seed 000's network, as the guide defines it (guides/remote_mnist.py; its main() runs only as a script)
+# SkyTorch's MNIST example's network, as the guide defines it (guides/remote_mnist.py; its main() runs only as a script)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "guides"))
 from remote_mnist import MNISTNet  # noqa: E402
 
@@ -35,7 +39,7 @@ def mnist_batches(n: int, batch: int = 32, seed: int = 1) -> list[tuple]:
 
 
 def train(model, device, batches) -> list[float]:  # type: ignore[no-untyped-def]
-    """Seed 000's loop: AdamW, cross_entropy; the losses read back every step."""
+    """SkyTorch's MNIST example's loop: AdamW, cross_entropy; the losses read back every step."""
     model = model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=0.002)
     losses = []
@@ -290,7 +294,7 @@ def test_a_node_killed_during_a_step_raises_worker_lost() -> None:
 def test_a_compute_gives_its_node_the_clients_torch() -> None:
     from skyward.accelerators import Accelerator
     from skyward.plugins._base import PoolInfo
-    from skyward.torch._compute import _torch_in_image
+    from skyward.torch._device import _torch_in_image
 
     version = torch.__version__.split("+")[0]
     cpu = _torch_in_image(sky.Image(), PoolInfo(nodes=1))

@@ -1,5 +1,9 @@
 """The remote ``sky`` torch device on SSH test hosts (network namespaces, real sshd): the same
-MNIST steps as on the client's CPU, bit-exact, and nothing left on the host afterwards."""
+MNIST steps as on the client's CPU, bit-exact, and nothing left on the host afterwards.
+
+Internals on purpose: the device tables of ``skyward.torch._backend`` (and ``_server``'s
+sessions) are read to check what no public call shows: that nothing accumulates, and which
+peer a copy goes to."""
 
 from __future__ import annotations
 

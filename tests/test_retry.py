@@ -1,4 +1,7 @@
-"""skyward._retry: one schedule for every wait-and-try-again loop."""
+"""skyward._retry: one schedule for every wait-and-try-again loop.
+
+Internals on purpose: the schedule is checked against a fake clock here; through the public
+API it shows only as waits of a few seconds (an SSH host that boots, a cloud API that throttles)."""
 
 from __future__ import annotations
 

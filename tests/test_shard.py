@@ -1,4 +1,4 @@
-"""Tests for skyward._shard.shard (also exported as skyward.runtime.shard / sky.shard)."""
+"""``sky.shard`` (also ``skyward.runtime.shard``): each node's part of the data."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from skyward._shard import shard
+from skyward import shard
 from skyward.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,7 +222,7 @@ def test_shuffle_reproducible_for_same_seed_and_differs_for_another(kind: str) -
 def test_shuffle_identical_in_another_process() -> None:
     # Every node computes the permutation on its own: it must not depend on the process.
     code = (
-        "from skyward._shard import shard;"
+        "from skyward import shard;"
         "print(shard(list(range(30)), node=2, total_nodes=4, shuffle=True, seed=99))"
     )
     out = subprocess.run(
@@ -567,10 +567,10 @@ def test_runtime_reexports_shard() -> None:
 
 def test_importing_skyward_shard_imports_no_heavy_library() -> None:
     code = (
-        "import sys, skyward._shard, skyward.runtime;"
+        "import sys, skyward.runtime;"
         "heavy = [m for m in ('numpy', 'pandas', 'torch') if m in sys.modules];"
         "assert not heavy, heavy;"
-        "print(skyward._shard.shard([1, 2, 3], node=1, total_nodes=2))"
+        "print(skyward.runtime.shard([1, 2, 3], node=1, total_nodes=2))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr

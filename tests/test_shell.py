@@ -1,6 +1,9 @@
 """``sky.shell`` outside a pool: bad input is refused naming the parameter, a command runs
 here with ``.local()``, its errors pickle, and the guardian stops the whole tree when the
-caller is interrupted (the contract suite covers pools: tests/contract/test_shell.py)."""
+caller is interrupted (the contract suite covers pools: tests/contract/test_shell.py).
+
+One internal on purpose: ``skyward._instance.node_environment``, for node shapes (GPUs per
+node, peers on other hosts) that a Local pool on this machine cannot make."""
 
 from __future__ import annotations
 

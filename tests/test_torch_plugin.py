@@ -1,5 +1,9 @@
 """sky.plugins.torch without workers: what the image transform produces, argument checks,
-the torchrun variables for each pool shape, and that importing the plugin never imports torch."""
+the torchrun variables for each pool shape, and that importing the plugin never imports torch.
+
+Internals on purpose: distributed_env, host_share, node_devices and setup_process_group are
+checked directly (skyward.plugins._torch), for pool shapes (peers sharing a host, GPUs per
+host) that a Local pool on this machine cannot make."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import pytest
 
 import skyward as sky
 from skyward.accelerators import Accelerator
-from skyward.plugins._base import PoolInfo, Plugin
+from skyward import Plugin, PoolInfo
 from skyward.plugins._torch import distributed_env, host_share, node_devices, requirement, setup_process_group
 from skyward.runtime import InstanceInfo, Peer
 
@@ -265,10 +269,9 @@ def test_single_node_sets_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_importing_and_using_the_plugin_on_the_client_does_not_import_torch() -> None:
     code = (
-        "import sys, skyward as sky, skyward.plugins._torch, skyward.integrations\n"
-        "from skyward.plugins._base import PoolInfo\n"
+        "import sys, skyward as sky, skyward.integrations\n"
         "p = sky.plugins.torch(vision='latest')\n"
-        "p.transform(sky.Image(), PoolInfo(nodes=4))\n"
+        "p.transform(sky.Image(), sky.PoolInfo(nodes=4))\n"
         "@skyward.integrations.torch\n"
         "def f(): return 1\n"
         "assert f() == 1\n"  # outside a pool: node 0 of 1, nothing to initialise

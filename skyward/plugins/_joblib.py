@@ -32,7 +32,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from skyward.compute import PendingCompute, TaskOptions
 from skyward.errors import ConfigError
@@ -40,7 +40,6 @@ from skyward.plugins._base import PoolInfo, Plugin
 
 if TYPE_CHECKING:
     from skyward.image import Image
-    from skyward.pool import ComputePool
 
 __all__ = ["BACKEND_NAME", "TASK_NAME", "joblib", "use_pool"]
 
@@ -49,8 +48,21 @@ BACKEND_NAME = "skyward"
 #: What the pool's events and errors call each batch.
 TASK_NAME = "joblib"
 
+class Pool(Protocol):
+    """What the backend asks of the pool ``around_client`` gives it (a
+    :class:`~skyward.ComputePool` is one): a plugin does not import the pool."""
+
+    nodes: int
+    concurrency: int
+
+    @property
+    def is_open(self) -> bool: ...
+
+    def submit(self, pending: PendingCompute[Any], /) -> Future[Any]: ...
+
+
 # Pools inside which the backend is active, innermost last (for backend="skyward" by name).
-_active: list[ComputePool] = []
+_active: list[Pool] = []
 _active_lock = threading.Lock()
 _backend_class: type | None = None
 
@@ -60,12 +72,12 @@ def _run_batch(batch: Callable[[], Any]) -> Any:
     return batch()
 
 
-def slots(pool: ComputePool) -> int:
+def slots(pool: Pool) -> int:
     """Task slots in ``pool``: its nodes times the tasks each node runs at once."""
     return int(pool.nodes) * int(pool.concurrency)
 
 
-def _effective_n_jobs(pool: ComputePool, n_jobs: int | None) -> int:
+def _effective_n_jobs(pool: Pool, n_jobs: int | None) -> int:
     if n_jobs is None:
         n_jobs = -1
     if n_jobs == 0:
@@ -96,7 +108,7 @@ def _get_backend_class() -> type:
         supports_sharedmem = False
         default_n_jobs = -1  # Parallel() with no n_jobs: every slot of the pool
 
-        def __init__(self, pool: ComputePool, nesting_level: int | None = None,
+        def __init__(self, pool: Pool, nesting_level: int | None = None,
                      inner_max_num_threads: int | None = None, **backend_kwargs: Any):
             super().__init__(nesting_level=nesting_level, inner_max_num_threads=inner_max_num_threads,
                              **backend_kwargs)
@@ -161,7 +173,7 @@ def _by_name(**backend_kwargs: Any) -> Any:
 
 
 @contextlib.contextmanager
-def use_pool(pool: ComputePool) -> Iterator[None]:
+def use_pool(pool: Pool) -> Iterator[None]:
     """The ``around_client`` hook: make joblib run its batches on ``pool`` while it is open.
 
     Registers the ``"skyward"`` backend and enters ``joblib.parallel_config`` with a backend

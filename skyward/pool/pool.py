@@ -367,7 +367,7 @@ class ComputePool:
         closes with the pool. Raises :class:`~skyward.DeviceError` listing the node's devices
         when it has no ``kind``.
         """
-        from skyward.torch._compute import open_device
+        from skyward.torch._device import open_device
 
         return open_device(self, kind, node)
 

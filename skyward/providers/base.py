@@ -14,9 +14,14 @@ the same way for every provider (skyward.pool.prepare). Guarantees:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+# Described here, defined below both layers: the transports reach what an Instance says, and
+# must not import the providers that make them.
+from skyward.machine import HostEnvironment, Instance, SSHAddress
+
+__all__ = ["HostEnvironment", "Instance", "PoolSpec", "Provider", "SSHAddress"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,53 +44,6 @@ class PoolSpec:
     concurrency: int = 1
     cluster: str | None = None
     cluster_down: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SSHAddress:
-    """How the client reaches a machine over SSH (the transport opens one connection to it)."""
-
-    host: str
-    user: str
-    port: int = 22
-    key: str | None = None  # a private key file; None: the SSH agent's keys and ~/.ssh/id_*
-    known_hosts: tuple[str, ...] = ()
-    verify_host_keys: bool = True
-    connect_timeout: float = 10.0
-    jump: SSHAddress | None = None  # reach the host through this one (ssh's ProxyJump)
-    proxy_command: str | None = None  # or through this command's stdin/stdout (ssh's ProxyCommand)
-
-
-@dataclass(frozen=True, slots=True)
-class HostEnvironment:
-    """Where and how the pool builds an image's environment on a machine (see skyward.bootstrap)."""
-
-    root: str = "~/.skyward"
-    find_links: tuple[str, ...] = ()
-    no_index: bool = False
-    system_site_packages: bool | tuple[str, ...] = False
-    bootstrap_timeout: float = 1800.0
-    #: Keep retrying the first connection this long (a machine that is still booting).
-    reach_timeout: float = 0.0
-    #: Defaults for the image's environment variables (the image's own values win).
-    env: Mapping[str, str] = field(default_factory=dict)
-    #: A line for the console before the machine is prepared (e.g. what was bought, where).
-    note: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Instance:
-    """One acquired machine, described: where the other nodes reach it (``private_addr``), how
-    the client reaches it (``ssh``; None: this machine) and how its Python environment is made
-    (``environment``; None: the workers run in the client's own interpreter)."""
-
-    id: str
-    node: int
-    private_addr: str
-    public_addr: str | None = None
-    accelerators: int = 0
-    ssh: SSHAddress | None = None
-    environment: HostEnvironment | None = None
 
 
 class Provider(ABC):

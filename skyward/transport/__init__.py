@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from skyward.transport.base import Channel, CommandResult, Transport, WorkerLaunch
 
 if TYPE_CHECKING:
-    from skyward.providers.base import Instance
+    from skyward.machine import Instance
 
 __all__ = ["Channel", "CommandResult", "Transport", "WorkerLaunch", "reach"]
 

@@ -24,7 +24,8 @@ Guarantees, in addition to those of :mod:`skyward.transport.base`:
 
 The worker's channel (:class:`SSHChannel`, the marker, the file-like channel ends) lives in
 :mod:`skyward.transport._ssh_channel`; what a failed connect says, in
-:mod:`skyward.transport._ssh_errors`. paramiko is imported here, when an SSH pool starts —
+:mod:`skyward.transport._ssh_errors`; the file operations (SFTP), in
+:mod:`skyward.transport._ssh_files`. paramiko is imported here, when an SSH pool starts —
 never by ``import skyward``.
 """
 
@@ -45,7 +46,7 @@ from skyward._optional import require
 from skyward._procs import TREE_VARIABLE
 from skyward._retry import Backoff
 from skyward.errors import BootstrapError
-from skyward.providers.base import SSHAddress
+from skyward.machine import SSHAddress
 from skyward.transport._ssh_channel import (
     START_MARKER,
     ChannelReader,
@@ -55,6 +56,7 @@ from skyward.transport._ssh_channel import (
     read_start_marker,
 )
 from skyward.transport._ssh_errors import _UnknownHostKey, explain, reject_policy
+from skyward.transport._ssh_files import SFTPFiles
 from skyward.transport.base import CommandResult, Transport, WorkerLaunch, guarded
 
 __all__ = ["SSHChannel", "SSHTransport"]
@@ -109,10 +111,8 @@ class SSHTransport(Transport):
         self.host = f"{user}@{shown}" + (f":{port}" if port != 22 else "")
         self._client: Any = None
         self._closed = False
-        self._sftp: Any = None
-        self._home: str | None = None
         self._lock = threading.Lock()
-        self._sftp_lock = threading.Lock()
+        self._files = SFTPFiles(self._open_sftp)
 
     # -- connection --------------------------------------------------------------------------
     def connect(self, *, node: int | None = None, log_tail: Sequence[str] = ()) -> None:
@@ -326,68 +326,26 @@ class SSHTransport(Transport):
         finally:
             chan.close()
 
-    # -- files -------------------------------------------------------------------------------
-    def _sftp_client(self) -> Any:
-        if self._sftp is None:
-            self.connect()
-            self._sftp = self._client.open_sftp()
-        return self._sftp
+    # -- files (SFTP: skyward.transport._ssh_files) ---------------------------------------------
+    def _open_sftp(self) -> Any:
+        self.connect()
+        return self._client.open_sftp()
 
     def home(self) -> str:
         """The login directory on the host (absolute)."""
-        if self._home is None:
-            with self._sftp_lock:
-                self._home = str(self._sftp_client().normalize("."))
-        return self._home
+        return self._files.home()
 
     def expand(self, path: str) -> str:
-        """``path`` with a leading ``~`` replaced by the login directory."""
-        if path == "~":
-            return self.home()
-        if path.startswith("~/"):
-            return self.home().rstrip("/") + path[1:]
-        return path
+        return self._files.expand(path)
 
     def exists(self, remote_path: str, size: int | None = None) -> bool:
-        """True if ``remote_path`` exists (and has ``size`` bytes, when given)."""
-        with self._sftp_lock:
-            try:
-                st = self._sftp_client().stat(self.expand(remote_path))
-            except OSError:
-                return False
-        return size is None or st.st_size == size
+        return self._files.exists(remote_path, size)
 
     def put(self, local_path: str, remote_path: str, *, mode: int | None = None) -> None:
-        """Copy a file; it appears at ``remote_path`` whole (written aside, then renamed)."""
-        with open(local_path, "rb") as f:
-            self._put(f, remote_path, mode)
+        self._files.put(local_path, remote_path, mode=mode)
 
     def put_bytes(self, data: bytes, remote_path: str, *, mode: int = 0o600) -> None:
-        """Write ``data`` to ``remote_path``; the file has ``mode`` before any byte is written."""
-        self._put(io.BytesIO(data), remote_path, mode)
-
-    def _put(self, source: io.RawIOBase | io.BufferedIOBase | Any, remote_path: str, mode: int | None) -> None:
-        remote = self.expand(remote_path)
-        tmp = f"{remote}.{uuid.uuid4().hex[:8]}.part"
-        with self._sftp_lock:
-            sftp = self._sftp_client()
-            try:
-                with sftp.open(tmp, "wb") as f:
-                    if mode is not None:
-                        f.chmod(mode)  # before the content: a secret is never readable by others
-                    f.set_pipelined(True)
-                    while chunk := source.read(1024 * 1024):
-                        f.write(chunk)
-                try:
-                    sftp.posix_rename(tmp, remote)
-                except OSError:
-                    with contextlib.suppress(OSError):
-                        sftp.remove(remote)
-                    sftp.rename(tmp, remote)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    sftp.remove(tmp)
-                raise
+        self._files.put_bytes(data, remote_path, mode=mode)
 
     # -- the worker --------------------------------------------------------------------------
     def start(self, launch: WorkerLaunch) -> SSHChannel:
@@ -423,10 +381,7 @@ class SSHTransport(Transport):
         with self._lock:
             self._closed = True
             client, self._client = self._client, None
-            sftp, self._sftp = self._sftp, None
-        with contextlib.suppress(Exception):
-            if sftp is not None:
-                sftp.close()
+        self._files.close()
         with contextlib.suppress(Exception):
             if client is not None:
                 client.close()
