@@ -46,7 +46,7 @@ class Kind:
 
     # Every frame's layout is listed here. Hot-path frames are small tuples; the structured
     # ones carry a frozen dataclass of skyward.messages.
-    # client -> worker
+    # client -> worker (SETUP first, always: nothing else is written before it)
     SETUP = "setup"          # (SETUP, messages.Setup) + payload: the plugins
     TASK = "task"            # (TASK, task_id, name) + payload: (fn, args, kwargs)
     CANCEL = "cancel"        # (CANCEL, task_id)

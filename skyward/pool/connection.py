@@ -79,6 +79,10 @@ class NodeConnection:
         # Pings are written by a thread of this connection's own: a write that blocks (a link
         # cut mid-send) stalls this connection only, never the pool's heartbeat loop.
         self._ping_due = threading.Event()
+        # SETUP is the first frame a worker reads, and it is what arms the worker's dead man's
+        # switch: a ping before it has nothing to keep alive, and the worker refuses it. So
+        # nothing pings until SETUP has been written (set by :meth:`setup`).
+        self._set_up = False
         self._silent: threading.Thread | None = None  # declares this worker lost and stops it
         self._gone_problem: str | None = None  # what that could not confirm
         self._threads = [
@@ -323,13 +327,14 @@ class NodeConnection:
     def setup(self, settings: Any, plugins: Payload) -> None:
         """Send the worker its identity, settings and plugins (the first message it reads)."""
         self.send((Kind.SETUP, settings), plugins)
+        self._set_up = True
 
     def keepalive(self, lost_after: float) -> None:
         """Have the worker pinged (its dead man's switch) and declare it lost after
         ``lost_after`` seconds without a frame from it. Never blocks: the ping is written by
         the connection's own thread, and a lost worker is failed and stopped on another, so a
         dead or slow link delays nothing of the other connections."""
-        if not self.alive or self.closing:
+        if not self.alive or self.closing or not self._set_up:
             return
         self._ping_due.set()
         silent = time.monotonic() - self.last_heard
