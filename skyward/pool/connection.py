@@ -32,9 +32,11 @@ from skyward.worker.output import MAX_LINE, cut_marker
 
 _task_ids = itertools.count(1)
 LOG_TAIL = 30
-#: Seconds teardown waits for a worker that went silent to be stopped (its host may be cut off:
-#: each attempt to reach it waits for the connection's own timeouts).
-SILENT_STOP_LIMIT = 30.0
+#: Seconds the host of a worker that went silent gets to answer, for each of the kill and the
+#: check that it is gone. A host that can be reached answers in milliseconds, and one that
+#: cannot is not asked again (its transport says so at once), so teardown waits this long at
+#: most, twice, for a host that is cut off; its worker stops itself after idle_timeout.
+SILENT_STOP_LIMIT = 3.0
 
 
 @dataclass(eq=False)
@@ -356,12 +358,17 @@ class NodeConnection:
         """The worker went silent: fail its tasks at once (its host may be unreachable: there
         is no exit code to wait for), then stop it and find out whether that is confirmed."""
         self._lose(f"no heartbeat for {silent:.0f}s", wait_exit=False)
-        self.channel.kill()
-        self._gone_problem = self._confirm_gone()
+        self.channel.kill(SILENT_STOP_LIMIT)
+        self._gone_problem = self._confirm_gone(SILENT_STOP_LIMIT)
 
-    def _confirm_gone(self) -> str | None:
+    @property
+    def went_silent(self) -> bool:
+        """The worker was declared lost for silence (its host may be unreachable)."""
+        return self._silent is not None
+
+    def _confirm_gone(self, timeout: float = 5.0) -> str | None:
         try:
-            return None if self.channel.confirm_gone(5.0) else "worker processes still running after kill"
+            return None if self.channel.confirm_gone(timeout) else "worker processes still running after kill"
         except ConnectionError as exc:  # not the same thing as "still running": say which
             return (f"not confirmed gone ({exc}); a worker that cannot hear the client stops "
                     f"itself after idle_timeout")
@@ -381,9 +388,9 @@ class NodeConnection:
         fail whatever it still had; returns what could not be confirmed, or None."""
         silent = self._silent
         if silent is not None:  # went silent: it was stopped (or tried) when that was noticed
-            silent.join(SILENT_STOP_LIMIT)
+            silent.join(2 * SILENT_STOP_LIMIT + 1)
             problem = (self._gone_problem if not silent.is_alive() else
-                       f"not confirmed gone (its host did not answer within {SILENT_STOP_LIMIT:g}s); "
+                       f"not confirmed gone (its host did not answer within {2 * SILENT_STOP_LIMIT:g}s); "
                        f"a worker that cannot hear the client stops itself after idle_timeout")
         else:
             if self.channel.wait(max(0.0, grace_end - time.monotonic())) is None:

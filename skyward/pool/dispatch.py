@@ -98,7 +98,14 @@ class Dispatcher:
         wait(futures, timeout=BROADCAST_GRACE)
         stuck = [c.node for f, c in zip(futures, conns, strict=True) if not f.done()]
         lost = [c.node for c in conns if not c.alive]
+        silent = sorted({c.node for c in conns if not c.alive and c.went_silent})
         if not stuck and not lost:
+            return
+        if silent and not stuck:
+            # Its host may be cut off: a restart would wait on it, then fail. As with a future,
+            # the error is raised now and the pool goes on with the other nodes.
+            _note(error, f"skyward: node(s) {lost} were lost, {silent} by going silent (a host that may be "
+                         f"unreachable): the workers were not restarted; the pool goes on without the lost ones")
             return
         why = []
         if stuck:
