@@ -32,6 +32,9 @@ from skyward.worker.output import MAX_LINE, cut_marker
 
 _task_ids = itertools.count(1)
 LOG_TAIL = 30
+#: Seconds a caller that finds the worker gone waits for the loss to be settled (its exit code
+#: read, the worker killed if it would not exit): at most about what :meth:`_lose` takes.
+LOSS_SETTLES_WITHIN = 15.0
 #: Seconds the host of a worker that went silent gets to answer, for each of the kill and the
 #: check that it is gone. A host that can be reached answers in milliseconds, and one that
 #: cannot is not asked again (its transport says so at once), so teardown waits this long at
@@ -71,6 +74,7 @@ class NodeConnection:
     #: The worker has sent a frame: silence counts from then on (before, start_timeout bounds
     #: the start: a busy machine may take longer than idle_timeout to start a Python process).
     heard: bool = False
+    #: Why the worker is gone, once that is settled (see :meth:`loss`).
     lost: WorkerLost | None = None
 
     def __post_init__(self) -> None:
@@ -86,6 +90,9 @@ class NodeConnection:
         # nothing pings until SETUP has been written (set by :meth:`setup`).
         self._set_up = False
         self._silent: threading.Thread | None = None  # declares this worker lost and stops it
+        # Set once ``alive`` is False *and* ``lost`` says why (or the end was expected): a loss
+        # is noticed by one thread and seen by others before its exit code is read.
+        self._settled = threading.Event()
         self._gone_problem: str | None = None  # what that could not confirm
         self._threads = [
             threading.Thread(target=self._read_loop, name=f"skyward-node{self.node}-reader", daemon=True),
@@ -105,7 +112,7 @@ class NodeConnection:
             self._writer.send(control, payload)
         except (OSError, ValueError) as exc:
             self._lose(f"could not write to the worker: {exc}")
-            raise self.lost or WorkerLost(self.node, "connection closed") from exc
+            raise self.loss() from exc
 
     def submit(self, payload: Payload, name: str, timeout: float | None, reply: Reply | None = None) -> Future[Any]:
         """Send a task; its result resolves the returned Future (or ``reply``, for :meth:`call`)."""
@@ -122,7 +129,7 @@ class NodeConnection:
                 self._tasks[task_id] = task
                 self._turns.need_thread()  # (a reply a caller waits for is read by that caller)
         if not alive:
-            _fail(future, self.lost or WorkerLost(self.node, "worker is not running"))
+            _fail(future, self.loss())
             return future
         if timeout is not None:
             task.timer = threading.Timer(timeout, self._expire, args=(task_id, timeout))
@@ -150,7 +157,7 @@ class NodeConnection:
             self._turns.release(lambda: bool(self._tasks) or not self.alive)
         while not reply.done():  # the stream ended: the reader thread is failing the task
             if not self._threads[0].is_alive() and not reply.done():
-                reply.set_exception(self.lost or WorkerLost(self.node, "the connection to the worker ended"))
+                reply.set_exception(self.loss())
                 break
             time.sleep(0.01)
         return reply.result()
@@ -214,6 +221,7 @@ class NodeConnection:
             reason = f"stream broke: {type(exc).__name__}: {exc}"
         if self.said_bye:
             self.alive = False
+            self._settled.set()
             return
         self._lose(reason)
 
@@ -296,6 +304,14 @@ class NodeConnection:
         self.emit(ev.NodeLog(self.node, line))
 
     # -- loss ----------------------------------------------------------------------------------
+    def loss(self) -> WorkerLost:
+        """Why the worker is not running. Called once ``alive`` is False: the loss may have just
+        been noticed by another thread, which is still reading the exit code, so this waits
+        (seconds at most) until it is settled; every caller gets the same error, exit code
+        and last output included."""
+        self._settled.wait(LOSS_SETTLES_WITHIN)
+        return self.lost or WorkerLost(self.node, "worker is not running")
+
     def _lose(self, reason: str, *, wait_exit: bool = True) -> None:
         """Fail every in-flight task with WorkerLost; ``wait_exit``: wait briefly for the exit
         code (and kill a worker that does not exit) first, to put it in the error."""
@@ -316,6 +332,7 @@ class NodeConnection:
         what = f"{reason} while running {len(tasks)} task(s)" if tasks else reason
         self.lost = WorkerLost(self.node, what, exit_code=exit_code, log_tail=list(self.tail),
                                local_rank=self.local_rank if self.processes > 1 else None)
+        self._settled.set()
         if not self.ready.done():
             self.ready.set_exception(self.lost)
         for task in tasks.values():
@@ -400,6 +417,7 @@ class NodeConnection:
         with self._lock:
             leftovers, self._tasks = self._tasks, {}
             self.alive = False
+        self._settled.set()
         for task in leftovers.values():
             if task.timer:
                 task.timer.cancel()
