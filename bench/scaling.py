@@ -103,7 +103,8 @@ def measure(sizes: tuple[int, ...], reps: int, ssh: dict[str, Any] | None) -> di
     what = "SSH" if ssh else "Local"
     for rep in range(reps):
         for n in sizes if rep % 2 == 0 else tuple(reversed(sizes)):
-            samples[n].append(run_once(n, ssh))
+            load = loadavg()[0]
+            samples[n].append(dict(run_once(n, ssh), load=load))
             s = samples[n][-1]
             print(f"[scaling] {what} rep {rep + 1}/{reps} {n:>3} nodes: start {s['start']:.2f}s, broadcast "
                   f"{s['broadcast'] * 1e3:.1f}ms, gather {s['gather']:,.0f}/s, close {s['close']:.2f}s "
@@ -121,6 +122,10 @@ def table(samples: dict[int, list[dict[str, float]]]) -> tuple[list[str], str]:
     med = {n: {m: statistics.median(s[m] for s in runs) for m in METRICS} for n, runs in samples.items()}
     rows = [f"| {n} | {v['start']:.2f} | {v['broadcast'] * 1e3:.2f} | {v['gather']:,.0f} | "
             f"{GATHERED / v['gather']:.3f} | {v['close']:.2f} |" for n, v in med.items()]
+    loads = [s["load"] for runs in samples.values() for s in runs]
+    rows.append("")
+    rows.append(f"1-minute load average as each measurement started: {min(loads):.1f}–{max(loads):.1f} "
+                f"(median {statistics.median(loads):.1f}).")
     ns = [float(n) for n in med]
     if len(ns) < 2:
         return rows, ""
