@@ -146,3 +146,22 @@ def hosts_wheelhouse() -> str:
         except OSError:  # another run finished first
             subprocess.run(["rm", "-rf", staging], check=False)
     return directory
+
+
+def run_section(owner: str, doc: str | None, name: str, measure: Any, section: Any) -> None:
+    """The ``main`` of a script that writes one section of docs/benchmarks.md: ``--quick``
+    (a smoke test: printed, not written), the raw figures in bench/results/NAME.json."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    r = measure(args.quick)
+    results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    os.makedirs(results, exist_ok=True)
+    with open(os.path.join(results, f"{name}.json"), "w") as f:
+        json.dump(r, f, indent=1)
+    text = section(r, args.quick)
+    print(text)
+    if not args.quick:
+        write_section(owner, text)

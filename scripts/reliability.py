@@ -24,19 +24,21 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "reliability.md"
 sys.path.insert(0, str(ROOT))
 
+from tests.faults import test_clusters as clusters  # noqa: E402
 from tests.faults.test_matrix import CASES, IDLE_TIMEOUT, PATHS, SILENT_ENDS_WITHIN, WATCHDOG  # noqa: E402
 
 TEST = "test_every_exit_path_leaves_nothing_and_names_the_node"
+CLUSTER_TEST = "test_a_named_cluster_ends_up_attachable_or_gone"
 
 
-def outcomes(report: Path) -> dict[str, str]:
+def outcomes(report: Path, test: str = TEST) -> dict[str, str]:
     """Case id -> "clean" | "failed" | "skipped", from a JUnit XML report."""
     found: dict[str, str] = {}
     for case in ET.parse(report).getroot().iter("testcase"):
         name = case.get("name", "")
-        if not name.startswith(TEST + "["):
+        if not name.startswith(test + "["):
             continue
-        ident = name[len(TEST) + 1:-1]
+        ident = name[len(test) + 1:-1]
         if case.find("skipped") is not None:
             found[ident] = "skipped"
         elif case.find("failure") is not None or case.find("error") is not None:
@@ -46,7 +48,52 @@ def outcomes(report: Path) -> dict[str, str]:
     return found
 
 
-def page(results: dict[str, str]) -> str:
+def cluster_rows(results: dict[str, str]) -> list[str]:
+    """The named clusters' table: each case's outcome (what it must leave) and result."""
+    mark = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
+    words = {"up": "up, same workers", "restarted": "up, workers restarted", "gone": "gone"}
+    paths = list(dict.fromkeys(p for ps in clusters.PATHS.values() for p in ps))
+    tried = sum(1 for c in clusters.CASES if results.get(c.id) in ("clean", "failed"))
+    clean = sum(1 for c in clusters.CASES if results.get(c.id) == "clean")
+    lines = [
+        "## Named clusters",
+        "",
+        "A named cluster (`sky.ComputePool(name=...)`, `skyward launch -c`) outlives its client, so",
+        "its cases check the other half of the promise: every exit path of the program leaves the",
+        "cluster either up and attachable (with its slots free: the departed client's tasks were",
+        "cancelled) or gone, and `skyward down` then leaves no process on any host",
+        "(`tests/faults/test_clusters.py`).",
+        "",
+        f"**{clean} of {tried} cases clean** ({len(clusters.CASES)} in the matrix). Each cell: what",
+        "the cluster must be after the exit path, then the result.",
+        "",
+        "| provider | phase | " + " | ".join(paths) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in paths) + " |",
+    ]
+    for provider in ("local", "ssh"):
+        for phase in clusters.PATHS:
+            cells = []
+            for path in paths:
+                case = next((c for c in clusters.CASES if c.id == f"{provider}-{phase}-{path}"), None)
+                if case is None:
+                    cells.append("")
+                    continue
+                outcome = words[clusters.OUTCOME.get((phase, path), "up")]
+                cells.append(f"{outcome}: {mark[results.get(case.id)]}")
+            lines.append(f"| {provider} | {phase} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "*creating*: the cluster is new and a plugin's `around_app` holds its first start (the",
+        "client dies before the cluster is up: its workers end when their first client goes, and",
+        "the record left as INIT is what `skyward down NAME` removes); *attached*: the program",
+        "attached to a cluster that is up and a task runs on every node. Also tested there: an",
+        "autostop that fires as clients attach never fails an attach (Local and SSH).",
+        "",
+    ]
+    return lines
+
+
+def page(results: dict[str, str], cluster_results: dict[str, str] | None = None) -> str:
     mark = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
     paths = list(dict.fromkeys([*PATHS["running"], *(p for ps in PATHS.values() for p in ps)]))
     tried = sum(1 for c in CASES if results.get(c.id) in ("clean", "failed"))
@@ -111,6 +158,7 @@ def page(results: dict[str, str]) -> str:
         "  DDP test uses gloo on CPU. (What is tested without a GPU: asking for NCCL where there is",
         "  no CUDA fails at start naming the plugin, `tests/test_ddp.py`.)",
         "",
+        *cluster_rows(cluster_results or {}),
     ]
     return "\n".join(lines)
 
@@ -124,7 +172,7 @@ def main() -> int:
         report = Path(tempfile.mkdtemp()) / "faults.xml"
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/faults",
                         f"--junitxml={report}"], cwd=ROOT, check=False)
-    PAGE.write_text(page(outcomes(report)))
+    PAGE.write_text(page(outcomes(report), outcomes(report, CLUSTER_TEST)))
     print(f"wrote {PAGE.relative_to(ROOT)}")
     return 0
 

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from skyward.errors import (
         BootstrapError,
         CapacityError,
+        ClusterBusy,
+        ClusterError,
         CommandFailed,
         ConfigError,
         ConnectionLost,
@@ -61,7 +63,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(["ComputeFunction", "PendingCompute", "PendingGather", "compute", "gather"], "skyward.compute"),
     **dict.fromkeys(
         [
-            "BootstrapError", "CapacityError", "CommandFailed", "ConfigError", "ConnectionLost", "DeviceError", "PluginError",
+            "BootstrapError", "CapacityError", "ClusterBusy", "ClusterError", "CommandFailed", "ConfigError", "ConnectionLost", "DeviceError", "PluginError",
             "ProvisionError", "RemoteError", "SerializationError", "SkywardError", "TaskCancelled",
             "TaskTimeout", "WorkerLost",
         ],

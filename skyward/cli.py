@@ -2,12 +2,17 @@
 
 ::
 
-    skyward launch TASK.yaml [--num-nodes N] [--gpus L4:2] [--cpus 8+] [--memory 32+]
-                   [--provider local|ssh|aws] [--hosts user@h1,user@h2] [--env K[=V]]...
-                   [--env-file F] [--secret K[=V]]... [--dryrun] [-y]
+    skyward launch [-c NAME [-i MIN] [--down] [-d]] TASK.yaml [--num-nodes N] [--gpus L4:2]
+                   [--cpus 8+] [--memory 32+] [--provider local|ssh|aws] [--hosts user@h1,user@h2]
+                   [--env K[=V]]... [--env-file F] [--secret K[=V]]... [--dryrun] [-y]
+    skyward exec NAME TASK.yaml [-d]          skyward status [NAME...] [--json]
+    skyward stop NAME...   skyward start NAME...   skyward logs NAME
     skyward ls [--region R] [--profile P] [--json]
-    skyward down POOL [--region R] [--profile P] [--timeout S]
+    skyward down NAME|POOL... [--region R] [--profile P] [--timeout S]
     skyward down --all [--yes] [--region R] [--profile P] [--timeout S]
+
+Named clusters (``launch -c``, ``exec``, ``status``, ``stop``, ``start``, ``down NAME``,
+``logs``) are :mod:`skyward.clusters.cli`'s.
 
 ``ls`` lists every skyward-tagged EC2 instance (not yet terminated), key pair and security
 group in a region, with its pool id, type, state, age and approximate on-demand price per
@@ -64,8 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     down = commands.add_parser("down", help="remove a pool's resources (or every pool's) and confirm",
                                description="Terminate the instances of a pool, delete its key pair and "
                                            "security group, and wait until AWS confirms.")
-    down.add_argument("pool", nargs="?", metavar="POOL", help="the pool id (as `skyward ls` shows it)")
-    down.add_argument("--all", action="store_true", help="remove the resources of every skyward pool")
+    down.add_argument("pools", nargs="*", metavar="NAME|POOL",
+                      help="a cluster's name (as `skyward status` shows it) or a pool id (as `skyward ls` shows it)")
+    down.add_argument("--all", action="store_true", help="end every cluster and remove every skyward pool's "
+                                                         "resources")
     down.add_argument("--yes", "-y", action="store_true", help="do not ask before --all (when on a terminal)")
     down.add_argument("--timeout", type=float, default=300.0, metavar="S",
                       help="seconds to wait for AWS to confirm (default: 300)")
@@ -81,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
                                                      "resources.accelerators)")
     launch.add_argument("--cpus", metavar="N[+]", help="vCPUs per node, e.g. 8 or 8+ (at least)")
     launch.add_argument("--memory", metavar="N[+]", help="GiB of memory per node, e.g. 32+")
-    launch.add_argument("--provider", default="local", metavar="{local,ssh,aws}",
+    launch.add_argument("--provider", default=None, metavar="{local,ssh,aws}",
                         help="where the nodes come from (default: local, this machine)")
     launch.add_argument("--hosts", default="", metavar="H1,H2", help="SSH hosts, e.g. user@h1,user@h2 "
                                                                     "(with --provider ssh)")
@@ -92,6 +99,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="set a secret (never shown); K alone: take it from this environment; repeatable")
     launch.add_argument("--dryrun", action="store_true", help="print the plan and start nothing")
     launch.add_argument("--yes", "-y", action="store_true", help="do not ask before renting machines")
+    from skyward.clusters import cli as clusters
+
+    clusters.add_cluster_flags(launch)
+    clusters.add_commands(commands)
     return parser
 
 
@@ -185,6 +196,38 @@ def _ls(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _down(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from skyward.clusters.cli import down_names
+
+    code, rest = down_names(args.pools, args.all, args.yes, out, err)
+    not_pools = [n for n in rest if not _POOL_ID.fullmatch(n)]
+    for name in not_pools:
+        err.write(f"skyward: error: {name!r} is neither a cluster (see `skyward status`) nor a pool id "
+                  "(8 hex digits, see `skyward ls`)\n")
+        code = 1
+    pools = [n for n in rest if _POOL_ID.fullmatch(n)]
+    if args.all and not _aws_configured(args):
+        return code  # (no AWS account here: the clusters were all there was)
+    for pool in [None] if args.all else pools:
+        args.pool = pool
+        code = max(code, _down_pool(args, out, err))
+    return code
+
+
+_POOL_ID = __import__("re").compile(r"[0-9a-f]{8}")
+
+
+def _aws_configured(args: argparse.Namespace) -> bool:
+    """Whether an AWS region is known (flag, environment or config), so `down --all` can look."""
+    if args.region or args.profile:
+        return True
+    try:
+        import boto3
+    except ImportError:
+        return False
+    return boto3.session.Session().region_name is not None
+
+
+def _down_pool(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from skyward.providers.aws.ec2 import destroy, list_resources
 
     ec2 = _connect(args)
@@ -210,10 +253,14 @@ def _down(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 
 def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from skyward.clusters.cli import cluster_pool_args
     from skyward.errors import ConfigError, SkywardError
     from skyward.launch import execute, plan
 
+    args.provider_given = args.provider is not None
+    args.provider = args.provider or "local"
     try:
+        cluster = cluster_pool_args(args)
         p = plan(args.task, num_nodes=args.num_nodes, gpus=args.gpus, cpus=args.cpus, memory=args.memory,
                  provider=args.provider, hosts=[h for h in args.hosts.split(",") if h.strip()], env=args.env,
                  env_file=args.env_file, secrets=args.secret)
@@ -233,7 +280,10 @@ def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
             out.write("nothing started\n")
             return 1
     out.flush()
-    return execute(p, err=err)
+    if args.cluster is None:
+        return execute(p, err=err)
+    return execute(p, err=err, cluster={**cluster, "provider_given": args.provider_given},
+                   detach_run=args.detach_run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -245,19 +295,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version (0) and usage errors (2)
         return int(exc.code or 0)
-    if args.command == "down" and (args.all == bool(args.pool)):
+    if args.command == "down" and (args.all == bool(args.pools)):
         print("usage: skyward down [-h] [--yes] [--timeout S] [--region REGION] [--profile PROFILE] "
-              "(POOL | --all)\nskyward down: error: give either a pool id or --all", file=sys.stderr)
+              "(NAME|POOL... | --all)\nskyward down: error: give cluster names or pool ids, or --all", file=sys.stderr)
         return 2
     if args.command == "launch":
         return _launch(args, sys.stdout, sys.stderr)
+    from skyward.clusters import cli as clusters
+    from skyward.errors import ConfigError
+
     try:
+        if args.command in clusters.COMMANDS:
+            return clusters.run_command(args, sys.stdout, sys.stderr)
         if args.command == "ls":
             return _ls(args, sys.stdout)
         return _down(args, sys.stdout, sys.stderr)
     except SkywardError as exc:
         print(f"skyward: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ConfigError) else 1
     except KeyboardInterrupt:
         print("skyward: interrupted", file=sys.stderr)
         return 130

@@ -6,6 +6,8 @@
     ├── ConfigError            bad input, raised before anything is provisioned
     │   └── SerializationError an argument or result that cannot be pickled
     ├── MissingDependency      an optional package is not installed (also an ImportError)
+    ├── ClusterError           a named cluster cannot be used as asked
+    │   └── ClusterBusy        another client holds the cluster
     ├── ProvisionError         a machine could not be acquired
     │   └── CapacityError      the provider had no capacity / quota for the request
     ├── BootstrapError         preparing a machine or starting its worker failed
@@ -31,6 +33,8 @@ from collections.abc import Sequence
 __all__ = [
     "BootstrapError",
     "CapacityError",
+    "ClusterBusy",
+    "ClusterError",
     "CommandFailed",
     "ConfigError",
     "ConnectionLost",
@@ -125,6 +129,47 @@ class SerializationError(ConfigError, TypeError):
 
     def __init__(self, parameter: str, accepted: str = "a picklable value", got: object = None, *, detail: str = ""):
         super().__init__(parameter, accepted, got, detail=detail)
+
+
+class ClusterError(SkywardError):
+    """A named cluster cannot be used as asked: none by that name, or one of another shape.
+
+    ``name`` is the cluster; ``field``, ``wanted`` and ``have`` say what disagrees (None when
+    the cluster is simply missing); the message ends with the way out."""
+
+    def __init__(self, name: str, problem: str, *, field: str | None = None, wanted: object = None,
+                 have: object = None, way_out: str = ""):
+        self.name = name
+        self.problem = problem
+        self.field = field
+        self.wanted = wanted
+        self.have = have
+        self.way_out = way_out
+        super().__init__(f"cluster {name!r}: {problem}" + (f"; {way_out}" if way_out else ""))
+
+    def __reduce__(self):  # keyword-only fields survive pickling
+        return (_rebuild_cluster_error, (type(self), self.name, self.problem, self.field, self.wanted, self.have,
+                                         self.way_out))
+
+
+def _rebuild_cluster_error(cls, name, problem, field, wanted, have, way_out):
+    error = ClusterError.__new__(cls)
+    ClusterError.__init__(error, name, problem, field=field, wanted=wanted, have=have, way_out=way_out)
+    return error
+
+
+class ClusterBusy(ClusterError):
+    """Another client (``pid`` on ``host``) is attached to the cluster, or launching it."""
+
+    def __init__(self, name: str, pid: int | None, host: str | None):
+        holder = f"pid {pid} on {host}" if pid is not None else "another process"
+        super().__init__(name, f"in use by {holder} (one client at a time)",
+                         way_out="wait for it to finish, or stop that process")
+        self.pid = pid
+        self.host = host
+
+    def __reduce__(self):
+        return (type(self), (self.name, self.pid, self.host))
 
 
 class ProvisionError(SkywardError):

@@ -248,30 +248,46 @@ def make_provider(p: LaunchPlan) -> Any:
 
 
 def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_event: Any = None,
-            err: IO[str] | None = None) -> int:
-    """Run the plan on a fresh pool; returns the exit status (see the module docstring).
+            err: IO[str] | None = None, cluster: Mapping[str, Any] | None = None, run_setup: bool = True,
+            detach_run: bool = False) -> int:
+    """Run the plan on a fresh pool, or on a named cluster; returns the exit status (see the
+    module docstring).
 
     ``provider`` replaces the one the plan names (e.g. an ``sky.SSH`` with options the command
-    line has no flags for); ``console`` and ``on_event`` are the pool's.
+    line has no flags for); ``console`` and ``on_event`` are the pool's. ``cluster`` (see
+    :func:`skyward.clusters.cli.pool_args`) runs it on a named cluster that stays up: setup only
+    when new or changed (never without ``run_setup``); ``detach_run`` starts the run and returns.
     """
     import skyward as sky
     from skyward.errors import CommandFailed, SkywardError
 
     err = err or sys.stderr
+    shape = {"provider": provider or make_provider(p), "nodes": p.nodes, "accelerator": p.accelerator}
     try:
-        with sky.ComputePool(provider=provider or make_provider(p), nodes=p.nodes,
-                             accelerator=p.accelerator, console=console, on_event=on_event) as pool:
+        if cluster is not None:
+            from skyward.clusters import cli as clusters
+
+            shape = clusters.pool_args(dict(cluster), shape)
+        with sky.ComputePool(**shape, console=console, on_event=on_event) as pool:
             cwd = _sync_files(pool, p)
-            if p.setup:
+            if p.setup and run_setup and (cluster is None or clusters.setup_needed(pool, p)):
                 sky.shell(p.setup, env=p.env, cwd=cwd) @ pool
-            sky.shell(p.run, env=p.env, cwd=cwd) @ pool
+                if cluster is not None:
+                    clusters.setup_done(pool, p)
+            if detach_run:
+                logs = clusters.run_detached(pool, p.run, p.env, cwd)
+                err.write(f"skyward: the run goes on on cluster {pool.name} (log: {logs[0]} on node 0); "
+                          f"follow it with `skyward logs {pool.name}`\n")
+            else:
+                sky.shell(p.run, env=p.env, cwd=cwd) @ pool
         return 0
     except CommandFailed as exc:
         which = "setup" if p.setup and exc.command == p.setup else "run"
         err.write(f"skyward: {which} failed on node {exc.node}: {exc}\n")
         return exc.exit_code if exc.exit_code > 0 else 128 - exc.exit_code
     except KeyboardInterrupt:
-        err.write("skyward: interrupted; the pool was torn down\n")
+        left = "detached; the cluster stays up" if cluster is not None else "the pool was torn down"
+        err.write(f"skyward: interrupted; {left}\n")
         return 130
     except SkywardError as exc:
         err.write(f"skyward: error: {exc}\n")

@@ -43,6 +43,8 @@ class Setup:
     heartbeat_interval: float
     spin: float = 0.0  # seconds the reader polls before it blocks (see protocol.spinner)
     shutdown_grace: float = 3.0  # seconds running tasks get to stop at shutdown
+    #: (a named cluster's worker) seconds with no client attached before it ends; None: never.
+    autostop: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ def test_help_and_usage_errors_have_the_usual_exit_codes():
     assert missing.returncode == 2 and "usage:" in missing.stderr
     assert skyward("ls", "--bogus").returncode == 2
     neither = skyward("down")
-    assert neither.returncode == 2 and "either a pool id or --all" in neither.stderr
+    assert neither.returncode == 2 and "give cluster names or pool ids, or --all" in neither.stderr
     assert cli.main(["down", "abc", "--all"]) == 2
 
 

@@ -9,7 +9,7 @@ import sys
 import skyward as sky
 
 PUBLIC = [
-    "AWS", "BootstrapError", "CapacityError", "PoolInfo", "CommandFailed", "CommandResult", "ComputeFunction", "ComputePool", "ConfigError", "DeviceError",
+    "AWS", "BootstrapError", "CapacityError", "ClusterBusy", "ClusterError", "PoolInfo", "CommandFailed", "CommandResult", "ComputeFunction", "ComputePool", "ConfigError", "DeviceError",
     "ConnectionLost", "Image", "InstanceInfo", "Local", "PendingCompute", "PendingGather", "Peer",
     "Plugin", "PluginError", "ProvisionError", "RemoteError", "SSH", "Secret", "SerializationError", "SkywardError",
     "TaskCancelled", "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "integrations", "plugins",

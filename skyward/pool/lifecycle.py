@@ -94,10 +94,8 @@ class Nodes:
         for inst, transport, launch in zip(self.instances, self._transports, self._launches, strict=True):
             self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
             for local_rank in range(self.processes):
-                if local_rank:  # the previous worker must have read (and deleted) its files first
-                    _await_consumed(inst, transport, launch)
-                _write_files(inst, transport, launch)
-                connections.append(NodeConnection(inst.node, transport.host, transport.start(launch), self._emit,
+                connections.append(NodeConnection(inst.node, transport.host,
+                                                  self._open(inst, transport, launch, local_rank), self._emit,
                                                   self._listening, spin=self._spin, local_rank=local_rank,
                                                   processes=self.processes))
         head_port = self.provider.rendezvous_port(self.spec)
@@ -128,6 +126,13 @@ class Nodes:
                 conn = pending.pop(f)
                 if not any(c.node == conn.node for c in pending.values()):  # its node's last one
                     self._emit(ev.NodeStage(conn.node, "ready"))
+
+    def _open(self, inst: Instance, transport: Transport, launch: WorkerLaunch, local_rank: int) -> Any:
+        """Start one worker process on ``inst`` and return its channel."""
+        if local_rank:  # the previous worker must have read (and deleted) its files first
+            _await_consumed(inst, transport, launch)
+        _write_files(inst, transport, launch)
+        return transport.start(launch)
 
     def restart(self, start_timeout: float) -> None:
         """Replace every worker with a fresh one (machines and environments are kept)."""

@@ -60,7 +60,15 @@ class ComputePool:
     Parameters:
         provider: where the nodes come from; :class:`~skyward.Local` (default) runs them as
             processes on this machine.
-        nodes: number of nodes (>= 1).
+        nodes: number of nodes (>= 1; default 1, or a named cluster's own).
+        name: make this a named cluster (see the Clusters page): the first pool of that name
+            creates it, later ones (any process) attach to the same workers; leaving the block
+            detaches, :meth:`down` ends it. A shape that disagrees with the cluster's raises
+            :class:`~skyward.ClusterError`; a cluster held by another client,
+            :class:`~skyward.ClusterBusy`.
+        idle_minutes: (named clusters) autostop: the nodes end the workers after this many
+            minutes with no client attached (fractions allowed; on AWS the machines stop).
+        down: (named clusters, with ``idle_minutes``) make autostop a teardown.
         image: the environment each node needs (:class:`~skyward.Image`).
         plugins: :class:`~skyward.Plugin` values, applied in list order (first outermost).
         concurrency: task slots per worker process (>= 1).
@@ -83,8 +91,11 @@ class ComputePool:
     def __init__(
         self,
         provider: Provider | None = None,
-        nodes: int = 1,
+        nodes: int | None = None,
         *,
+        name: str | None = None,
+        idle_minutes: float | None = None,
+        down: bool = False,
         image: Any = None,
         plugins: Sequence[Plugin] = (),
         concurrency: int = 1,
@@ -99,8 +110,24 @@ class ComputePool:
     ):
         from skyward._options import pool_options
 
+        self.name = name
+        self._cluster: Any = None
+        self._image_given = image is not None
+        if name is not None:
+            from skyward.clusters.session import ClusterSession, check_autostop, resolve
+
+            idle = check_autostop(name, idle_minutes, down)
+            _, shape = resolve(name, {"provider": provider, "nodes": nodes, "accelerator": accelerator,
+                                      "processes_per_node": processes_per_node})
+            provider, nodes, accelerator, processes_per_node = (
+                shape["provider"], shape["nodes"], shape["accelerator"], shape["processes_per_node"])
+            self._cluster = ClusterSession(name, idle, down)
+        elif idle_minutes is not None or down:
+            from skyward.clusters.session import check_autostop
+
+            check_autostop(None, idle_minutes, down)
         options = pool_options(
-            provider=provider, nodes=nodes, image=image, plugins=plugins, concurrency=concurrency,
+            provider=provider, nodes=1 if nodes is None else nodes, image=image, plugins=plugins, concurrency=concurrency,
             processes_per_node=processes_per_node,
             executor=executor, accelerator=accelerator, idle_timeout=idle_timeout,
             heartbeat_interval=heartbeat_interval, start_timeout=start_timeout, console=console, on_event=on_event,
@@ -132,14 +159,18 @@ class ComputePool:
         if options.on_event is not None:
             self._subscribers.append(options.on_event)
         self._state: Literal["new", "starting", "open", "closed"] = "new"
-        self._nodes = Nodes(self.provider, self.spec, self.processes_per_node, self._settings, dumps_payload(list(self.plugins)), self._emit,
-                            self._subscribers, self._spin)
+        self._plugins_payload = dumps_payload(list(self.plugins))
+        self._nodes = self._make_nodes(Nodes)
         self._dispatch = Dispatcher(self._require_open, self.restart_workers, lambda: self._stop(clean=False))
         self._client_stack = contextlib.ExitStack()
         #: Called first when the pool stops (remote torch devices close here).
         self._on_stop: list[Callable[[], None]] = []
         self._sky_devices: dict[tuple[int, str], Any] = {}
         self._restore_signals: list[Callable[[], None]] = []
+
+    def _make_nodes(self, kind: type[Nodes], **extra: Any) -> Any:
+        return kind(self.provider, self.spec, self.processes_per_node, self._settings, self._plugins_payload,
+                    self._emit, self._subscribers, self._spin, **extra)
 
     # -- events ----------------------------------------------------------------------------------
     def subscribe(self, callback: Callable[[ev.Event], None]) -> Callable[[], None]:
@@ -184,7 +215,10 @@ class ComputePool:
                 with _plugin_hook(plugin, "transform"):
                     image = plugin.transform(image, cluster)
         self.image = image
-        self._nodes.start(image, self.start_timeout, (self.heartbeat_interval, self.idle_timeout))
+        if self._cluster is not None:
+            self._cluster.open(self, image)
+        else:
+            self._nodes.start(image, self.start_timeout, (self.heartbeat_interval, self.idle_timeout))
         for plugin in self.plugins:
             if plugin.around_client is not None:
                 with _plugin_hook(plugin, "around_client"):
@@ -199,8 +233,11 @@ class ComputePool:
         env = node_environment(info, self.task_id)
         env["PYTHONBREAKPOINT"] = "skyward.runtime._no_terminal_breakpoint"
         env.update(self.image.env)
+        record = self._cluster.record if self._cluster is not None else None
+        autostop = None if record is None or record.idle_minutes is None else record.idle_minutes * 60
         return Setup(info=info, env=env, concurrency=self.concurrency, executor=self.executor,
-                     idle_timeout=self.idle_timeout, heartbeat_interval=self.heartbeat_interval, spin=self._spin)
+                     idle_timeout=self.idle_timeout, heartbeat_interval=self.heartbeat_interval, spin=self._spin,
+                     autostop=autostop)
 
     def restart_workers(self) -> None:
         """Replace every worker with a fresh one (machines and environments are kept).
@@ -211,7 +248,13 @@ class ComputePool:
         self._require_open()
         self._nodes.restart(self.start_timeout)
 
-    def _stop(self, clean: bool, interrupted: bool = False) -> None:
+    def down(self) -> None:
+        """End a named cluster: stop its workers (confirmed gone) and release its machines, as
+        ``skyward down NAME`` does. Leaving the ``with`` block afterwards does nothing more.
+        (An unnamed pool: the same as leaving its block.)"""
+        self._stop(clean=True, down=True)
+
+    def _stop(self, clean: bool, interrupted: bool = False, down: bool = False) -> None:
         if self._state == "closed":
             return
         started = time.monotonic()
@@ -225,11 +268,16 @@ class ComputePool:
             self._client_stack.close()
         except Exception as exc:
             problems.append(f"around_client exit failed: {exc!r}")
-        problems += self._nodes.stop(graceful=was_open)
+        if self._cluster is not None:  # a named cluster: detach (or end it, when asked)
+            problems += self._cluster.close(self, down=down, failed=not was_open)
+        else:
+            problems += self._nodes.stop(graceful=was_open)
         self._restore_sigterm()
         self._emit(ev.PoolStopped(self.id, time.monotonic() - started, not problems, interrupted))
         if interrupted and not self._console_attached:
             left = "nothing left running" if not problems else "teardown incomplete"
+            if self._cluster is not None and not down and was_open:
+                left = f"detached from cluster {self.name!r}, which stays up"
             print(f"skyward: interrupted: pool {self.id} stopped, {left}", file=sys.stderr)
         if problems and sys.exc_info()[0] is None:
             raise SkywardError("pool teardown incomplete:\n  " + "\n  ".join(problems))

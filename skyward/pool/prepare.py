@@ -62,7 +62,7 @@ def client_launch() -> WorkerLaunch:
     pickled by reference (defined in the user's modules) import on the worker too."""
     paths = [os.getcwd()] + [p for p in sys.path if p and os.path.isdir(p)]
     env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
-    return WorkerLaunch((sys.executable, "-m", "skyward.worker"), env, os.getcwd())
+    return WorkerLaunch((sys.executable, "-m", "skyward.worker"), env, os.getcwd(), python=sys.executable)
 
 
 class _Preparation:
@@ -162,7 +162,7 @@ class _Preparation:
         # runs, nor after a client killed outright.
         command = worker_command(script, root=root, pythonpath=pythonpath, consume_env=True)
         return WorkerLaunch(("bash", "-c", command), {}, None, cleanup=(env_file,),
-                            files=((env_file, env_file_text(image)),))
+                            files=((env_file, env_file_text(image)),), python=script.python)
 
     def _remove(self, *paths: str) -> None:
         """Best effort: delete files that hold secrets (the host may be gone)."""

@@ -42,6 +42,7 @@ class Kind:
     CANCEL = "cancel"        # (CANCEL, task_id)
     PING = "ping"            # (PING,)
     SHUTDOWN = "shutdown"    # (SHUTDOWN,)
+    DETACH = "detach"        # (DETACH,) - a cluster's client leaves; its tasks end, the worker stays
     # worker -> client
     READY = "ready"          # (READY, pid)
     FATAL = "fatal"          # (FATAL, messages.Fatal) - the worker could not start

@@ -45,6 +45,8 @@ class WorkerLaunch:
     cwd: str | None = None
     cleanup: tuple[str, ...] = ()
     files: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)  # secrets: never shown
+    #: The interpreter the worker runs in (a named cluster's bridge runs it too).
+    python: str = ""
 
 
 class Channel(ABC):

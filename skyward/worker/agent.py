@@ -16,7 +16,9 @@ stream for it and handles everything else. Lifecycle:
 4. Stop on SHUTDOWN (clean: hooks exited, BYE sent), on end of input or when the client has
    been silent for ``idle_timeout`` seconds (dead man's switch): then everything the tasks
    started is killed (by the keeper, or with the process group), so nothing outlives the
-   worker.
+   worker. A named cluster's worker (:mod:`skyward.worker.resident`) ends only on SHUTDOWN
+   or its autostop: the end of a client's stream, its silence or DETACH end that client's
+   session (its tasks are cancelled) and the worker waits for the next client.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload, spin
 from skyward.worker import keeper
 from skyward.worker.executors import Executor, Task, make_executor
 from skyward.worker.output import route_output
+from skyward.worker.resident import Link, Resident, listening
 
 SETUP_TIMEOUT = 60.0
 
@@ -67,10 +70,14 @@ class Agent:
     """One worker's end of the protocol: the handshake, the control messages, heartbeats, and
     the :class:`~skyward.worker.executors.TaskSource` its executor reads tasks from."""
 
-    def __init__(self, reader: FrameReader, writer: FrameWriter, in_fd: int | None = None):
+    def __init__(self, reader: FrameReader, writer: FrameWriter, in_fd: int | None = None,
+                 resident: Resident | None = None):
         self.reader = reader
         self.in_fd = in_fd
         self.writer = writer
+        self.resident = resident
+        self.session = resident.link.session if resident is not None and resident.link else 0
+        self._live: set[int] = set()  # (resident) the current session's tasks, by inner id
         self.last_heard = time.monotonic()
         self.stopping = threading.Event()
         self.executor: Executor | None = None
@@ -80,9 +87,20 @@ class Agent:
 
     # -- sending ---------------------------------------------------------------------------
     def send(self, control: tuple, payload: Any = None) -> None:
+        session = self.session
+        if self.resident is not None and len(control) > 1 and control[0] in _TASK_REPLIES and control[1] is not None:
+            session, task_id = self.resident.outer(control[1])
+            if control[0] != Kind.OUTPUT:
+                self._live.discard(control[1])
+            if session != self.session:
+                return  # a task of a client that has left: its result goes nowhere
+            control = (control[0], task_id, *control[2:])
         try:
             self.writer.send(control, payload)
         except (OSError, ValueError):
+            if self.resident is not None:  # that client is gone: end its session, wait for the next
+                self.resident.cut(session)
+                return
             # The client is gone; nothing to report to.
             _kill_group_and_exit(0 if self.stopping.is_set() else 2)
 
@@ -96,6 +114,8 @@ class Agent:
         timer.start()
         try:
             frame = self.reader.recv()
+            while frame is not None and frame[0][0] == Kind.PING:  # the client's heartbeat may come first
+                frame = self.reader.recv()
         finally:
             timer.cancel()
         if frame is None:
@@ -116,13 +136,20 @@ class Agent:
         (output filling the pipe to a cut-off client) must not keep the worker alive."""
         while not self._done.wait(interval):
             silent_for = time.monotonic() - self.last_heard
-            if silent_for > idle_timeout:
+            if silent_for > idle_timeout and self.resident is not None:
+                if self.resident.link is not None:
+                    _log(f"no word from the client for {silent_for:.0f}s; ending its session")
+                    self.resident.cut(self.session)
+                self.last_heard = time.monotonic()
+            elif silent_for > idle_timeout:
                 _log(f"no word from the client for {silent_for:.0f}s (idle_timeout={idle_timeout:g}s); exiting")
                 _kill_group_and_exit(4)
 
     def run(self) -> int:
         setup, plugins = self.handshake()
         self.last_heard = time.monotonic()
+        if self.resident is not None:
+            self.resident.autostop = setup.autostop
         info = setup.info
         os.environ[runtime.ENV_VAR] = info.to_json()
         os.environ.update(setup.env)
@@ -207,6 +234,7 @@ class Agent:
     def serve(self, spin_seconds: float) -> bool:
         """Let the executor read and run tasks until SHUTDOWN (True) or end of input (False)."""
         assert self.executor is not None
+        self._spin_seconds = spin_seconds
         self._spin = spinner(self.in_fd, spin_seconds) if self.in_fd is not None else None
         self.executor.start(self)
         self._done.wait()
@@ -230,32 +258,85 @@ class Agent:
                 frame = self.reader.recv()
             except (EOFError, OSError) as exc:
                 _log(f"client stream broke: {exc}")
-                self._finish(False)
-                return None
+                frame = None
             if frame is None:
+                if self.resident is not None and self._next_session():
+                    continue
                 self._finish(False)
                 return None
             self.last_heard = time.monotonic()
             control, parts = frame
             kind = control[0]
             if kind == Kind.TASK:
-                return (control[1], control[2], parts)
+                if self.resident is None:
+                    return (control[1], control[2], parts)
+                inner = self.resident.inner(self.session, control[1])
+                self._live.add(inner)
+                return (inner, control[2], parts)
             elif kind == Kind.PING:
                 pass
             elif kind == Kind.CANCEL:
-                executor.cancel(control[1])
+                executor.cancel(control[1] if self.resident is None else self.resident.inner(self.session, control[1]))
             elif kind == Kind.SHUTDOWN:
                 self._finish(True)
                 return None
+            elif kind == Kind.DETACH and self.resident is not None:
+                self.send((Kind.BYE,))
+                with contextlib.suppress(OSError, ValueError):
+                    self.writer.close()
+                if not self._next_session():
+                    self._finish(False)
+                    return None
+            elif kind == Kind.SETUP and self.resident is not None:
+                self.resident.autostop = control[1].autostop  # (the cluster's policy may have changed)
+                self.send((Kind.READY, os.getpid()))  # a client attaching: this worker is set up
             else:
                 _log(f"unknown message {kind!r}")
         return None
 
+    def _next_session(self) -> bool:
+        """(Resident) The client's session is over: cancel its tasks, then wait for the next
+        client; False when the cluster's autostop ends the wait."""
+        assert self.resident is not None and self.executor is not None
+        for task in list(self._live):
+            self.executor.cancel(task)
+        self._live.clear()
+        link = self.resident.next_link()
+        if link is None:
+            _log(f"no client for {self.resident.autostop:g}s: autostop")
+            self.resident.close()
+            return False
+        self._use(link)
+        return True
 
-def main() -> int:
-    # 1. Protocol streams on private fds; fd 0 <- /dev/null, fd 1 -> stderr.
-    proto_in = os.fdopen(os.dup(0), "rb", buffering=0)  # FrameReader buffers
-    proto_out = os.fdopen(os.dup(1), "wb", buffering=1 << 16)
+    def _use(self, link: Link) -> None:
+        self.reader = FrameReader(link.reader_stream)
+        self.writer = FrameWriter(link.writer_stream)
+        self.in_fd = link.sock.fileno()
+        self.session = link.session
+        self.last_heard = time.monotonic()
+        if self._spin is not None:
+            self._spin = spinner(self.in_fd, self._spin_seconds)
+
+
+_TASK_REPLIES = (Kind.RESULT, Kind.ERROR, Kind.OUTPUT)
+
+
+def main(resident_options: dict[str, Any] | None = None) -> int:
+    # 1. Protocol streams on private fds; fd 0 <- /dev/null, fd 1 -> stderr. (A cluster's
+    # worker: the first client's connection to its socket.)
+    resident = None
+    if resident_options is not None:
+        resident = Resident(**resident_options)
+        listening()
+        first = resident.next_link()
+        if first is None:
+            resident.close()
+            return 0
+        proto_in, proto_out = first.reader_stream, first.writer_stream
+    else:
+        proto_in = os.fdopen(os.dup(0), "rb", buffering=0)  # FrameReader buffers
+        proto_out = os.fdopen(os.dup(1), "wb", buffering=1 << 16)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
@@ -266,7 +347,7 @@ def main() -> int:
             os.setsid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client decides when we stop
 
-    agent = Agent(FrameReader(proto_in), FrameWriter(proto_out), proto_in.fileno())
+    agent = Agent(FrameReader(proto_in), FrameWriter(proto_out), proto_in.fileno(), resident)
     route_output(agent.send_output)
     try:
         code = agent.run()
@@ -274,9 +355,11 @@ def main() -> int:
         _log("worker failed:\n" + traceback.format_exc())
         code = 1
     try:
-        proto_out.flush()
+        agent.writer.close() if resident is not None else proto_out.flush()
     except OSError:
         pass
+    if resident is not None:
+        resident.close()
     # Tasks may have started processes of their own; none may outlive the worker.
     if keeper.kept or _group_has_others():
         _kill_group_and_exit(code)

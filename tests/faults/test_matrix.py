@@ -139,6 +139,33 @@ def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
     return True
 
 
+def apply_exit_path(client: subprocess.Popen, path: str, pid_file: str, hosts) -> testhosts.TestHost | None:
+    """Apply exit path ``path`` from outside to a client program that reached its phase (a
+    signal to it; node 1's worker, whose pid ``pid_file`` holds, killed or stopped; node 1's
+    host cut off); returns the host cut off, if any."""
+    if path.startswith("SIG"):
+        client.send_signal(signal.Signals[path])
+    elif path == "worker-killed":
+        os.kill(int(Path(pid_file).read_text()), signal.SIGKILL)
+    elif path.startswith("stopped"):
+        os.kill(int(Path(pid_file).read_text()), signal.SIGSTOP)
+    elif path.startswith("link-cut"):
+        hosts[1].set_link(False)
+        return hosts[1]
+    return None
+
+
+def clean_up_case(client: subprocess.Popen, cut: testhosts.TestHost | None, tag: str) -> None:
+    """Whatever the case's outcome: the program ended, the host's link back, the markers gone."""
+    if client.poll() is None:
+        client.kill()
+        client.communicate()
+    if cut is not None:
+        cut.set_link(True)
+    for f in Path("/tmp").glob(f"{tag}*"):
+        f.unlink(missing_ok=True)
+
+
 @pytest.fixture
 def hosts(request):
     if request.node.callspec.params["case"].provider == "local":
@@ -186,28 +213,14 @@ def test_every_exit_path_leaves_nothing_and_names_the_node(case: Case, hosts, re
         self_applied = case.path in ("return", "exception")  # (the program may be over by now)
         assert reached and (self_applied or client.poll() is None), (
             f"the phase was never reached:\n{client.stdout.read() if client.poll() is not None else ''}")
-        if case.path.startswith("SIG"):
-            if case.phase == "preparing":  # (and setup is running on the hosts)
-                assert wait_for(lambda: len(tagged(tag)) >= 3, 10)
-            client.send_signal(signal.Signals[case.path])
-        elif case.path == "worker-killed":
-            os.kill(int(Path(f"{marker}-{case.phase}-1").read_text()), signal.SIGKILL)
-        elif case.path.startswith("link-cut"):
-            cut = hosts[1]
-            cut.set_link(False)
-        elif case.path.startswith("stopped"):
-            os.kill(int(Path(f"{marker}-{case.phase}-1").read_text()), signal.SIGSTOP)
+        if case.path.startswith("SIG") and case.phase == "preparing":  # (and setup is running on the hosts)
+            assert wait_for(lambda: len(tagged(tag)) >= 3, 10)
+        cut = apply_exit_path(client, case.path, f"{marker}-{case.phase}-1", hosts)
         applied = time.monotonic()
         out, _ = client.communicate(timeout=60)
         ended_after = time.monotonic() - applied
     finally:
-        if client.poll() is None:
-            client.kill()
-            client.communicate()
-        if cut is not None:
-            cut.set_link(True)
-        for f in Path("/tmp").glob(f"{tag}*"):
-            f.unlink(missing_ok=True)
+        clean_up_case(client, cut, tag)
     def left() -> dict:
         found = {"this machine": tagged(tag)}
         for h in hosts or ():  # (their own network namespaces: only this session's pools run there)

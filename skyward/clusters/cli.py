@@ -1,0 +1,288 @@
+"""The cluster commands of ``skyward``, as SkyPilot users type them::
+
+    skyward launch -c NAME TASK.yaml [-i MIN] [--down] [-d] [flags]   create or reuse, then run
+    skyward exec NAME TASK.yaml [-d] [--env K=V]...                   run only the run block
+    skyward status [NAME...] [--json]                                 what is up, reconciled
+    skyward stop NAME... [-y]                                         workers (and cloud machines) off
+    skyward start NAME...                                             on again
+    skyward down NAME... | --all [-y]                                 end them (and leftover pools)
+    skyward logs NAME [--no-follow]                                   a detached run's output
+
+``launch -c`` runs the setup block when the cluster is created, and again only when the setup
+block (or the image it builds) changed; the run block always. ``-d`` starts the run block and
+returns at once: the run goes on on the cluster (its output in a log there), ``logs`` follows
+it, and autostop waits for it to end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from typing import IO, Any
+
+__all__ = ["add_commands", "run_command"]
+
+COMMANDS = ("exec", "status", "stop", "start", "logs")
+
+
+def add_cluster_flags(launch: argparse.ArgumentParser) -> None:
+    """``launch``'s cluster flags: ``-c NAME``, ``-i MIN``, ``--down``, ``-d``."""
+    launch.add_argument("-c", "--cluster", metavar="NAME", help="the cluster to create or reuse (stays up "
+                                                                 "after the run; `skyward down NAME` ends it)")
+    _autostop_flags(launch)
+    launch.add_argument("-d", "--detach-run", action="store_true",
+                        help="start the run block and return; `skyward logs NAME` follows it (needs -c)")
+
+
+def _autostop_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-i", "--idle-minutes-to-autostop", dest="idle_minutes", type=float, metavar="MIN",
+                   help="autostop: end the workers (on AWS: stop the machines) after MIN minutes with no "
+                        "client attached; fractions allowed")
+    p.add_argument("--down", dest="autostop_down", action="store_true",
+                   help="make autostop a teardown (machines terminated, the cluster forgotten)")
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``exec``, ``status``, ``stop``, ``start``, ``logs`` to the ``skyward`` parser."""
+    ex = commands.add_parser("exec", help="run a task file's run block on an existing cluster",
+                             description="Sync the workdir and run only the run block of TASK.yaml on "
+                                         "cluster NAME, at once (no provisioning, no setup).")
+    ex.add_argument("name", metavar="NAME")
+    ex.add_argument("task", metavar="TASK.yaml")
+    ex.add_argument("--env", action="append", default=[], metavar="K[=V]", help="set a variable; repeatable")
+    ex.add_argument("--secret", action="append", default=[], metavar="K[=V]", help="set a secret; repeatable")
+    ex.add_argument("-d", "--detach-run", action="store_true", help="start the run and return")
+
+    st = commands.add_parser("status", help="list named clusters (reconciled with their nodes)")
+    st.add_argument("names", nargs="*", metavar="NAME")
+    st.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    stop = commands.add_parser("stop", help="stop clusters' workers (and cloud machines, disks kept)")
+    stop.add_argument("names", nargs="+", metavar="NAME")
+    stop.add_argument("--yes", "-y", action="store_true", help="do not ask (when on a terminal)")
+
+    start = commands.add_parser("start", help="start stopped clusters again")
+    start.add_argument("names", nargs="+", metavar="NAME")
+    _autostop_flags(start)
+
+    logs = commands.add_parser("logs", help="follow a cluster's detached run")
+    logs.add_argument("name", metavar="NAME")
+    logs.add_argument("--no-follow", action="store_true", help="print what is there and return")
+
+
+def run_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    """Run one of :data:`COMMANDS` (errors are the caller's to report)."""
+    if args.command == "exec":
+        return _exec(args, out, err)
+    if args.command == "status":
+        return _status(args, out)
+    if args.command == "stop":
+        return _each(args.names, "stop", out, err, ask=not args.yes)
+    if args.command == "start":
+        return _start(args, out, err)
+    return _logs(args, out, err)
+
+
+# -- launch -c / exec ---------------------------------------------------------------------------
+
+
+def setup_hash(plan: Any) -> str | None:
+    """What decides whether a cluster's setup runs again: the setup block and its env."""
+    if not plan.setup:
+        return None
+    text = json.dumps([plan.setup, sorted(plan.envs.items()), sorted(plan.secrets)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cluster_pool_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The ComputePool arguments ``launch -c`` adds (validated by the pool)."""
+    if args.cluster is None:
+        for flag, given in (("-i", args.idle_minutes is not None), ("--down", args.autostop_down),
+                            ("-d", args.detach_run)):
+            if given:
+                from skyward.errors import ConfigError
+
+                raise ConfigError(flag, f"{flag} only with -c NAME (a cluster that stays up)", "no -c")
+        return {}
+    return {"name": args.cluster, "idle_minutes": args.idle_minutes, "down": args.autostop_down}
+
+
+def pool_args(cluster: dict[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
+    """The ComputePool arguments for a launch on cluster ``cluster["name"]``: the task's shape
+    (checked against an existing cluster's; its provider only when given on the command line),
+    or for ``exec`` (no shape given) the name alone."""
+    from skyward.clusters.state import Store
+
+    name = cluster["name"]
+    args: dict[str, Any] = {"name": name, "idle_minutes": cluster.get("idle_minutes"),
+                            "down": cluster.get("down", False)}
+    if cluster.get("attach_only"):
+        return args
+    exists = Store().get(name) is not None
+    args.update(shape)
+    if exists and not cluster.get("provider_given", True):
+        args.pop("provider")
+    return args
+
+
+def setup_needed(pool: Any, p: Any) -> bool:
+    """Whether a cluster launch runs the setup block: the cluster is new, or the block (with its
+    env) changed since it last ran there."""
+    record = pool._cluster.record
+    return record is None or record.setup_hash != setup_hash(p) or not pool._cluster.attached
+
+
+def setup_done(pool: Any, p: Any) -> None:
+    from skyward.clusters.state import Store
+
+    session = pool._cluster
+    current = Store().get(session.name) or session.record  # (a restart may have renamed its workers)
+    session.record = current.with_(setup_hash=setup_hash(p))
+    Store().put(session.record)
+
+
+def _exec(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from skyward.clusters.session import resolve
+    from skyward.launch import execute, plan
+
+    record, _ = resolve(args.name, {})  # raises naming the way out when there is none
+    p = plan(args.task, num_nodes=record.nodes if record else None, env=args.env, secrets=args.secret)
+    out.flush()
+    return execute(p, cluster={"name": args.name, "attach_only": True}, run_setup=False,
+                   detach_run=args.detach_run, err=err)
+
+
+def run_detached(pool: Any, command: str, env: dict[str, str], cwd: str | None) -> list[str]:
+    """Start ``command`` on every node of a cluster, detached from this client: it goes on when
+    the client leaves (still inside the cluster worker's process tree, so it ends with the
+    cluster), its output goes to a log next to the worker's socket. Returns the log paths."""
+    import skyward as sky
+
+    job = time.strftime("%Y%m%d-%H%M%S")
+    logs = sky.compute(name="start detached run")(_start_job)(command, env, cwd, job) @ pool
+    return [log for log in logs if log]
+
+
+def _start_job(command: str, env: dict[str, str], cwd: str | None, job: str) -> str:
+    import os
+    import subprocess
+    import threading
+
+    import skyward as sky
+    from skyward.worker.resident import jobs_dir
+
+    info = sky.instance_info()
+    if info.local_rank:  # once per node, as the run block runs
+        return ""
+    directory = jobs_dir(info.node)
+    log = os.path.join(directory, f"{job}.log")
+    full = {**os.environ, **env}
+    where = os.path.expanduser(cwd) if cwd else None
+    with open(log, "ab") as f:
+        proc = subprocess.Popen(["/bin/bash", "-c", command], stdin=subprocess.DEVNULL, stdout=f,
+                                stderr=subprocess.STDOUT, env=full, cwd=where, start_new_session=True)
+    with open(os.path.join(directory, f"{job}.pid"), "w") as f:
+        f.write(str(proc.pid))
+    threading.Thread(target=proc.wait, name="skyward-detached-run", daemon=True).start()  # (no zombie)
+    return log
+
+
+# -- status, stop, start, down, logs ------------------------------------------------------------
+
+
+_COLUMNS = ("NAME", "PROVIDER", "NODES", "RESOURCES", "STATUS", "AUTOSTOP", "LAUNCHED", "$/H", "COST")
+
+
+def _status(args: argparse.Namespace, out: IO[str]) -> int:
+    from skyward.clusters import manage
+
+    found = manage.status(args.names or None)
+    if args.json:
+        json.dump([s.as_dict() for s in found], out, indent=2)
+        out.write("\n")
+        return 0
+    missing = [n for n in args.names if n not in {s.record.name for s in found}]
+    if not found:
+        out.write("no clusters" + (f" named {', '.join(args.names)}" if args.names else "") + "\n")
+        return 1 if args.names else 0
+    rows = []
+    for s in found:
+        d = s.as_dict()
+        price = "-" if d["price_per_hour"] is None else f"{d['price_per_hour'] * d['nodes']:.2f}"
+        cost = "-" if d["cost_so_far"] is None else f"{d['cost_so_far']:.2f}"
+        status = s.status + (" (attached)" if s.holder else "")
+        rows.append([d["name"], d["provider"], str(d["nodes"]), d["resources"], status, s.record.autostop,
+                     _ago(d["launched"]), price, cost])
+    widths = [max(len(r[i]) for r in [list(_COLUMNS), *rows]) for i in range(len(_COLUMNS))]
+    for row in [list(_COLUMNS), *rows]:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+    for name in missing:
+        out.write(f"no cluster named {name}\n")
+    return 1 if missing else 0
+
+
+def _ago(when: float) -> str:
+    seconds = max(0, int(time.time() - when))
+    if seconds < 3600:
+        return f"{seconds // 60}m ago"
+    if seconds < 86400:
+        return f"{seconds // 3600}h ago"
+    return f"{seconds // 86400}d ago"
+
+
+def _each(names: list[str], what: str, out: IO[str], err: IO[str], *, ask: bool) -> int:
+    from skyward.clusters import manage
+    from skyward.errors import SkywardError
+
+    if ask and sys.stdin.isatty():
+        answer = input(f"{what} {', '.join(names)}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            out.write(f"nothing to {what}\n")
+            return 1
+    code = 0
+    for name in names:
+        try:
+            problems = getattr(manage, what)(name)
+        except SkywardError as exc:
+            err.write(f"skyward: error: {exc}\n")
+            code = 1
+            continue
+        if problems:
+            err.write(f"skyward: error: {what} {name}: not confirmed:\n  " + "\n  ".join(problems) + "\n")
+            code = 1
+        else:
+            out.write({"down": f"cluster {name} ended (workers confirmed gone, machines released)\n",
+                       "stop": f"cluster {name} stopped (start it with `skyward start {name}`)\n"}[what])
+    return code
+
+
+def _start(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    import skyward as sky
+
+    for name in args.names:
+        with sky.ComputePool(name=name, idle_minutes=args.idle_minutes, down=args.autostop_down, console=False):
+            pass
+        out.write(f"cluster {name} is up\n")
+    return 0
+
+
+def down_names(names: list[str], everything: bool, yes: bool, out: IO[str], err: IO[str]) -> tuple[int, list[str]]:
+    """``skyward down``'s cluster part: end the named clusters (every one with ``everything``);
+    returns the exit status so far and the names that are not clusters (pool ids, maybe)."""
+    from skyward.clusters.state import Store
+
+    known = {r.name for r in Store().all()}
+    clusters = sorted(known) if everything else [n for n in names if n in known]
+    rest = [] if everything else [n for n in names if n not in known]
+    code = _each(clusters, "down", out, err, ask=not yes and everything) if clusters else 0
+    return code, rest
+
+
+def _logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from skyward.clusters.manage import follow_logs
+
+    return follow_logs(args.name, out, follow=not args.no_follow)
+

@@ -1,0 +1,219 @@
+"""What ``skyward status``, ``down``, ``stop`` and ``start`` do to a cluster by name.
+
+:func:`status` reconciles the records with the machines: the state shown is what the nodes
+say now (their workers answer on their sockets, or the cloud says the machines are stopped),
+never only what was last written. A cluster whose nodes ended by themselves shows as STOPPED,
+or disappears when its autostop was a teardown (``down=True``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from skyward.clusters.nodes import ClusterNodes
+from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, Store, hold
+from skyward.errors import ClusterBusy, ClusterError
+
+__all__ = ["ClusterStatus", "down", "start", "status", "stop"]
+
+#: Run with a node's Python: which of the sockets given answer (one word per socket).
+_PROBE = ("import socket, sys\n"
+          "for p in sys.argv[1:]:\n"
+          "    s = socket.socket(socket.AF_UNIX)\n"
+          "    s.settimeout(2)\n"
+          "    try:\n"
+          "        s.connect(p); print('up')\n"
+          "    except OSError:\n"
+          "        print('down')\n"
+          "    s.close()\n")
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """A cluster as ``skyward status`` shows it: the record and what the nodes say now."""
+
+    record: ClusterRecord
+    status: str  # UP, STOPPED or INIT
+    holder: str | None = None  # "pid N on HOST" when a client is attached
+
+    def as_dict(self) -> dict[str, Any]:
+        r = self.record
+        hours = (time.time() - r.launched_at) / 3600
+        return {
+            "name": r.name, "provider": r.provider_name, "nodes": r.nodes, "processes_per_node": r.processes,
+            "resources": r.resources, "status": self.status, "autostop_minutes": r.idle_minutes,
+            "autostop_down": r.down, "launched": r.launched_at, "attached": self.holder,
+            "price_per_hour": r.price_per_hour,
+            "cost_so_far": None if r.price_per_hour is None else round(r.price_per_hour * r.nodes * hours, 4),
+        }
+
+
+def nodes_for(record: ClusterRecord) -> ClusterNodes:
+    """The cluster's nodes, to reach or end them without a pool."""
+    from skyward.protocol import dumps_payload
+    from skyward.providers.base import PoolSpec
+
+    spec = PoolSpec(record.pool_id or record.id, record.nodes, None, record.concurrency)
+    nodes = ClusterNodes(record.provider, spec, record.processes, lambda info: None, dumps_payload([]),
+                         lambda event: None, [], 0.0, record=record)
+    nodes.instances = list(record.instances)
+    return nodes
+
+
+def live_status(record: ClusterRecord) -> str:
+    """UP when every worker answers on its socket, STOPPED when none does, INIT otherwise (being
+    created, or partly up). Raises ConnectionError when a node cannot be asked."""
+    if not record.instances:
+        return INIT
+    if not record.workers:  # stopped by `skyward stop` (or never started)
+        return STOPPED if record.status == STOPPED else INIT
+    machines = getattr(record.provider, "machine_states", None)
+    if machines is not None:
+        states = set(machines(list(record.instances)))
+        if states <= {"stopped", "stopping"}:
+            return STOPPED
+        if states & {"terminated", "shutting-down", "missing"}:
+            return "GONE" if states <= {"terminated", "shutting-down", "missing"} else INIT
+    from skyward.transport import reach
+
+    answers: list[str] = []
+    for inst in record.instances:
+        ranks = range(inst.node * record.processes, (inst.node + 1) * record.processes)
+        transport = reach(inst)
+        try:
+            python = record.pythons[inst.node]
+            command = shlex.join([python, "-I", "-c", _PROBE, *(record.socket(r) for r in ranks)])
+            result = transport.run(command, timeout=30.0)
+        except Exception as exc:
+            raise ConnectionError(f"cannot reach node {inst.node} ({getattr(transport, 'host', '?')}): {exc}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                transport.close()
+        answers += [w for w in result.stdout.split() if w in ("up", "down")]
+    if answers and all(a == "up" for a in answers):
+        return UP
+    if all(a == "down" for a in answers):
+        return STOPPED
+    return INIT
+
+
+def status(names: list[str] | None = None) -> list[ClusterStatus]:
+    """Every cluster this machine knows (or those named), reconciled with its nodes."""
+    store = Store()
+    found = []
+    for record in store.all():
+        if names and record.name not in names:
+            continue
+        holder = _holder(record.name)
+        if holder is not None and record.status == UP:
+            found.append(ClusterStatus(record, UP, holder))  # a client uses it now: it is up
+            continue
+        try:
+            now = live_status(record) if record.status != INIT or holder is None else INIT
+        except ConnectionError:
+            now = record.status if record.status != UP else INIT
+        if now == "GONE" or (now == STOPPED and record.down and record.provider_name != "aws"):
+            store.remove(record.name)  # it ended itself (autostop with down)
+            continue
+        if now != record.status:
+            record = record.with_(status=now)
+            store.put(record)
+        found.append(ClusterStatus(record, now, holder))
+    return found
+
+
+def _holder(name: str) -> str | None:
+    try:
+        with hold(name, "status"):
+            return None
+    except ClusterBusy as busy:
+        return f"pid {busy.pid} on {busy.host}" if busy.pid is not None else "another process"
+
+
+def _record(name: str) -> ClusterRecord:
+    record = Store().get(name)
+    if record is None:
+        raise ClusterError(name, "no cluster by this name", way_out="see `skyward status`")
+    return record
+
+
+def down(name: str) -> list[str]:
+    """End cluster ``name``: its workers (confirmed gone) and machines; forget it. Returns the
+    problems (the record is kept, as INIT, when teardown could not be confirmed)."""
+    with hold(name, "down"):
+        record = _record(name)
+        problems = nodes_for(record).down()
+        if problems:
+            Store().put(record.with_(status=INIT))
+        else:
+            Store().remove(name)
+        return problems
+
+
+def stop(name: str) -> list[str]:
+    """Stop cluster ``name``'s workers, and on a cloud its machines (disks kept); ``start`` or
+    the next pool that attaches brings it back."""
+    with hold(name, "stop"):
+        record = _record(name)
+        problems = nodes_for(record).down(release=False)
+        stop_machines = getattr(record.provider, "stop", None)
+        if stop_machines is not None and not problems:
+            stop_machines(list(record.instances))
+        Store().put(record.with_(status=STOPPED, workers=()))
+        return problems
+
+
+def follow_logs(name: str, out: Any, *, follow: bool = True) -> int:
+    """Print cluster ``name``'s latest detached run's output, every node's lines prefixed with
+    ``[node N]``; with ``follow``, until the run ends on every node. Returns 0, or 1 when the
+    cluster has no detached run."""
+    import threading
+
+    from skyward.transport import reach
+
+    record = _record(name)
+    lock = threading.Lock()
+    found: list[bool] = []
+
+    def one(inst: Any) -> None:
+        directory = f"{record.roots[inst.node]}/c/{record.id}/jobs/{inst.node}"
+        tail = "tail -n +1 -F --pid=\"$pid\" \"$log\" 2>/dev/null" if follow else "cat \"$log\""
+        command = (f"log=$(ls -1t {shlex.quote(directory)}/*.log 2>/dev/null | head -n 1); "
+                   f"[ -n \"$log\" ] || exit 3; pid=$(cat \"${{log%.log}}.pid\" 2>/dev/null || echo 1); {tail}")
+        transport = reach(inst)
+
+        def line(stream: str, text: str) -> None:
+            with lock:
+                out.write(f"[node {inst.node}] {text}\n")
+                out.flush()
+
+        try:
+            code = transport.stream(command, line)
+        finally:
+            with contextlib.suppress(Exception):
+                transport.close()
+        if code != 3:
+            found.append(True)
+
+    threads = [threading.Thread(target=one, args=(inst,), daemon=True) for inst in record.instances]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if not found:
+        out.write(f"cluster {name} has no detached run (start one with `skyward exec -d {name} TASK.yaml`)\n")
+        return 1
+    return 0
+
+
+def start(name: str, *, console: bool = True) -> None:
+    """Start cluster ``name`` again (machines, then workers, with its last image) and detach."""
+    from skyward.pool import ComputePool
+
+    _record(name)
+    with ComputePool(name=name, console=console):
+        pass

@@ -1,0 +1,242 @@
+"""A named cluster's machines and workers, as a pool sees them (:class:`ClusterNodes`).
+
+The same lifecycle as an ordinary pool's :class:`~skyward.pool.lifecycle.Nodes` (provision,
+prepare, start, handshake, dispatch), with three differences:
+
+* each worker is *resident* (:mod:`skyward.worker.resident`): started detached by a command
+  run through the node's transport, it listens on a private Unix socket and outlives the
+  client. What the pool connects to is a bridge to that socket, started through the same
+  transport as any worker, so dispatch, heartbeats and loss detection are unchanged;
+* a pool that finds the cluster's workers running attaches: no provisioning, no preparation
+  (unless the image changed), the same worker processes;
+* leaving detaches (DETACH: that client's tasks are cancelled, the workers wait for the next
+  client), and only :meth:`down` stops the workers (confirmed gone by their tree tag) and
+  releases the machines.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+import uuid
+from typing import Any
+
+from skyward._procs import TREE_VARIABLE
+from skyward._retry import Backoff
+from skyward.errors import BootstrapError, WorkerLost
+from skyward.pool.lifecycle import Nodes, _write_files
+from skyward.protocol import Kind
+from skyward.providers.base import Instance
+from skyward.transport import Transport, WorkerLaunch, reach
+from skyward.worker.resident import BRIDGE, NO_WORKER
+
+#: Seconds a worker that was asked to stop gets before its tree is killed.
+STOP_GRACE = 5.0
+
+
+class NotRunning(Exception):
+    """The cluster's workers are not (all) running: they must be started again."""
+
+
+class ClusterNodes(Nodes):
+    """The nodes of a named cluster (see the module docstring). ``record`` is the cluster's
+    :class:`~skyward.clusters.state.ClusterRecord`; ``spawn_residents`` says whether
+    :meth:`spawn` starts new workers (True) or attaches to running ones (False)."""
+
+    def __init__(self, *args: Any, record: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.record = record
+        self.spawn_residents = True
+        self.trees: list[str] = []
+        self.attached = False
+        self.image: Any = None  # what new workers run (restart)
+
+    # -- start ---------------------------------------------------------------------------------
+    def attach(self, start_timeout: float, heartbeat: tuple[float, float], image: Any = None) -> None:
+        """Connect to the running workers of the record's instances; NotRunning if any is gone."""
+        self.image = image
+        self.instances = list(self.record.instances)
+        self._transports = [reach(inst) for inst in self.instances]
+        self._launches = [WorkerLaunch((), python=self.record.pythons[i.node]) for i in self.instances]
+        self.spawn_residents = False
+        self._start_heartbeat(heartbeat)
+        try:
+            self.spawn(start_timeout)
+        except WorkerLost as exc:
+            # Nothing listens (NO_WORKER), or the worker ended as we came (its autostop fired
+            # at that moment): either way it must be started again.
+            raise NotRunning(str(exc)) from exc
+        self.trees = [tree for _, tree in self.record.workers]
+        self.attached = True
+
+    def start_workers(self, image: Any, start_timeout: float, heartbeat: tuple[float, float], *,
+                      provision: bool) -> None:
+        """Start fresh resident workers: on new machines (``provision``) or on the record's."""
+        self.image = image
+        if provision:
+            for node in range(self.spec.nodes):
+                from skyward import events as ev
+
+                self._emit(ev.NodeStage(node, "provisioning"))
+            self.instances = self.provider.provision(self.spec)
+        else:
+            self.instances = list(self.record.instances)
+        self._transports = [reach(inst) for inst in self.instances]
+        self._launches = self._prepare(image)
+        self.spawn_residents = True
+        self.trees = []
+        self._start_heartbeat(heartbeat)
+        self.spawn(start_timeout)
+        self.attached = True
+
+    def _start_heartbeat(self, heartbeat: tuple[float, float]) -> None:
+        import threading
+
+        threading.Thread(target=self._heartbeat_loop, args=heartbeat, name="skyward-heartbeat", daemon=True).start()
+
+    def root(self, inst: Instance, transport: Transport) -> str:
+        """Where the node's sockets live (an absolute path on the node)."""
+        if self.record.roots and len(self.record.roots) > inst.node and self.record.roots[inst.node]:
+            return self.record.roots[inst.node]
+        if inst.environment is None:
+            from skyward.clusters.state import home
+
+            return str(home())
+        return transport.expand(inst.environment.root)
+
+    def _open(self, inst: Instance, transport: Transport, launch: WorkerLaunch, local_rank: int) -> Any:
+        rank = inst.node * self.processes + local_rank
+        sock = f"{self.root(inst, transport)}/c/{self.record.id}/{rank}.sock"
+        if self.spawn_residents:
+            tree = f"cluster-{self.record.id}-{rank}-{uuid.uuid4().hex[:8]}"
+            self.trees.append(tree)
+            _write_files(inst, transport, launch)
+            result = transport.run(resident_command(launch, sock, self.record.idle_minutes, tree), timeout=90.0)
+            if not result.ok:
+                raise BootstrapError(transport.host, "starting worker",
+                                     f"the cluster's worker did not start (exit code {result.exit_code})",
+                                     node=inst.node, log_tail=(result.stdout + result.stderr).splitlines()[-20:])
+        python = transport.expand(launch.python)
+        return transport.start(WorkerLaunch((python, "-I", "-c", BRIDGE, sock), python=python))
+
+    def restart(self, start_timeout: float) -> None:
+        """Replace every worker with a fresh one, as an ordinary pool does (the machines and
+        environments are kept); the cluster's record names the new workers."""
+        from skyward.clusters.state import Store
+
+        problems = self._stop_workers(graceful=False)
+        for transport in self._transports:
+            try:
+                if not end_trees(transport, self.trees or [t for _, t in self.record.workers]):
+                    problems.append(f"{transport.host}: cluster workers still running after kill")
+            except ConnectionError as exc:
+                problems.append(f"{transport.host}: not confirmed gone ({exc})")
+        if problems:
+            from skyward.errors import SkywardError
+
+            raise SkywardError("could not stop the old workers:\n  " + "\n  ".join(problems))
+        if not all(launch.argv for launch in self._launches):  # attached: nothing prepared yet
+            self._launches = self._prepare(self.image if self.image is not None else self.record.image)
+        self.spawn_residents = True
+        self.trees = []
+        self.spawn(start_timeout)
+        pids = [c.pid or 0 for c in self.connections]
+        self.record = self.record.with_(workers=tuple(zip(pids, self.trees, strict=True)))
+        Store().put(self.record)
+
+    # -- stop ----------------------------------------------------------------------------------
+    def detach(self) -> list[str]:
+        """Leave the workers running: each ends this client's session (its tasks cancelled)."""
+        self._stop_heartbeat.set()
+        for conn in self.connections:
+            if conn.alive:
+                try:
+                    conn.send((Kind.DETACH,))
+                except Exception:  # noqa: S110 - its bridge is gone already: nothing to detach
+                    pass
+            conn.begin_stop(graceful=False)
+        # The worker answers DETACH with BYE and closes the socket, which ends the bridge.
+        grace_end = time.monotonic() + 2.0
+        problems = []
+        for conn in self.connections:
+            problem = conn.finish_stop(grace_end)
+            if problem:
+                problems.append(f"{conn.where}: {problem}")
+        for transport in self._transports:
+            try:
+                transport.close()
+            except Exception:  # noqa: S110 - nothing held: closing is best effort
+                pass
+        return problems
+
+    def down(self, *, release: bool = True) -> list[str]:
+        """Stop every worker (confirmed gone) and release the machines; return problems."""
+        self._stop_heartbeat.set()
+        problems = self._stop_workers(graceful=True) if self.connections else []
+        trees = self.trees or [tree for _, tree in self.record.workers]
+        if not self._transports and self.instances:
+            self._transports = [reach(inst) for inst in self.instances]
+        for transport in self._transports:
+            try:
+                if not end_trees(transport, trees):
+                    problems.append(f"{transport.host}: cluster workers still running after kill")
+            except ConnectionError as exc:
+                problems.append(f"{transport.host}: not confirmed gone ({exc})")
+        self._remove_secret_files()
+        for transport in self._transports:
+            try:
+                transport.close()
+            except Exception:  # noqa: S110 - best effort
+                pass
+        if release:
+            try:
+                self.provider.terminate(self.instances or list(self.record.instances))
+            except Exception as exc:
+                problems.append(f"releasing machines failed: {exc!r}")
+        return problems
+
+
+def resident_command(launch: WorkerLaunch, sock: str, idle_minutes: float | None, tree: str,
+                     heartbeat_file: str | None = None) -> str:
+    """The shell command that starts a resident worker as ``launch`` starts an ordinary one;
+    it returns once the worker listens on ``sock`` (see :func:`skyward.worker.resident.daemonize`)."""
+    args = ["--resident", sock]
+    if idle_minutes is not None:
+        args += ["--autostop", f"{idle_minutes * 60:g}"]
+    if heartbeat_file:
+        args += ["--heartbeat-file", heartbeat_file]
+    argv = list(launch.argv)
+    if argv[:2] == ["bash", "-c"] and len(argv) == 3:  # a prepared host's command line: pass args on
+        argv = ["bash", "-c", argv[2] + ' "$@"', "skyward-worker", *args]
+    else:
+        argv += args
+    parts = []
+    if launch.cwd:
+        parts.append("cd " + shlex.quote(launch.cwd))
+    # In the environment it starts with (/proc/PID/environ), so that every process of its tree,
+    # the worker and its keepers included, can be found by it (end_trees).
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**launch.env, TREE_VARIABLE: tree}.items())
+    parts.append((f"env {env} " if env else "") + shlex.join(argv))
+    return " && ".join(parts)
+
+
+def end_trees(transport: Transport, trees: list[str], timeout: float = 10.0) -> bool:
+    """Kill every process on the machine whose environment carries one of ``trees`` (a
+    resident worker's whole tree, detached processes included) until none is left; False if
+    some still are after ``timeout``. Raises ConnectionError when the machine cannot be asked."""
+    if not trees:
+        return True
+    pattern = " ".join(shlex.quote(f"{TREE_VARIABLE}={t}") for t in trees)
+    check = (f"p=; for t in {pattern}; do p=\"$p $(grep -lzx \"$t\" /proc/[0-9]*/environ 2>/dev/null "
+             f"| cut -d/ -f3)\"; done; p=$(echo $p); "
+             f"if [ -n \"$p\" ]; then kill -9 $p 2>/dev/null; echo alive; else echo gone; fi")
+    deadline = time.monotonic() + timeout
+    for _ in Backoff(timeout=timeout, delay=0.05, factor=1.5, max_delay=0.5):
+        try:
+            result = transport.run(check, timeout=max(1.0, deadline - time.monotonic()))
+        except Exception as exc:
+            raise ConnectionError(f"cannot reach {transport.host}: {type(exc).__name__}: {exc}") from exc
+        words = result.stdout.split()
+        if words and words[-1] == "gone":
+            return True
+    return False

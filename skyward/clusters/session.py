@@ -1,0 +1,235 @@
+"""One client's use of a named cluster: resolve the name, hold the cluster, attach or create,
+then detach or end it. :class:`~skyward.ComputePool` delegates here when given ``name=``.
+
+States a record goes through (``skyward status`` shows them)::
+
+    (none) --create--> INIT --workers ready--> UP --autostop (AWS: machines stopped)--> STOPPED
+                                                ^                                        |
+                                                +------- attach / skyward start ---------+
+    any --pool.down() / skyward down--> (none)
+
+Every exit path leaves the cluster UP and attachable, or gone: a failure while creating ends
+whatever was started and forgets the record; a failure while attaching touches nothing that
+was running (workers found dead are started again, on the same machines).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import uuid
+from typing import Any
+
+from skyward.clusters.nodes import ClusterNodes, NotRunning
+from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, Store, check_name, hold
+from skyward.errors import ClusterError, ConfigError
+
+__all__ = ["ClusterSession", "resolve"]
+
+#: The shape fields a later pool must agree on, as (ComputePool parameter, record attribute).
+SHAPE = (("provider", "provider"), ("nodes", "nodes"), ("accelerator", "accelerator"),
+         ("processes_per_node", "processes"))
+
+
+def resolve(name: Any, given: dict[str, Any]) -> tuple[ClusterRecord | None, dict[str, Any]]:
+    """The cluster ``name``'s record (None if there is none) and ``given`` (the pool's shape
+    arguments, None where not given) with the record's values filled in. Raises ClusterError
+    for a shape that disagrees with the record's, or for a bare name that names no cluster."""
+    check_name(name)
+    record = Store().get(name)
+    filled = dict(given)
+    if record is None:
+        if all(given.get(k) is None for k in ("provider", "nodes", "accelerator")):
+            raise ClusterError(name, "no cluster by this name", way_out="create it by giving its shape "
+                               f"(sky.ComputePool(name={name!r}, nodes=...), or `skyward launch -c {name} TASK.yaml`); "
+                               "`skyward status` lists the clusters")
+        return None, filled
+    check_shape(record, given)
+    for param, attr in SHAPE:
+        if filled.get(param) is None:
+            filled[param] = getattr(record, attr)
+    return record, filled
+
+
+def check_shape(record: ClusterRecord, given: dict[str, Any]) -> None:
+    for param, attr in SHAPE:
+        wanted = given.get(param)
+        if wanted is None:
+            continue
+        have = getattr(record, attr)
+        if param == "provider":
+            same = type(wanted) is type(have) and repr(wanted) == repr(have)
+            wanted, have = repr(wanted), repr(have)
+        elif param == "accelerator":
+            same = str(wanted) == str(have)
+            wanted = str(wanted)
+        else:
+            same = wanted == have
+        if not same:
+            raise ClusterError(record.name, f"{param}={wanted!r} was asked, but the cluster has {param}={have!r}",
+                               field=param, wanted=wanted, have=have,
+                               way_out=f"leave {param} out to use the cluster as it is, or end it first with "
+                                       f"`skyward down {record.name}`")
+
+
+def check_autostop(name: str | None, idle_minutes: Any, down: Any) -> float | None:
+    if idle_minutes is not None:
+        if name is None:
+            raise ConfigError("idle_minutes", "None for an unnamed pool (autostop is for named clusters: "
+                              "give name=...)", idle_minutes, detail="an unnamed pool ends with its `with` block")
+        if isinstance(idle_minutes, bool) or not isinstance(idle_minutes, (int, float)) or not idle_minutes > 0:
+            raise ConfigError("idle_minutes", "a number of minutes > 0 (fractions allowed: 0.5 is 30 s), or None",
+                              idle_minutes)
+    if not isinstance(down, bool):
+        raise ConfigError("down", "True or False", down)
+    if down and idle_minutes is None:
+        raise ConfigError("down", "False unless idle_minutes is given (down=True makes autostop a teardown)", down)
+    return None if idle_minutes is None else float(idle_minutes)
+
+
+class ClusterSession:
+    """The pool's side of a named cluster, from ``__enter__`` to ``__exit__``."""
+
+    def __init__(self, name: str, idle_minutes: float | None, down: bool):
+        self.name = name
+        self.idle_minutes = idle_minutes
+        self.down_on_idle = down
+        self.store = Store()
+        self._lock = contextlib.ExitStack()
+        self.record: ClusterRecord | None = None
+        self.created = False
+        self.attached = False  # whether this client reached running workers (vs started them)
+
+    def open(self, pool: Any, image: Any) -> None:
+        """Hold the cluster, then attach to its workers or create it; the pool's nodes are
+        ready afterwards. On failure, whatever this call started is ended."""
+        self._lock.enter_context(hold(self.name))
+        record = self.store.get(self.name)
+        if record is not None:
+            check_shape(record, {"provider": pool.provider, "nodes": pool.nodes, "accelerator": pool.accelerator,
+                                 "processes_per_node": pool.processes_per_node})
+        heartbeat = (pool.heartbeat_interval, pool.idle_timeout)
+        if record is None:
+            self._create(pool, image, image.content_hash(), heartbeat)
+            return
+        changes: dict[str, Any] = {}
+        if self.idle_minutes is not None:
+            changes.update(idle_minutes=self.idle_minutes, down=self.down_on_idle)
+        self.record = record = record.with_(**changes)
+        pool.task_id = record.task_id or pool.task_id
+        if not pool._image_given:  # attach to the cluster as it is; new workers get its last image
+            image = record.image if record.image is not None else image
+        image_hash = image.content_hash() if pool._image_given else record.image_hash
+        nodes = self._nodes(pool, record)
+        if record.status == UP and record.image_hash == image_hash:
+            try:
+                nodes.attach(pool.start_timeout, heartbeat, image)
+                self.attached = True
+                self._save(record.with_(status=UP))
+                return
+            except NotRunning:
+                pass
+        # The workers are gone (autostop), or the image changed: end what is left of them and
+        # start new ones on the cluster's machines (their environments are kept, so warm).
+        nodes.down(release=False)
+        if record.status == STOPPED or not _running(record):
+            record = self._start_machines(record)
+        nodes = self._nodes(pool, record)
+        nodes.start_workers(image, pool.start_timeout, heartbeat, provision=False)
+        self._save(self._ready(record, nodes, image.content_hash(), image))
+
+    def _create(self, pool: Any, image: Any, image_hash: str, heartbeat: tuple[float, float]) -> None:
+        record = ClusterRecord(
+            name=self.name, id=uuid.uuid4().hex[:10], provider=pool.provider, provider_name=pool.provider.name,
+            nodes=pool.nodes, processes=pool.processes_per_node, concurrency=pool.concurrency,
+            executor=pool.executor, accelerator=str(pool.accelerator) if pool.accelerator is not None else None,
+            idle_minutes=self.idle_minutes, down=self.down_on_idle, task_id=pool.task_id, status=INIT,
+            image_hash=image_hash, pool_id=pool.id)
+        self._save(record)  # INIT: a client killed from here on leaves a record `skyward down` ends
+        self.created = True
+        nodes = self._nodes(pool, record)
+        nodes.start_workers(image, pool.start_timeout, heartbeat, provision=True)
+        self._save(self._ready(record, nodes, image_hash, image))
+
+    def _nodes(self, pool: Any, record: ClusterRecord) -> ClusterNodes:
+        nodes = pool._make_nodes(ClusterNodes, record=record)
+        pool._nodes = nodes
+        return nodes
+
+    def _ready(self, record: ClusterRecord, nodes: ClusterNodes, image_hash: str, image: Any) -> ClusterRecord:
+        pythons = [""] * len(nodes.instances)
+        roots = [""] * len(nodes.instances)
+        for inst, transport, launch in zip(nodes.instances, nodes._transports, nodes._launches, strict=True):
+            pythons[inst.node] = transport.expand(launch.python)
+            roots[inst.node] = nodes.root(inst, transport)
+        pids = [c.pid or 0 for c in nodes.connections]
+        return record.with_(instances=tuple(nodes.instances), pythons=tuple(pythons), roots=tuple(roots),
+                            workers=tuple(zip(pids, nodes.trees, strict=True)), image_hash=image_hash, status=UP,
+                            image=_storable(image))
+
+    def _start_machines(self, record: ClusterRecord) -> ClusterRecord:
+        start = getattr(record.provider, "start", None)
+        if start is None:  # Local and SSH: the machines never stopped, only the workers did
+            return record
+        return record.with_(instances=tuple(start(list(record.instances))), status=INIT)
+
+    def _save(self, record: ClusterRecord) -> None:
+        self.record = record
+        self.store.put(record)
+
+    def close(self, pool: Any, *, down: bool, failed: bool) -> list[str]:
+        """Detach (the cluster stays UP), or end it (``down``, or a creation that failed)."""
+        problems: list[str] = []
+        nodes = pool._nodes
+        try:
+            if not self._lock._exit_callbacks:  # never held: nothing of ours to touch
+                return problems
+            if down or (failed and self.created):
+                problems = nodes.down() if isinstance(nodes, ClusterNodes) else []
+                if not problems:
+                    self.store.remove(self.name)
+                elif self.record is not None:
+                    self._save(self.record.with_(status=INIT))
+            elif failed and isinstance(nodes, ClusterNodes) and nodes.spawn_residents:
+                # new workers for an existing cluster did not all start: end those that did
+                problems = nodes.down(release=False)
+                if self.record is not None:
+                    self._save(self.record.with_(status=STOPPED, workers=()))
+            elif isinstance(nodes, ClusterNodes) and nodes.connections:
+                problems = nodes.detach()
+                if pool._console_attached and not failed:
+                    print(f"skyward: detached from cluster {self.name!r}; it stays up "
+                          f"({_autostop_text(self.record)}); end it with `skyward down {self.name}`",
+                          file=sys.stderr)
+        finally:
+            self._lock.close()
+        return problems
+
+def _storable(image: Any) -> Any:
+    """The image as the record keeps it (to start new workers later): without its secret env
+    values; not at all if it holds other secrets (credentials in an index URL)."""
+    secret = set(image.secrets())
+    kept = {k: v for k, v in image.env.items() if v not in secret}
+    stripped = type(image)(**{**_fields(image), "env": kept})
+    return None if stripped.secrets() else stripped
+
+
+def _fields(image: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return {f.name: getattr(image, f.name) for f in dataclasses.fields(image) if f.init}
+
+
+def _running(record: ClusterRecord) -> bool:
+    return record.status == UP
+
+
+def _autostop_text(record: ClusterRecord | None) -> str:
+    if record is None or record.idle_minutes is None:
+        return "no autostop"
+    return f"autostop after {record.idle_minutes:g} min idle" + (", then down" if record.down else "")
+
+
+def record_age(record: ClusterRecord) -> float:
+    return time.time() - record.launched_at

@@ -1,0 +1,191 @@
+"""The clusters this machine knows: records in SQLite, and who holds each one right now.
+
+Everything lives under :func:`home` (``$SKYWARD_HOME``, default ``~/.skyward``, mode 0700):
+
+* ``state.db``: one row per named cluster (:class:`ClusterRecord`, its fields as columns for
+  the ones ``skyward status`` shows and a pickle of the whole record). SQLite's own locking
+  makes concurrent CLI commands safe; writes are short transactions in WAL mode.
+* ``clusters/<name>.lock``: held (``flock``) by the one client attached to the cluster, or
+  provisioning it, for as long as it is; the file says which process and host. The kernel
+  releases it when that process ends, however it ends, so a killed client never leaves a
+  stale lock: the next client simply takes it.
+
+No secret is stored: the record holds the provider (how to reach the machines: addresses,
+key *paths*, region), the shape, and hashes of the image and setup, never an image's env.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pickle
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from skyward.errors import ClusterBusy, ConfigError
+
+__all__ = ["ClusterRecord", "Store", "home", "hold"]
+
+UP, STOPPED, INIT = "UP", "STOPPED", "INIT"
+
+
+def home() -> Path:
+    """``$SKYWARD_HOME``, or ``~/.skyward``; made (mode 0700) if missing."""
+    path = Path(os.environ.get("SKYWARD_HOME") or Path.home() / ".skyward").expanduser()
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def check_name(name: Any) -> str:
+    """A cluster name: letters, digits, '-', '_' and '.', starting with a letter or digit."""
+    import re
+
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", name):
+        raise ConfigError("name", "a cluster name: letters, digits, '-', '_' or '.', starting with a letter "
+                                  "or digit, at most 63 characters", name)
+    return name
+
+
+@dataclass(frozen=True)
+class ClusterRecord:
+    """What this machine remembers of one named cluster."""
+
+    name: str
+    id: str  # short hex: socket paths and cloud tags
+    provider: Any  # the Provider value (pickled with the record)
+    provider_name: str
+    nodes: int
+    processes: int
+    concurrency: int
+    executor: str
+    accelerator: str | None
+    instances: tuple[Any, ...] = ()
+    #: Per node: the Python that runs the cluster's workers and bridges, and the socket root.
+    pythons: tuple[str, ...] = ()
+    roots: tuple[str, ...] = ()
+    image_hash: str = ""
+    setup_hash: str | None = None  # (skyward launch -c) the setup block last run
+    status: str = INIT
+    idle_minutes: float | None = None
+    down: bool = False
+    launched_at: float = field(default_factory=time.time)
+    price_per_hour: float | None = None
+    task_id: str = ""
+    pool_id: str = ""  # the id of the pool that created it (cloud tags)
+    #: The image its workers run, without secrets (new workers after autostop use it).
+    image: Any = None
+    #: (pid, tree tag) of each worker process by global rank, once started.
+    workers: tuple[tuple[int, str], ...] = ()
+
+    def socket(self, rank: int) -> str:
+        node = rank // self.processes
+        return f"{self.roots[node]}/c/{self.id}/{rank}.sock"
+
+    def with_(self, **changes: Any) -> ClusterRecord:
+        return replace(self, **changes)
+
+    @property
+    def resources(self) -> str:
+        per = f"{self.accelerator}" if self.accelerator else "cpu"
+        return f"{self.nodes}x {per}" + (f", {self.processes} proc/node" if self.processes > 1 else "")
+
+    @property
+    def autostop(self) -> str:
+        if self.idle_minutes is None:
+            return "-"
+        return f"{self.idle_minutes:g} min" + (" (down)" if self.down else "")
+
+
+class Store:
+    """The records (``state.db``); every method is one short transaction."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = path or home() / "state.db"
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        try:
+            with contextlib.suppress(OSError):
+                os.chmod(self.path, 0o600)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS clusters (name TEXT PRIMARY KEY, status TEXT NOT NULL, "
+                       "provider TEXT NOT NULL, updated REAL NOT NULL, record BLOB NOT NULL)")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            db.close()
+
+    def get(self, name: str) -> ClusterRecord | None:
+        with self._db() as db:
+            row = db.execute("SELECT record FROM clusters WHERE name = ?", (name,)).fetchone()
+        return pickle.loads(row[0]) if row else None
+
+    def all(self) -> list[ClusterRecord]:
+        with self._db() as db:
+            rows = db.execute("SELECT record FROM clusters ORDER BY name").fetchall()
+        records = []
+        for (blob,) in rows:
+            with contextlib.suppress(Exception):  # a record this version cannot read is skipped
+                records.append(pickle.loads(blob))
+        return records
+
+    def put(self, record: ClusterRecord) -> None:
+        blob = pickle.dumps(record)
+        with self._db() as db:
+            db.execute("INSERT OR REPLACE INTO clusters (name, status, provider, updated, record) "
+                       "VALUES (?, ?, ?, ?, ?)", (record.name, record.status, record.provider_name, time.time(), blob))
+
+    def remove(self, name: str) -> None:
+        with self._db() as db:
+            db.execute("DELETE FROM clusters WHERE name = ?", (name,))
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    host: str
+
+
+@contextlib.contextmanager
+def hold(name: str, what: str = "attached") -> Iterator[None]:
+    """Hold cluster ``name`` for this process while the block runs; raise :class:`ClusterBusy`
+    at once naming the holder if another live process holds it."""
+    directory = home() / "clusters"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(directory / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            raise ClusterBusy(name, holder.pid if holder else None, holder.host if holder else None) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()} {what}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
+def _read_holder(fd: int) -> Holder | None:
+    try:
+        text = os.pread(fd, 200, 0).decode()
+        pid, host = text.split()[:2]
+        return Holder(int(pid), host)
+    except (OSError, ValueError):
+        return None
