@@ -5,11 +5,13 @@ Standard library only, so that importing this module in a fresh case process cos
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import platform
 import resource
+import subprocess
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -121,6 +123,29 @@ def write_section(owner: str, section: str) -> None:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     with open(PAGE, "w") as f:
         f.write(text)
+
+
+#: What the SSH test hosts install from (they cannot reach an index): skyward's dependencies and uv.
+WHEELHOUSE_REQUIREMENTS = ("uv", "cloudpickle>=2.1", "pydantic>=2.5", "rich>=13")
+
+
+def hosts_wheelhouse() -> str:
+    """Wheels for the SSH test hosts, downloaded once into /tmp and reused."""
+    key = hashlib.sha256(json.dumps([WHEELHOUSE_REQUIREMENTS, sys.version_info[:2], platform.machine()])
+                         .encode()).hexdigest()[:12]
+    directory = os.path.join("/tmp/skyward-bench-wheelhouse", key)
+    if not os.path.exists(os.path.join(directory, ".complete")):
+        staging = f"{directory}.{os.getpid()}.partial"
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", staging,
+                               *WHEELHOUSE_REQUIREMENTS], capture_output=True, text=True, timeout=300, check=False)
+        if done.returncode != 0:
+            raise RuntimeError("pip download of the hosts' wheelhouse failed: " + done.stderr[-500:])
+        open(os.path.join(staging, ".complete"), "w").close()
+        try:
+            os.rename(staging, directory)
+        except OSError:  # another run finished first
+            subprocess.run(["rm", "-rf", staging], check=False)
+    return directory
 
 
 def run_section(owner: str, doc: str | None, name: str, measure: Any, section: Any) -> None:

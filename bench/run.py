@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import hashlib
 import importlib.util
 import json
 import math
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -36,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from _common import by_system, loadavg, machine, parse_result, percentile
+from _common import by_system, hosts_wheelhouse, loadavg, machine, parse_result, percentile
 
 RESULTS = os.path.join(HERE, "results")
 #: Cases import the skyward of this checkout (not whichever one is installed), and so do their workers.
@@ -167,29 +165,6 @@ def section_ddp(plan: Plan) -> dict[str, Any]:
     return d
 
 
-#: What the test hosts install from (they cannot reach an index): skyward's dependencies and uv.
-WHEELHOUSE_REQUIREMENTS = ("uv", "cloudpickle>=2.1", "pydantic>=2.5", "rich>=13")
-
-
-def _wheelhouse() -> str:
-    """Wheels for the SSH test hosts, downloaded once into /tmp and reused."""
-    key = hashlib.sha256(json.dumps([WHEELHOUSE_REQUIREMENTS, sys.version_info[:2], platform.machine()])
-                         .encode()).hexdigest()[:12]
-    directory = os.path.join("/tmp/skyward-bench-wheelhouse", key)
-    if not os.path.exists(os.path.join(directory, ".complete")):
-        staging = f"{directory}.{os.getpid()}.partial"
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", staging,
-                               *WHEELHOUSE_REQUIREMENTS], capture_output=True, text=True, timeout=300, check=False)
-        if done.returncode != 0:
-            raise RuntimeError("pip download of the hosts' wheelhouse failed: " + done.stderr[-500:])
-        open(os.path.join(staging, ".complete"), "w").close()
-        try:
-            os.rename(staging, directory)
-        except OSError:  # another run finished first
-            subprocess.run(["rm", "-rf", staging], check=False)
-    return directory
-
-
 def section_ssh(plan: Plan) -> dict[str, Any]:
     """On SSH test hosts: pool start (cold, new image, warm) on 2, then bulk transfer and round trip on 1."""
     sys.path.insert(0, ROOT)
@@ -205,7 +180,7 @@ def section_ssh(plan: Plan) -> dict[str, Any]:
          "rt_calls": plan.pick(200, 30), "rt_blocks": plan.pick(10, 2), "rt_warmup": plan.pick(50, 5)}
     out: dict[str, Any] = {"cold": [], "new_image": [], "warm": [], "load": [], "params": p}
     try:
-        wheelhouse = _wheelhouse()
+        wheelhouse = hosts_wheelhouse()
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         return {"unavailable": str(exc)}
     with testhosts.claim_slot(prefix="skyp") as slot:  # the slots test sessions use: no clashes

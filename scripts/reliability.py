@@ -25,7 +25,7 @@ PAGE = ROOT / "docs" / "reliability.md"
 sys.path.insert(0, str(ROOT))
 
 from tests.faults import test_clusters as clusters  # noqa: E402
-from tests.faults.test_matrix import CASES, PATHS, WATCHDOG  # noqa: E402
+from tests.faults.test_matrix import CASES, IDLE_TIMEOUT, PATHS, SILENT_ENDS_WITHIN, WATCHDOG  # noqa: E402
 
 TEST = "test_every_exit_path_leaves_nothing_and_names_the_node"
 CLUSTER_TEST = "test_a_named_cluster_ends_up_attachable_or_gone"
@@ -131,7 +131,10 @@ def page(results: dict[str, str], cluster_results: dict[str, str] | None = None)
         "daemon and a process in a session of its own), *teardown* (a plugin's exit hook is",
         "running). The exit paths: the program returns or raises (a task or hook fails on node",
         "1), is interrupted (SIGINT, as Ctrl-C), terminated (SIGTERM) or killed (SIGKILL); node",
-        "1's worker is killed; node 1's host is cut off (its link taken down).",
+        "1's worker is killed; node 1 goes silent while the program waits in a broadcast, a",
+        "`gather` (`-gather`) or `>>` (`-run`): its host is cut off (`link-cut`: its link taken",
+        "down) or, on Local, its worker is stopped (`stopped`: SIGSTOP). A silent node must be",
+        f"named, and the program ended, within {SILENT_ENDS_WITHIN:g} s (idle_timeout {IDLE_TIMEOUT:g} s).",
         "",
         *textwrap.wrap("AWS runs against moto's EC2 server whose instances are the SSH test hosts; after "
                        "each case no instance, key pair or security group may be left either. With the "

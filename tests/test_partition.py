@@ -65,7 +65,7 @@ def test_a_cut_host_is_named_within_idle_timeout_and_the_other_node_keeps_workin
                 assert node_of() >> pool == 0  # the pool goes on with node 0
                 left_at = time.monotonic()
         took = time.monotonic() - left_at
-        assert took < 30, f"teardown took {took:.1f}s"
+        assert took < 10, f"teardown took {took:.1f}s"
         message = str(teardown.value)
         assert "node 1: not confirmed gone" in message and "still running" not in message
         assert "node 0" not in message

@@ -125,7 +125,7 @@ def test_plain_data_takes_the_c_pickler_and_everything_else_cloudpickle() -> Non
 
     import cloudpickle
 
-    from skyward.protocol import _plain
+    from skyward.protocol.payload import _plain
 
     np = pytest.importorskip("numpy")
     plain = [None, 1, 2.5, "s", b"b", (1, "x"), [1, [2, [3]]], {"k": (1, 2)}, np.arange(4), range(3)]

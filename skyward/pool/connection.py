@@ -7,7 +7,8 @@ carrying the exit code and the last lines of output.
 
 Replies reach callers the same way for every transport: one thread at a time reads the
 stream, the connection's reader thread or a caller waiting in ``>>`` for its own reply
-(:mod:`skyward.pool.turns`).
+(:mod:`skyward.pool.turns`). Pings and silence are :mod:`skyward.pool.liveness`'s; the
+worker's own stderr is read by :mod:`skyward.pool.worker_log`.
 """
 
 from __future__ import annotations
@@ -25,16 +26,17 @@ from typing import Any
 from skyward import events as ev
 from skyward.errors import ConnectionLost, WorkerLost
 from skyward.messages import Fatal, RemoteFailure
+from skyward.pool import worker_log
+from skyward.pool.liveness import Liveness, confirm_gone
 from skyward.pool.turns import Reply, Turns
 from skyward.protocol import FrameReader, FrameWriter, Kind, Payload, loads_payload
 from skyward.transport.base import Channel
-from skyward.worker.output import MAX_LINE, cut_marker
 
 _task_ids = itertools.count(1)
 LOG_TAIL = 30
-#: Seconds teardown waits for a worker that went silent to be stopped (its host may be cut off:
-#: each attempt to reach it waits for the connection's own timeouts).
-SILENT_STOP_LIMIT = 30.0
+#: Seconds a caller that finds the worker gone waits for the loss to be settled (its exit code
+#: read, the worker killed if it would not exit): at most about what :meth:`_lose` takes.
+LOSS_SETTLES_WITHIN = 15.0
 
 
 @dataclass(eq=False)
@@ -65,10 +67,7 @@ class NodeConnection:
     alive: bool = True
     closing: bool = False
     said_bye: bool = False
-    last_heard: float = field(default_factory=time.monotonic)
-    #: The worker has sent a frame: silence counts from then on (before, start_timeout bounds
-    #: the start: a busy machine may take longer than idle_timeout to start a Python process).
-    heard: bool = False
+    #: Why the worker is gone, once that is settled (see :meth:`loss`).
     lost: WorkerLost | None = None
 
     def __post_init__(self) -> None:
@@ -76,15 +75,15 @@ class NodeConnection:
         self._writer = FrameWriter(self.channel.stdin)
         self._reader = FrameReader(self.channel.stdout)
         self._turns = Turns(self.channel.poll_fd(), self._reader, self._lock, self._pump, self.spin)
-        # Pings are written by a thread of this connection's own: a write that blocks (a link
-        # cut mid-send) stalls this connection only, never the pool's heartbeat loop.
-        self._ping_due = threading.Event()
-        self._silent: threading.Thread | None = None  # declares this worker lost and stops it
-        self._gone_problem: str | None = None  # what that could not confirm
+        self._liveness = Liveness(self.node, self._writer, self.channel, lambda: self.alive and not self.closing,
+                                  lambda reason: self._lose(reason, wait_exit=False))
+        # Set once ``alive`` is False *and* ``lost`` says why (or the end was expected): a loss
+        # is noticed by one thread and seen by others before its exit code is read.
+        self._settled = threading.Event()
         self._threads = [
             threading.Thread(target=self._read_loop, name=f"skyward-node{self.node}-reader", daemon=True),
-            threading.Thread(target=self._stderr_loop, name=f"skyward-node{self.node}-stderr", daemon=True),
-            threading.Thread(target=self._ping_loop, name=f"skyward-node{self.node}-ping", daemon=True),
+            threading.Thread(target=worker_log.read_lines, args=(self.channel.stderr, self._log_line),
+                             name=f"skyward-node{self.node}-stderr", daemon=True),
         ]
         for t in self._threads:
             t.start()
@@ -99,7 +98,7 @@ class NodeConnection:
             self._writer.send(control, payload)
         except (OSError, ValueError) as exc:
             self._lose(f"could not write to the worker: {exc}")
-            raise self.lost or WorkerLost(self.node, "connection closed") from exc
+            raise self.loss() from exc
 
     def submit(self, payload: Payload, name: str, timeout: float | None, reply: Reply | None = None) -> Future[Any]:
         """Send a task; its result resolves the returned Future (or ``reply``, for :meth:`call`)."""
@@ -116,7 +115,7 @@ class NodeConnection:
                 self._tasks[task_id] = task
                 self._turns.need_thread()  # (a reply a caller waits for is read by that caller)
         if not alive:
-            _fail(future, self.lost or WorkerLost(self.node, "worker is not running"))
+            _fail(future, self.loss())
             return future
         if timeout is not None:
             task.timer = threading.Timer(timeout, self._expire, args=(task_id, timeout))
@@ -144,7 +143,7 @@ class NodeConnection:
             self._turns.release(lambda: bool(self._tasks) or not self.alive)
         while not reply.done():  # the stream ended: the reader thread is failing the task
             if not self._threads[0].is_alive() and not reply.done():
-                reply.set_exception(self.lost or WorkerLost(self.node, "the connection to the worker ended"))
+                reply.set_exception(self.loss())
                 break
             time.sleep(0.01)
         return reply.result()
@@ -208,6 +207,7 @@ class NodeConnection:
             reason = f"stream broke: {type(exc).__name__}: {exc}"
         if self.said_bye:
             self.alive = False
+            self._settled.set()
             return
         self._lose(reason)
 
@@ -217,8 +217,7 @@ class NodeConnection:
         frame = self._reader.recv()
         if frame is None:
             return False
-        self.last_heard = time.monotonic()
-        self.heard = True
+        self._liveness.heard_now()
         self._handle(*frame)
         return True
 
@@ -267,29 +266,19 @@ class NodeConnection:
             self.emit(ev.TaskFinished(task_id, self.node, task.name, ok, time.monotonic() - task.started))
         return task
 
-    def _stderr_loop(self) -> None:
-        # What reaches the worker's descriptor 2 directly (C code, subprocesses) never passes
-        # the worker's line cap: cut it here, with the same marker, reading at most a line's
-        # worth at a time.
-        kept, cut = b"", 0
-        for raw in iter(lambda: self.channel.stderr.readline(MAX_LINE + 1), b""):
-            whole = raw.endswith(b"\n")
-            body = raw[:-1] if whole else raw
-            room = MAX_LINE - len(kept)
-            kept += body[:room]
-            cut += max(0, len(body) - room)
-            if whole:
-                self._log_line(kept, cut)
-                kept, cut = b"", 0
-        if kept or cut:
-            self._log_line(kept, cut)
-
-    def _log_line(self, raw: bytes, cut: int) -> None:
-        line = raw.decode("utf-8", "replace") + (cut_marker(cut, "bytes") if cut else "")
+    def _log_line(self, line: str) -> None:
         self.tail.append(line)
         self.emit(ev.NodeLog(self.node, line))
 
     # -- loss ----------------------------------------------------------------------------------
+    def loss(self) -> WorkerLost:
+        """Why the worker is not running. Called once ``alive`` is False: the loss may have just
+        been noticed by another thread, which is still reading the exit code, so this waits
+        (seconds at most) until it is settled; every caller gets the same error, exit code
+        and last output included."""
+        self._settled.wait(LOSS_SETTLES_WITHIN)
+        return self.lost or WorkerLost(self.node, "worker is not running")
+
     def _lose(self, reason: str, *, wait_exit: bool = True) -> None:
         """Fail every in-flight task with WorkerLost; ``wait_exit``: wait briefly for the exit
         code (and kill a worker that does not exit) first, to put it in the error."""
@@ -298,7 +287,7 @@ class NodeConnection:
                 return
             self.alive = False
             tasks, self._tasks = self._tasks, {}
-        self._ping_due.set()  # (the pinger ends)
+        self._liveness.end()
         exit_code = None
         if wait_exit:
             exit_code = self.channel.wait(2.0) if not self.closing else self.channel.wait(0)
@@ -310,6 +299,7 @@ class NodeConnection:
         what = f"{reason} while running {len(tasks)} task(s)" if tasks else reason
         self.lost = WorkerLost(self.node, what, exit_code=exit_code, log_tail=list(self.tail),
                                local_rank=self.local_rank if self.processes > 1 else None)
+        self._settled.set()
         if not self.ready.done():
             self.ready.set_exception(self.lost)
         for task in tasks.values():
@@ -323,49 +313,24 @@ class NodeConnection:
     def setup(self, settings: Any, plugins: Payload) -> None:
         """Send the worker its identity, settings and plugins (the first message it reads)."""
         self.send((Kind.SETUP, settings), plugins)
+        self._liveness.arm()
 
     def keepalive(self, lost_after: float) -> None:
         """Have the worker pinged (its dead man's switch) and declare it lost after
-        ``lost_after`` seconds without a frame from it. Never blocks: the ping is written by
-        the connection's own thread, and a lost worker is failed and stopped on another, so a
-        dead or slow link delays nothing of the other connections."""
-        if not self.alive or self.closing:
-            return
-        self._ping_due.set()
-        silent = time.monotonic() - self.last_heard
-        if silent > lost_after and self.heard and self._silent is None:
-            self._silent = threading.Thread(target=self._lose_silent, args=(silent,), daemon=True,
-                                            name=f"skyward-node{self.node}-lost")
-            self._silent.start()
+        ``lost_after`` seconds without a frame from it (:mod:`skyward.pool.liveness`). Never
+        blocks, so a dead or slow link delays nothing of the other connections."""
+        self._liveness.check(lost_after)
 
-    def _ping_loop(self) -> None:
-        while True:
-            self._ping_due.wait()
-            self._ping_due.clear()
-            if not self.alive or self.closing:
-                return
-            with contextlib.suppress(OSError, ValueError):
-                self._writer.send((Kind.PING,))
-
-    def _lose_silent(self, silent: float) -> None:
-        """The worker went silent: fail its tasks at once (its host may be unreachable: there
-        is no exit code to wait for), then stop it and find out whether that is confirmed."""
-        self._lose(f"no heartbeat for {silent:.0f}s", wait_exit=False)
-        self.channel.kill()
-        self._gone_problem = self._confirm_gone()
-
-    def _confirm_gone(self) -> str | None:
-        try:
-            return None if self.channel.confirm_gone(5.0) else "worker processes still running after kill"
-        except ConnectionError as exc:  # not the same thing as "still running": say which
-            return (f"not confirmed gone ({exc}); a worker that cannot hear the client stops "
-                    f"itself after idle_timeout")
+    @property
+    def went_silent(self) -> bool:
+        """The worker was declared lost for silence (its host may be unreachable)."""
+        return self._liveness.went_silent
 
     def begin_stop(self, *, graceful: bool) -> None:
         """Stop serving: from now on the end of the stream is expected (not a loss); a graceful
         stop asks the worker to finish (SHUTDOWN: plugins' exits run, BYE comes back)."""
         self.closing = True
-        self._ping_due.set()  # (the pinger ends)
+        self._liveness.end()
         self.listen()
         if self.alive and graceful:
             with contextlib.suppress(OSError, ValueError):
@@ -374,20 +339,17 @@ class NodeConnection:
     def finish_stop(self, grace_end: float) -> str | None:
         """Make sure the worker is gone (killing it after ``grace_end``, a monotonic time) and
         fail whatever it still had; returns what could not be confirmed, or None."""
-        silent = self._silent
-        if silent is not None:  # went silent: it was stopped (or tried) when that was noticed
-            silent.join(SILENT_STOP_LIMIT)
-            problem = (self._gone_problem if not silent.is_alive() else
-                       f"not confirmed gone (its host did not answer within {SILENT_STOP_LIMIT:g}s); "
-                       f"a worker that cannot hear the client stops itself after idle_timeout")
+        if self._liveness.went_silent:  # it was stopped (or tried) when that was noticed
+            problem = self._liveness.stopped_silent()
         else:
             if self.channel.wait(max(0.0, grace_end - time.monotonic())) is None:
                 self.channel.kill()
-            problem = self._confirm_gone()
+            problem = confirm_gone(self.channel)
         self._threads[0].join(2.0)
         with self._lock:
             leftovers, self._tasks = self._tasks, {}
             self.alive = False
+        self._settled.set()
         for task in leftovers.values():
             if task.timer:
                 task.timer.cancel()

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from skyward.compute import PendingCompute
 from skyward.compute import _iter_results as iter_results
-from skyward.errors import ConfigError, WorkerLost
+from skyward.errors import ConfigError
 from skyward.pool.connection import NodeConnection
 
 T = TypeVar("T")
@@ -49,8 +49,7 @@ class Dispatcher:
                 if c.alive and (best is None or c.inflight < best.inflight):
                     best = c
         if best is None:
-            lost = next((c.lost for c in conns if c.lost), None)
-            raise lost or WorkerLost(0, "no worker is running")
+            raise next((c for c in conns if c.lost), conns[0]).loss()
         return best
 
     def submit(self, pending: PendingCompute[T]) -> Future[T]:
@@ -67,7 +66,7 @@ class Dispatcher:
             conns = [c for c in conns if c.local_rank == 0]
         for c in conns:
             if not c.alive:
-                raise c.lost or WorkerLost(c.node, "worker is not running")
+                raise c.loss()
         payload = pending.payload()
         futures = [c.submit(payload, pending.options.name, pending.options.timeout) for c in conns]
         return collect(futures, conns, on_failure=self._recover_from_failed_broadcast)
@@ -98,7 +97,14 @@ class Dispatcher:
         wait(futures, timeout=BROADCAST_GRACE)
         stuck = [c.node for f, c in zip(futures, conns, strict=True) if not f.done()]
         lost = [c.node for c in conns if not c.alive]
+        silent = sorted({c.node for c in conns if not c.alive and c.went_silent})
         if not stuck and not lost:
+            return
+        if silent and not stuck:
+            # Its host may be cut off: a restart would wait on it, then fail. As with a future,
+            # the error is raised now and the pool goes on with the other nodes.
+            _note(error, f"skyward: node(s) {lost} were lost, {silent} by going silent (a host that may be "
+                         f"unreachable): the workers were not restarted; the pool goes on without the lost ones")
             return
         why = []
         if stuck:

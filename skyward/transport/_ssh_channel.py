@@ -209,7 +209,7 @@ class SSHChannel(Channel):
         # -1: the channel closed without an exit status (killed by a signal, or closed by us).
         return int(self._chan.exit_status)
 
-    def kill(self) -> None:
+    def kill(self, timeout: float = 10.0) -> None:
         if self.pgid is not None:
             # The guard first (see LocalChannel.kill): on SIGTERM it kills the worker and every
             # process below it, detached ones included; then whatever is left of the group.
@@ -217,9 +217,13 @@ class SSHChannel(Channel):
             command = (f"kill -TERM {pgid} 2>/dev/null; i=0; "
                        f"while kill -0 {pgid} 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; "
                        f"kill -9 -{pgid} 2>/dev/null; true")
-            with contextlib.suppress(Exception):
-                self._transport.run(command, timeout=10)
-            self._chan.status_event.wait(2.0)
+            deadline = time.monotonic() + timeout
+            try:  # (a host that does not answer within ``timeout`` is not waited for again)
+                self._transport.run(command, timeout=timeout)
+            except Exception:
+                pass
+            else:
+                self._chan.status_event.wait(max(0.0, min(2.0, deadline - time.monotonic())))
         with contextlib.suppress(Exception):
             self._chan.close()
 

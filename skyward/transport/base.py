@@ -67,8 +67,10 @@ class Channel(ABC):
         """The exit code, or None if the process is still running after ``timeout``."""
 
     @abstractmethod
-    def kill(self) -> None:
-        """Stop the process and everything it started, at once."""
+    def kill(self, timeout: float = 10.0) -> None:
+        """Stop the process and everything it started, at once, taking at most about
+        ``timeout`` seconds (a machine that does not answer in that time is left to
+        :meth:`confirm_gone` to report)."""
 
     @abstractmethod
     def confirm_gone(self, timeout: float = 5.0) -> bool:

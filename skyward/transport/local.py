@@ -54,18 +54,19 @@ class LocalChannel(Channel):
         except subprocess.TimeoutExpired:
             return None
 
-    def kill(self) -> None:
+    def kill(self, timeout: float = 10.0) -> None:
         # The process started leads the group: the worker's guard where there is one
         # (skyward.worker.keeper), which on SIGTERM kills the keeper below it and every process
         # below that, worker and detached ones included, and exits. Killing the group at once
         # would kill both keepers before they could do that. The group is killed afterwards:
         # whatever they left (nothing, normally), or everything, where the worker runs without.
+        deadline = time.monotonic() + timeout
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(self.pgid, signal.SIGTERM)
-        self.wait(KEEPER_GRACE)
+        self.wait(min(KEEPER_GRACE, timeout / 2))
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, signal.SIGKILL)
-        self.wait(5)
+        self.wait(max(0.0, deadline - time.monotonic()))
 
     def confirm_gone(self, timeout: float = 5.0) -> bool:
         deadline = time.monotonic() + timeout

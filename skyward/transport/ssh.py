@@ -111,6 +111,7 @@ class SSHTransport(Transport):
         self.host = f"{user}@{shown}" + (f":{port}" if port != 22 else "")
         self._client: Any = None
         self._closed = False
+        self._unanswered: str | None = None  # why this host is not asked again (see _session)
         self._lock = threading.Lock()
         self._files = SFTPFiles(self._open_sftp)
 
@@ -123,6 +124,8 @@ class SSHTransport(Transport):
         with self._lock:
             if self._closed:  # closed for good: a late call must not open a new connection
                 raise ConnectionResetError(f"the SSH connection to {self.host} was closed")
+            if self._unanswered:
+                raise ConnectionResetError(self._unanswered)
             if self._client is not None:
                 return
             paramiko = require("paramiko", "an SSH connection")
@@ -203,12 +206,24 @@ class SSHTransport(Transport):
             raise ConnectionResetError(f"the SSH connection to {self.host} is closed")
         return transport
 
-    def _session(self) -> Any:
+    def _session(self, answer_within: float | None = None) -> Any:
+        """A new channel on the connection; the host gets ``answer_within`` seconds (at most
+        ``connect_timeout``) to answer. A live sshd answers at once: one that does not has
+        been cut off, and the connection is closed and never asked again (each later call
+        raises at once instead of waiting out its own timeout: teardown stays quick)."""
         paramiko = require("paramiko", "an SSH connection")
 
+        budget = self.connect_timeout if answer_within is None else max(0.1, min(answer_within, self.connect_timeout))
+        transport = self._transport()
+        began = time.monotonic()
         try:
-            return self._transport().open_session(window_size=_WINDOW, timeout=self.connect_timeout)
+            return transport.open_session(window_size=_WINDOW, timeout=budget)
         except (paramiko.SSHException, EOFError) as exc:
+            if transport.is_active() and time.monotonic() - began >= budget:
+                self._unanswered = f"{self.host} stopped answering (no reply to opening a channel within {budget:g}s)"
+                with contextlib.suppress(Exception):
+                    self._client.close()
+                raise ConnectionResetError(self._unanswered) from exc
             raise ConnectionResetError(f"cannot open a channel to {self.host}: {exc}") from exc
 
     # -- commands ----------------------------------------------------------------------------
@@ -280,7 +295,7 @@ class SSHTransport(Transport):
 
     def _exec(self, command: str, on_out: Callable[[bytes], None], on_err: Callable[[bytes], None], *,
               timeout: float | None, lines: bool, stdin: bytes | None = None, hold_stdin: bool = False) -> int:
-        chan = self._session()
+        chan = self._session(timeout)
         try:
             # Whatever the login shell (bash, zsh, fish...), the command is POSIX sh.
             chan.exec_command("exec /bin/sh -c " + shlex.quote(command))

@@ -8,20 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from skyward import runtime
+from skyward.protocol import MAX_LINE, cut_marker
 
 SendOutput = Callable[[int | None, str, str], None]  # (task id or None, stream, line)
 _FIRST_WRITE = threading.Lock()
-
-
-#: The longest line a worker sends, in characters; the rest of a longer line is cut and the
-#: line ends with a marker saying how much (a task printing one huge line must not be able
-#: to exhaust the client's memory, nor the worker's).
-MAX_LINE = 64 * 1024
-
-
-def cut_marker(cut: int, unit: str = "characters") -> str:
-    """What ends a line that was cut: how much of it was."""
-    return f" [... {cut} {unit} cut]"
 
 
 class LineSink:

@@ -24,7 +24,7 @@ NODES = 2
 
 def _factory(request: pytest.FixtureRequest) -> Callable[..., sky.ComputePool]:
     if request.param == "local":
-        return lambda **kw: sky.ComputePool(nodes=NODES, console=False, **kw)
+        return lambda **kw: sky.ComputePool(**{"nodes": NODES, "console": False, **kw})
     hosts = request.getfixturevalue("test_hosts")[:NODES]
     wheelhouse = request.getfixturevalue("wheelhouse")
 

@@ -137,6 +137,63 @@ def test_a_worker_killed_while_nothing_runs_is_noticed_and_named_by_the_next_cal
         assert info.value.node == 1
 
 
+@sky.compute
+def end_the_streams_then_hold(flag: str) -> None:
+    """On node 1: end the worker's side of its reply stream (close the pipes it writes that are
+    not stderr, shut the sockets for writing), say so with ``flag``, then hold: the client sees
+    the stream end while the worker lives on (until its next heartbeat finds the stream gone
+    and it exits, code 2, or the client kills it), so its exit code comes a while later."""
+    import socket
+
+    if sky.instance_info().node != 1:
+        return
+    stderr = os.fstat(2).st_ino
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if fd <= 2 or os.fstat(fd).st_ino == stderr:
+                continue
+            flags = int(open(f"/proc/self/fdinfo/{fd}").read().split("flags:\t")[1].split()[0], 8)
+            if target.startswith("pipe:") and flags & os.O_ACCMODE == os.O_WRONLY:
+                os.close(fd)
+            elif target.startswith("socket:"):
+                socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_WR)
+        except OSError:
+            continue
+    open(flag, "w").close()
+    time.sleep(30)
+
+
+def test_a_loss_noticed_by_the_next_call_carries_the_exit_code(
+        new_pool: Callable[..., sky.ComputePool], tmp_path) -> None:
+    """The stream's end is noticed first by the connection's reader, which then waits for the
+    exit code; a call made meanwhile gets that same error, exit code included (it got
+    "worker is not running" and no exit code, under load in the flaky
+    ``test_a_killed_workers_detached_processes_end_with_it``)."""
+    flag = tmp_path / "closed"  # (/tmp is shared with the SSH hosts)
+    with new_pool() as pool:
+        assert len(echo(0) @ pool) == 2
+        ended = [end_the_streams_then_hold(str(flag)) > pool for _ in range(2)]
+        assert wait_for_path(flag, 30)
+        time.sleep(0.2)  # the reader has seen the end; the exit code comes about a second later
+        with pytest.raises(sky.WorkerLost) as info:
+            echo(0) @ pool
+        assert info.value.node == 1 and info.value.exit_code is not None, repr(info.value)
+        with pytest.raises(sky.WorkerLost) as same:
+            ended[1].result(timeout=30)
+        assert same.value is info.value
+
+
+def wait_for_path(path, timeout: float) -> bool:
+    """Wait until ``path`` exists."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_a_corrupt_reply_stream_is_worker_lost(new_pool: Callable[..., sky.ComputePool]) -> None:
     with new_pool() as pool:
         assert echo(0) >> pool == 0

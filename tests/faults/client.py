@@ -2,8 +2,9 @@
 
 It opens a 2-node pool on the provider given and goes to the phase given, where it stays (a
 plugin hook or a task holds) until the test applies the exit path from outside (a signal to
-this program, a worker killed, a host cut off), or applies it itself (``return``,
-``exception``). The processes a task starts carry ``SKYWARD_FAULT_TAG=<tag>`` in their
+this program, a worker killed or stopped, a host cut off), or applies it itself (``return``,
+``exception``). A running task is a broadcast (``@``), or with a path ending ``-gather`` or
+``-run``, a ``gather`` of one task per node or a ``>>`` on node 1. The processes a task starts carry ``SKYWARD_FAULT_TAG=<tag>`` in their
 environment (on Local, the workers too: they inherit this program's), so the test can find
 whatever is left; on the SSH hosts it also looks for any skyward process. Reaching a phase, a node
 writes ``<marker>-<phase>-<node>`` holding its worker's pid (/tmp is shared with the hosts).
@@ -82,7 +83,14 @@ def main() -> None:
     with sky.ComputePool(provider=provider, nodes=2, image=image, plugins=[hold_plugin(cfg["tag"], marker, phase, path)],
                          idle_timeout=3, console=False) as pool:
         print("open", flush=True)
-        assert run_then_hold(marker, phase, path) @ pool == [0, 1]
+        task = run_then_hold(marker, phase, path)
+        if path.endswith("-gather"):  # one task per node (the least busy node first)
+            assert sky.gather(task, task) >> pool == [0, 1]
+        elif path.endswith("-run"):  # node 0 busy with a `>` task: `>>` runs on node 1
+            busy = task > pool
+            assert task >> pool == 1 and busy.result() == 0
+        else:
+            assert task @ pool == [0, 1]
     print("closed", flush=True)
 
 

@@ -33,6 +33,11 @@ ROOT = Path(__file__).parents[2]
 #: everything of the pool to be gone.
 IDLE_TIMEOUT = 3.0
 SETTLE = IDLE_TIMEOUT + 7
+#: Node 1 silenced (its link cut, its worker stopped): the program must have named it and
+#: ended within this many seconds: idle_timeout, then a few seconds each for noticing, the
+#: other node's task to stop (a grace of 5 s at teardown) and the silent host's stop (3 s).
+#: (Before silence was handled alike everywhere, every SSH case took about 21 s; now about 7 s.)
+SILENT_ENDS_WITHIN = IDLE_TIMEOUT + 15
 
 
 @dataclass(frozen=True)
@@ -51,15 +56,22 @@ class Case:
         return self.provider == "aws" and self.path == "SIGKILL"
 
 
+#: Node 1 goes silent mid-task (no end of stream, no exit code), while the program waits in a
+#: broadcast, a gather or ``>>``: its host's link is cut (SSH, AWS) or its worker is stopped
+#: with SIGSTOP (Local, which has no link to cut).
+SILENT = {"ssh": ("link-cut", "link-cut-gather", "link-cut-run"),
+          "local": ("stopped", "stopped-gather", "stopped-run")}
 PATHS = {
     "preparing": ("SIGINT", "SIGKILL"),
     "starting": ("exception", "SIGINT", "SIGKILL", "worker-killed"),
-    "running": ("return", "exception", "SIGINT", "SIGTERM", "SIGKILL", "worker-killed", "link-cut"),
+    "running": ("return", "exception", "SIGINT", "SIGTERM", "SIGKILL", "worker-killed", *SILENT["ssh"],
+                *SILENT["local"]),
     "teardown": ("return", "SIGKILL"),
 }
 CASES = [Case(provider, phase, path)
          for provider in ("local", "ssh") for phase, paths in PATHS.items() for path in paths
-         if provider == "ssh" or (phase != "preparing" and path != "link-cut")]
+         if (provider == "ssh" or phase != "preparing")
+         and not any(path in silent for other, silent in SILENT.items() if other != provider)]
 # AWS (moto's EC2, its instances the SSH test hosts): the SSH cases. A client killed outright
 # cannot release the machines: their own watchdog does (it powers them off), which neither
 # moto nor a test host can run, so there the test checks that the instances are still there
@@ -92,7 +104,7 @@ EXPECTED = {
     "SIGTERM": None,
     "SIGKILL": None,
     "worker-killed": ["WorkerLost: node 1", "killed by SIGKILL"],
-    "link-cut": ["WorkerLost: node 1", "no heartbeat"],
+    **{path: ["WorkerLost: node 1", "no heartbeat"] for paths in SILENT.values() for path in paths},
 }
 
 
@@ -129,13 +141,15 @@ def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
 
 def apply_exit_path(client: subprocess.Popen, path: str, pid_file: str, hosts) -> testhosts.TestHost | None:
     """Apply exit path ``path`` from outside to a client program that reached its phase (a
-    signal to it; node 1's worker, whose pid ``pid_file`` holds, killed; node 1's host cut
-    off); returns the host cut off, if any."""
+    signal to it; node 1's worker, whose pid ``pid_file`` holds, killed or stopped; node 1's
+    host cut off); returns the host cut off, if any."""
     if path.startswith("SIG"):
         client.send_signal(signal.Signals[path])
     elif path == "worker-killed":
         os.kill(int(Path(pid_file).read_text()), signal.SIGKILL)
-    elif path == "link-cut":
+    elif path.startswith("stopped"):
+        os.kill(int(Path(pid_file).read_text()), signal.SIGSTOP)
+    elif path.startswith("link-cut"):
         hosts[1].set_link(False)
         return hosts[1]
     return None
@@ -202,7 +216,9 @@ def test_every_exit_path_leaves_nothing_and_names_the_node(case: Case, hosts, re
         if case.path.startswith("SIG") and case.phase == "preparing":  # (and setup is running on the hosts)
             assert wait_for(lambda: len(tagged(tag)) >= 3, 10)
         cut = apply_exit_path(client, case.path, f"{marker}-{case.phase}-1", hosts)
+        applied = time.monotonic()
         out, _ = client.communicate(timeout=60)
+        ended_after = time.monotonic() - applied
     finally:
         clean_up_case(client, cut, tag)
     def left() -> dict:
@@ -218,6 +234,9 @@ def test_every_exit_path_leaves_nothing_and_names_the_node(case: Case, hosts, re
     missing = [text for text in expected or () if text not in out]
     assert not left_behind and not missing, (
         f"left behind: {left_behind}\nnot said: {missing}\nthe program's output:\n{out[-3000:]}")
+    if any(case.path in silent for silent in SILENT.values()):
+        assert ended_after < SILENT_ENDS_WITHIN, (
+            f"the program ended {ended_after:.1f}s after node 1 went silent\nthe program's output:\n{out[-3000:]}")
     if case.left_to_watchdog:
         down_removes_what_the_watchdog_would(request.getfixturevalue("aws"))
 

@@ -1,0 +1,221 @@
+"""How a pool grows: start time, broadcast latency and gather throughput from 1 to 128 nodes.
+
+    python bench/scaling.py            # Local 1, 4, 16, 64, 128 nodes and SSH 1, 2, 4, 8 test hosts,
+                                       # 3 repetitions; writes its section of docs/benchmarks.md
+                                       # (kept when bench/run.py rewrites the page)
+    python bench/scaling.py --quick    # Local 1, 4, 16 nodes, once; prints the figures only
+    python bench/scaling.py --no-ssh   # Local only
+
+Each measurement is a fresh client process (``--client``) that opens a pool of N nodes and reports:
+
+- ``start``: entering ``ComputePool(nodes=N)`` until every worker has said READY;
+- ``broadcast``: the median of 20 ``noop() @ pool`` (one no-op task on every node, all answers back),
+  after one to warm up;
+- ``gather``: ``sky.gather(*1024 no-op tasks) >> pool``, as tasks per second;
+- ``close``: leaving the block until every worker is confirmed gone.
+
+Sizes are interleaved (ascending, then descending, ...). The cost per added node is the slope of a
+least-squares line through the medians. The SSH pools run on test hosts (``tests/hosts/testhosts.py``:
+real sshds in network namespaces of this machine, so the hosts share its cores), one node per host,
+with an image the hosts have built before (a warm start); needs root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from _common import hosts_wheelhouse, loadavg, write_section  # noqa: E402
+
+OWNER = "bench/scaling.py"
+LOCAL_SIZES = (1, 4, 16, 64, 128)
+SSH_SIZES = (1, 2, 4, 8)
+BROADCASTS = 20
+GATHERED = 1024
+METRICS = ("start", "broadcast", "gather", "close")
+
+
+# -- the client, in its own process -------------------------------------------------------------------
+def client(nodes: int, ssh: dict[str, Any] | None, result_path: str) -> None:
+    sys.path.insert(0, ROOT)
+    import skyward as sky
+
+    @sky.compute
+    def noop() -> None:
+        return None
+
+    kw: dict[str, Any] = {}
+    if ssh is not None:
+        hosts = ssh["hosts"][:nodes]
+        kw["provider"] = sky.SSH([h["ip"] for h in hosts], user=hosts[0]["user"], key=hosts[0]["key_path"],
+                                 known_hosts=hosts[0]["known_hosts_all"], find_links=[ssh["wheelhouse"]],
+                                 no_index=True, connect_timeout=10)
+        kw["image"] = sky.Image(env={"BENCH_IMAGE": ssh["image_tag"]})
+    started = time.perf_counter()
+    pool = sky.ComputePool(nodes=nodes, console=False, start_timeout=600, **kw).__enter__()
+    try:
+        start = time.perf_counter() - started
+        assert noop() @ pool == [None] * nodes  # warm: the function is on every worker
+        trips = []
+        for _ in range(BROADCASTS):
+            t = time.perf_counter()
+            noop() @ pool
+            trips.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        assert len(sky.gather(*(noop() for _ in range(GATHERED))) >> pool) == GATHERED
+        gather = GATHERED / (time.perf_counter() - t)
+    finally:
+        t = time.perf_counter()
+        pool.__exit__(None, None, None)
+        close = time.perf_counter() - t
+    with open(result_path, "w") as f:
+        json.dump({"start": start, "broadcast": statistics.median(trips), "gather": gather, "close": close}, f)
+
+
+# -- the driver ---------------------------------------------------------------------------------------
+def run_once(nodes: int, ssh: dict[str, Any] | None) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        result = os.path.join(tmp, "result.json")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--client", str(nodes),
+                               json.dumps(ssh), result], env=env, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0 or not os.path.exists(result):
+            raise SystemExit(f"bench/scaling.py: the {nodes}-node client failed (exit {done.returncode}):\n"
+                             + (done.stdout + done.stderr)[-3000:])
+        with open(result) as f:
+            return json.load(f)
+
+
+def measure(sizes: tuple[int, ...], reps: int, ssh: dict[str, Any] | None) -> dict[int, list[dict[str, float]]]:
+    samples: dict[int, list[dict[str, float]]] = {n: [] for n in sizes}
+    what = "SSH" if ssh else "Local"
+    for rep in range(reps):
+        for n in sizes if rep % 2 == 0 else tuple(reversed(sizes)):
+            load = loadavg()[0]
+            samples[n].append(dict(run_once(n, ssh), load=load))
+            s = samples[n][-1]
+            print(f"[scaling] {what} rep {rep + 1}/{reps} {n:>3} nodes: start {s['start']:.2f}s, broadcast "
+                  f"{s['broadcast'] * 1e3:.1f}ms, gather {s['gather']:,.0f}/s, close {s['close']:.2f}s "
+                  f"(load {loadavg()[0]:.1f})", file=sys.stderr, flush=True)
+    return samples
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys over xs."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def table(samples: dict[int, list[dict[str, float]]]) -> tuple[list[str], str]:
+    med = {n: {m: statistics.median(s[m] for s in runs) for m in METRICS} for n, runs in samples.items()}
+    rows = [f"| {n} | {v['start']:.2f} | {v['broadcast'] * 1e3:.2f} | {v['gather']:,.0f} | "
+            f"{GATHERED / v['gather']:.3f} | {v['close']:.2f} |" for n, v in med.items()]
+    loads = [s["load"] for runs in samples.values() for s in runs]
+    rows.append("")
+    rows.append(f"1-minute load average as each measurement started: {min(loads):.1f}–{max(loads):.1f} "
+                f"(median {statistics.median(loads):.1f}).")
+    ns = [float(n) for n in med]
+    if len(ns) < 2:
+        return rows, ""
+    per = {m: slope(ns, [v[m] for v in med.values()]) for m in ("start", "broadcast", "close")}
+    gather_s = slope(ns, [GATHERED / v["gather"] for v in med.values()])
+    cost = (f"Cost per added node (least-squares slope over the medians): start **{per['start'] * 1e3:+.0f} ms**, "
+            f"broadcast **{per['broadcast'] * 1e6:+.0f} µs**, {GATHERED} gathered tasks "
+            f"**{gather_s * 1e3:+.1f} ms**, close **{per['close'] * 1e3:+.0f} ms**.")
+    return rows, cost
+
+
+def report(local: dict[int, list[dict[str, float]]], ssh: dict[int, list[dict[str, float]]] | str | None,
+           reps: int, quick: bool, load_start: list[float], cores: int) -> str:
+    head = "| nodes | start s | broadcast ms | gather tasks/s | gather s | close s |"
+    rule = "| --- | --- | --- | --- | --- | --- |"
+    load = loadavg()
+    lines = [
+        "## Scaling: start, broadcast and gather from 1 to 128 nodes",
+        "",
+        f"*Generated by `python bench/scaling.py{' --quick' if quick else ''}` on "
+        f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}, {cores} cores; load average {load_start[0]:.2f}, "
+        f"{load_start[1]:.2f}, {load_start[2]:.2f} at the start and {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} at "
+        "the end. Re-running it rewrites this section only.*",
+        "",
+        f"Each figure is the median of {reps} repetition{'s' if reps != 1 else ''}, each a fresh client process "
+        "opening a pool of that size (sizes interleaved). *start*: entering the pool until every worker is "
+        f"ready; *broadcast*: the median of {BROADCASTS} `noop() @ pool`, every node's answer back; *gather*: "
+        f"`sky.gather(*{GATHERED} no-op tasks) >> pool`; *close*: leaving the block, every worker confirmed "
+        "gone. Every worker is a process of this machine (Local) or of a test host sharing its cores (SSH): "
+        "past a few nodes per core the figures measure the cores being shared, which is the point of the "
+        "cost per node.",
+        "",
+        "### Local",
+        "",
+        head,
+        rule,
+    ]
+    rows, cost = table(local)
+    lines += [*rows, "", cost] if cost else rows
+    lines += ["", "### SSH (test hosts, warm image, one node per host)", ""]
+    if isinstance(ssh, dict):
+        rows, cost = table(ssh)
+        lines += [head, rule, *rows] + (["", cost] if cost else [])
+    else:
+        lines.append(f"Not measured: {ssh or 'skipped (--no-ssh or --quick)'}.")
+    return "\n".join(lines)
+
+
+def measure_ssh(sizes: tuple[int, ...], reps: int) -> dict[int, list[dict[str, float]]] | str:
+    sys.path.insert(0, ROOT)
+    try:
+        from tests.hosts import testhosts
+    except ImportError as exc:
+        return f"tests/hosts/testhosts.py cannot be imported: {exc}"
+    why = testhosts.unavailable_reason()
+    if why:
+        return why
+    wheelhouse = hosts_wheelhouse()
+    with testhosts.claim_slot(prefix="skyp") as slot:  # the slots test sessions use: no clashes
+        testhosts.down(prefix=slot.prefix)
+        try:
+            hosts = testhosts.up(max(sizes), prefix=slot.prefix, subnet=slot.subnet)
+            ssh = {"hosts": [{"ip": h.ip, "user": h.user, "key_path": h.key_path,
+                              "known_hosts_all": h.known_hosts_all} for h in hosts],
+                   "wheelhouse": wheelhouse, "image_tag": f"scaling-{uuid.uuid4().hex}"}
+            print(f"[scaling] SSH: building the image on {max(sizes)} hosts", file=sys.stderr, flush=True)
+            run_once(max(sizes), ssh)  # every host builds the image once: the measured starts are warm
+            return measure(sizes, reps, ssh)
+        finally:
+            testhosts.down(prefix=slot.prefix)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        client(int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="Local 1, 4, 16 nodes once; print, do not write")
+    parser.add_argument("--no-ssh", action="store_true", help="Local only")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3; --quick: 1)")
+    args = parser.parse_args()
+    reps = args.reps or (1 if args.quick else 3)
+    load_start = loadavg()
+    local = measure((1, 4, 16) if args.quick else LOCAL_SIZES, reps, None)
+    ssh = None if args.quick or args.no_ssh else measure_ssh(SSH_SIZES, reps)
+    section = report(local, ssh, reps, args.quick, load_start, os.cpu_count() or 1)
+    print(section)
+    if not args.quick:
+        write_section(OWNER, section)
+
+
+if __name__ == "__main__":
+    main()
