@@ -238,7 +238,7 @@ def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_eve
 
     ``provider`` replaces the one the plan names (e.g. an ``sky.SSH`` with options the command
     line has no flags for); ``console`` and ``on_event`` are the pool's. ``cluster`` (see
-    :func:`skyward.clusters.cli.pool_args`) runs it on a named cluster that stays up: setup only
+    :func:`skyward.clusters.jobs.pool_args`) runs it on a named cluster that stays up: setup only
     when new or changed (never without ``run_setup``); ``detach_run`` starts the run and returns.
     """
     err = err or sys.stderr
@@ -273,7 +273,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
                      "accelerator": None if p.provider == "local" else accelerator,
                      "processes_per_node": p.processes_per_node}
             if cluster is not None:
-                from skyward.clusters import cli as clusters
+                from skyward.clusters import jobs as clusters
 
                 shape = clusters.pool_args(dict(cluster), shape)
             with contextlib.ExitStack() as stack:
@@ -315,7 +315,7 @@ def _run_stage(pool: Any, p: LaunchPlan, phase: list[str], *, cluster: Mapping[s
     wrap = (lambda cmd: in_container(cmd, image[len("docker:"):], list(env), cwd)) \
         if image.startswith("docker:") else (lambda cmd: cmd)
     if cluster is not None:
-        from skyward.clusters import cli as clusters
+        from skyward.clusters import jobs as clusters
     if p.setup and run_setup and (cluster is None or clusters.setup_needed(pool, p)):
         sky.shell(wrap(p.setup), env=env, cwd=cwd) @ pool
         if cluster is not None:

@@ -1,0 +1,88 @@
+"""A task file's run on a named cluster (what :mod:`skyward.launch` asks of a cluster): the pool's
+arguments, whether setup runs again, and runs that go on without the client (``-d``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+__all__ = ["pool_args", "run_detached", "setup_done", "setup_hash", "setup_needed"]
+
+
+def setup_hash(plan: Any) -> str | None:
+    """What decides whether a cluster's setup runs again: the setup block and its env."""
+    if not plan.setup:
+        return None
+    text = json.dumps([plan.setup, sorted(plan.envs.items()), sorted(plan.secrets)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def pool_args(cluster: dict[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
+    """The ComputePool arguments for a launch on cluster ``cluster["name"]``: the task's shape
+    (checked against an existing cluster's; its provider only when given on the command line),
+    or for ``exec`` (no shape given) the name alone."""
+    from skyward.clusters.state import Store
+
+    name = cluster["name"]
+    args: dict[str, Any] = {"name": name, "idle_minutes": cluster.get("idle_minutes"),
+                            "down": cluster.get("down", False)}
+    if cluster.get("attach_only"):
+        return args
+    exists = Store().get(name) is not None
+    args.update(shape)
+    if exists and not cluster.get("provider_given", True):
+        args.pop("provider")
+    return args
+
+
+def setup_needed(pool: Any, p: Any) -> bool:
+    """Whether a cluster launch runs the setup block: the cluster is new, or the block (with its
+    env) changed since it last ran there."""
+    record = pool._cluster.record
+    return record is None or record.setup_hash != setup_hash(p) or not pool._cluster.attached
+
+
+def setup_done(pool: Any, p: Any) -> None:
+    from skyward.clusters.state import Store
+
+    session = pool._cluster
+    current = Store().get(session.name) or session.record  # (a restart may have renamed its workers)
+    session.record = current.with_(setup_hash=setup_hash(p))
+    Store().put(session.record)
+
+
+def run_detached(pool: Any, command: str, env: dict[str, str], cwd: str | None) -> list[str]:
+    """Start ``command`` on every node of a cluster, detached from this client: it goes on when
+    the client leaves (still inside the cluster worker's process tree, so it ends with the
+    cluster), its output goes to a log next to the worker's socket. Returns the log paths."""
+    import skyward as sky
+
+    job = time.strftime("%Y%m%d-%H%M%S")
+    logs = sky.compute(name="start detached run")(_start_job)(command, env, cwd, job) @ pool
+    return [log for log in logs if log]
+
+
+def _start_job(command: str, env: dict[str, str], cwd: str | None, job: str) -> str:
+    import os
+    import subprocess
+    import threading
+
+    import skyward as sky
+    from skyward.worker.resident import jobs_dir
+
+    info = sky.instance_info()
+    if info.local_rank:  # once per node, as the run block runs
+        return ""
+    directory = jobs_dir(info.node)
+    log = os.path.join(directory, f"{job}.log")
+    full = {**os.environ, **env}
+    where = os.path.expanduser(cwd) if cwd else None
+    with open(log, "ab") as f:
+        proc = subprocess.Popen(["/bin/bash", "-c", command], stdin=subprocess.DEVNULL, stdout=f,
+                                stderr=subprocess.STDOUT, env=full, cwd=where, start_new_session=True)
+    with open(os.path.join(directory, f"{job}.pid"), "w") as f:
+        f.write(str(proc.pid))
+    threading.Thread(target=proc.wait, name="skyward-detached-run", daemon=True).start()  # (no zombie)
+    return log
