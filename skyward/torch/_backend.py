@@ -208,7 +208,7 @@ def register() -> None:
             return
         from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-        from skyward.torch import _copies, _module
+        from skyward.torch import _autocast, _copies, _module
 
         if torch._C._get_privateuse1_backend_name() not in ("privateuseone", BACKEND):
             raise DeviceError("another library already registered torch's custom device "
@@ -219,7 +219,9 @@ def register() -> None:
         lib.impl("empty_strided", _copies.empty_strided, "PrivateUse1")
         lib.impl("_copy_from", _copies.copy_from, "PrivateUse1")
         lib.impl("_copy_from_and_resize", _copies.copy_from_and_resize, "PrivateUse1")
-        globals()["_lib"] = lib  # (the registrations live as long as the library object)
+        every = torch.library.Library("_", "IMPL")
+        _autocast.register(lib, every)
+        globals()["_libs"] = (lib, every)  # (the registrations live as long as the library objects)
         _registered = True
 
 

@@ -20,7 +20,7 @@ from torch.utils import _pytree as pytree
 
 from skyward.errors import DeviceError
 from skyward.torch import _peer
-from skyward.torch._wire import OP_FREE, OP_RECV, OP_SEED, OP_SEND, Blob, DeviceRef, Described, Ref
+from skyward.torch._wire import OP_FREE, OP_RECV, OP_RNG, OP_SEED, OP_SEND, Blob, DeviceRef, Described, Ref
 
 _sessions: dict[str, Session] = {}
 _sessions_lock = threading.Lock()
@@ -161,6 +161,10 @@ class Session:
             return self.scalar(request[1])
         if kind == "noop":
             return None
+        if kind == "rng":
+            return Blob.of(_rng_state(self.device), copy=True)
+        if kind == "memory":
+            return self.memory()
         if kind == "probe":
             try:
                 _peer.current().connect(request[1], request[2])
@@ -209,6 +213,9 @@ class Session:
                 continue
             if name == OP_SEED:
                 _seed(self.device, args[0])
+                continue
+            if name == OP_RNG:
+                _set_rng_state(self.device, args[0].tensor())
                 continue
             if name == OP_SEND or name == OP_RECV:
                 self._transfer(name, args)
@@ -274,6 +281,21 @@ class Session:
 
         return pytree.tree_map(describe_leaf, result)
 
+    def memory(self) -> dict[str, int]:
+        """What this device holds: ``allocated`` (bytes of this session's tensors' storages, each
+        counted once), and on a GPU the allocator's own figures (``torch.cuda.memory_stats``)."""
+        seen: dict[int, int] = {}
+        for t in self.tensors.values():
+            try:
+                storage = t.untyped_storage()
+            except (NotImplementedError, RuntimeError):  # (sparse and other storage-less layouts)
+                continue
+            seen[storage.data_ptr()] = storage.nbytes()
+        stats = {"session.allocated": sum(seen.values())}
+        if self.device.type == "cuda":
+            stats.update(torch.cuda.memory_stats(self.device))
+        return stats
+
     def fetch(self, tid: int) -> Any:
         value = self.tensors.get(tid)
         if value is None:
@@ -301,6 +323,19 @@ def _seed(device: torch.device, seed: int) -> None:
     torch.manual_seed(seed)
     if device.type == "cuda":
         torch.cuda.manual_seed_all(seed)
+
+
+def _rng_state(device: torch.device) -> torch.Tensor:
+    if device.type == "cuda":
+        return torch.cuda.get_rng_state(device)
+    return torch.get_rng_state()
+
+
+def _set_rng_state(device: torch.device, state: torch.Tensor) -> None:
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.set_rng_state(state)
 
 
 def open_session(key: str, index: int, kind: str, address: str, secret: bytes) -> dict[str, Any]:
@@ -333,7 +368,8 @@ def _session(key: str) -> Session:
 def run(key: str, seq: int, blob: bytes, request: tuple[Any, ...] | None, *buffers: Any) -> Any:
     """Queue one batch (the ``seq``-th of its device) for the device's thread; if it carries a
     ``request``, wait for the answer: ``("fetch", tid)`` (the tensor's bytes), ``("item", tid)``
-    (its Python scalar), ``("describe", op, first_tid)`` (run ``op``, describe its outputs) or
+    (its Python scalar), ``("describe", op, first_tid)`` (run ``op``, describe its outputs),
+    ``("rng",)`` (the device's generator state), ``("memory",)`` (what it holds) or
     ``("noop",)``. A failure of an earlier batch is raised here, by the first request after it."""
     session = _session(key)
     job = _Job(pickle.loads(blob, buffers=buffers) if blob else (), request)

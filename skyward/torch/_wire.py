@@ -23,6 +23,8 @@ import torch
 OP_FREE = "$free"
 #: Seed every generator of the node's device (``torch.manual_seed`` on the client).
 OP_SEED = "$seed"
+#: ``(state,)``: set the generator of the node's device to ``state`` (a CPU byte tensor's Blob).
+OP_RNG = "$rng"
 #: ``(src, xid, address, port)``: send tensor ``src``'s bytes to the worker at address:port.
 OP_SEND = "$send"
 #: ``(dst, xid, sender, shape, dtype, new)``: take transfer ``xid`` from worker ``sender`` as a
