@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -10,12 +11,49 @@ if TYPE_CHECKING:
     from skyward.torch._backend import RemoteDevice
 
 
+class _ForModuleMoves:
+    """``__tensor_flatten__``/``__tensor_unflatten__``, seen only by ``nn.Module._apply``.
+
+    ``_apply`` (``model.to(device)``) swaps a traceable wrapper subclass's tensors into the
+    module's existing parameters (``torch.utils.swap_tensors``) instead of wrapping them in new
+    ones; so a parameter keeps its identity, and weights tied across modules stay tied. Offered
+    to everyone, the same two names would tell torch.compile it can trace a ``sky`` tensor,
+    which it cannot (it takes the storage): there they are absent, and TorchDynamo falls back to
+    eager as before."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def __get__(self, obj: Any, owner: Any) -> Any:
+        frame = sys._getframe(1)
+        for _ in range(4):  # (_apply -> is_traceable_wrapper_subclass -> ..._protocol -> hasattr)
+            if frame is None:
+                break
+            if frame.f_code is _APPLY:
+                return self.fn.__get__(obj, owner)
+            frame = frame.f_back
+        raise AttributeError("__tensor_flatten__")
+
+
+_APPLY = torch.nn.Module._apply.__code__
+
+
+def _flatten(self: Any) -> tuple[list[str], Any]:
+    return [], None  # (a handle has no inner tensors)
+
+
+def _unflatten(inner: Any, meta: Any, size: Any, stride: Any) -> Any:
+    raise NotImplementedError("a sky tensor cannot be rebuilt from parts")
+
+
 class SkyTensor(torch.Tensor):
     """A tensor on a ``sky`` device: its metadata here, its data on a node."""
 
     _dev: RemoteDevice
     _tid: int
     __torch_function__ = torch._C._disabled_torch_function_impl
+    __tensor_flatten__ = _ForModuleMoves(_flatten)
+    __tensor_unflatten__ = _ForModuleMoves(staticmethod(_unflatten))
 
     @staticmethod
     def __new__(cls, dev: RemoteDevice, tid: int, size: Any, stride: Any, offset: int, dtype: torch.dtype) -> SkyTensor:
@@ -49,8 +87,12 @@ class SkyTensor(torch.Tensor):
         return text[:-1] + suffix + ")" if text.endswith(")") else text
 
     def __reduce_ex__(self, proto: Any) -> Any:
-        # (torch.save and pickle store the data, as a CPU tensor: a handle means nothing elsewhere)
-        return self.detach().cpu().__reduce_ex__(proto)
+        # (torch.save and pickle store the data, as a CPU tensor: a handle means nothing elsewhere;
+        # a parameter stays a parameter)
+        data = self.detach().cpu()
+        if self.__dict__.get("_is_param"):
+            data = torch.nn.Parameter(data, requires_grad=self.requires_grad)
+        return data.__reduce_ex__(proto)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         if id(self) in memo:
