@@ -45,6 +45,7 @@ BATCH_AGE = 0.005
 
 _devices: dict[int, RemoteDevice] = {}
 _registry_lock = threading.Lock()
+_engine_threads = [True]  # (whether autograd ran multithreaded before the first device opened)
 #: What a node's worker asks of a peer before it accepts a node-to-node copy from it. Made
 #: here, per client process; it reaches the workers over the pool's own channels only.
 SECRET = os.urandom(32)
@@ -94,6 +95,11 @@ class RemoteDevice:
         self._tid = 0
         self._seq = 0
         self._run = _server().run
+        #: id -> (handle, plan key, step) of outputs the node checks (first use of a signature):
+        #: its answer's corrections fix these handles and plans.
+        self.watched: dict[int, tuple[Any, ...]] = {}
+        #: Custom operators (and torch namespaces) the node was told of.
+        self.defined: set[str] = set()
         #: Operations sent and batches sent (for benchmarks and tests).
         self.sent_ops = 0
         self.sent_batches = 0
@@ -169,7 +175,7 @@ class RemoteDevice:
             self._seq += 1
             self.sent_batches += 1
             try:
-                return self.link.call(self._run, (self.key, seq, blob, request, *buffers))
+                value, corrections = self.link.call(self._run, (self.key, seq, blob, request, *buffers))
             except DeviceError as exc:
                 if exc.op in (OP_RECV, OP_SEND):  # a copy with another node broke: was it lost?
                     from skyward.torch._copies import lost_peer
@@ -178,6 +184,11 @@ class RemoteDevice:
                     if lost is not None:
                         raise lost from exc
                 raise
+            if self.watched:
+                from skyward.torch._dispatch import correct
+
+                correct(self, corrections)
+            return value
 
     def seed(self, seed: int) -> None:
         with self._lock:
@@ -219,6 +230,7 @@ def register() -> None:
         lib.impl("empty_strided", _copies.empty_strided, "PrivateUse1")
         lib.impl("_copy_from", _copies.copy_from, "PrivateUse1")
         lib.impl("_copy_from_and_resize", _copies.copy_from_and_resize, "PrivateUse1")
+        lib.impl("_efficientzerotensor", _copies.efficient_zeros, "PrivateUse1")
         every = torch.library.Library("_", "IMPL")
         _autocast.register(lib, every)
         globals()["_libs"] = (lib, every)  # (the registrations live as long as the library objects)
@@ -233,6 +245,12 @@ def attach(link: Link, kind: str, real: str, key: str) -> RemoteDevice:
         while index in _devices:
             index += 1
         dev = RemoteDevice(index, link, kind, real, key)
+        if not _devices:
+            # The autograd engine's per-device threads do not know a Python-registered device (it
+            # sizes their queues once, by a device count of 1): backward through sky tensors
+            # runs on the calling thread, as CPU work does anyway.
+            _engine_threads[0] = torch._C._is_multithreading_enabled()
+            torch._C._set_multithreading_enabled(False)
         _devices[index] = dev
     return dev
 
@@ -246,6 +264,8 @@ def detach(dev: RemoteDevice, reason: str) -> None:
     with _registry_lock:
         if _devices.get(dev.index) is dev:
             del _devices[dev.index]
+            if not _devices:
+                torch._C._set_multithreading_enabled(_engine_threads[0])
 
 
 from skyward.torch._tensor import SkyTensor  # noqa: E402  (after RemoteDevice: it makes handles)

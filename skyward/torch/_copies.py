@@ -168,3 +168,9 @@ def copy_from_and_resize(src: Any, dst: Any) -> Any:
     if tuple(dst.shape) != tuple(src.shape):
         dst.resize_(src.shape)
     return _copy_(torch.ops.aten.copy_.default, (dst, src), {})
+
+
+def efficient_zeros(size: Any, dtype: Any = None, layout: Any = None, device: Any = None,
+                    pin_memory: Any = None) -> SkyTensor:
+    """``aten::_efficientzerotensor`` (autograd's zero gradients, as in ``sgn``'s backward): zeros."""
+    return empty(size, dtype=dtype, device=device).zero_()

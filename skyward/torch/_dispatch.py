@@ -3,6 +3,7 @@ tensors, once per signature), the operation queued for the node, handles returne
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -11,7 +12,7 @@ from torch.utils import _pytree as pytree
 from skyward.errors import DeviceError
 from skyward.torch._backend import BACKEND, RemoteDevice, _device
 from skyward.torch._tensor import SkyTensor
-from skyward.torch._wire import INLINE_BYTES, Blob, DeviceRef, Described, Ref
+from skyward.torch._wire import OP_DEFINE, INLINE_BYTES, Blob, DeviceRef, Described, Expect, Ref
 
 # Operations that always need the node's answer (their result is a value, not a tensor).
 _SYNC_OPS = frozenset({"aten._local_scalar_dense.default", "aten.equal.default", "aten.is_nonzero.default"})
@@ -51,6 +52,9 @@ def _walk(x: Any, found: list[Any], float_by_value: bool) -> tuple[Any, Any]:
     if isinstance(x, torch.Tensor):
         if x.device.type == "meta":
             raise DeviceError("meta tensors cannot be combined with sky tensors", op="")
+        if x.layout != torch.strided:
+            raise NotImplementedError(f"{x.layout} tensors are not supported on a sky device (only torch.strided: "
+                                      "convert with .to_dense() first)")
         found.append(x)
         return ("cpu", x.shape, x.stride(), x.dtype), x  # (encoded later: see _blobs)
     if t is dict:
@@ -90,7 +94,12 @@ def _to_meta(x: Any) -> Any:
         size, stride, offset = tuple(x.shape), x.stride(), x.storage_offset()
         need = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else offset
         base = torch.empty(max(need, 0), dtype=x.dtype, device="meta")
-        return base.as_strided(size, stride, offset)
+        m = base.as_strided(size, stride, offset)
+        if x.is_conj():
+            torch._C._set_conj(m, True)
+        if x.is_neg():
+            torch._C._set_neg(m, True)
+        return m
     if type(x) is torch.device and x.type == BACKEND:
         return torch.device("meta")
     return x
@@ -101,11 +110,16 @@ def _plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     meta_args, meta_kwargs = pytree.tree_map(_to_meta, (args, kwargs))
     try:
         out = func(*meta_args, **meta_kwargs)
-    except NotImplementedError:  # data-dependent (nonzero, unique...) or no meta kernel: ask the node
+    except Exception:
+        # Data-dependent (nonzero, allclose, repeat_interleave's tensor repeats), no meta kernel,
+        # or the call's own fault (mismatched shapes): the node runs it at once, and its answer,
+        # or its error in the device's own words, is the truth.
         return _SYNC
-    # (any other error is the call's own fault, such as mismatched shapes: raised here, at once,
-    # as torch raises it for a local tensor)
     leaves, spec = pytree.tree_flatten(out)
+    for v in leaves:
+        if isinstance(v, torch.Tensor) and v.layout != torch.strided:
+            raise NotImplementedError(f"{v.layout} tensors are not supported on a sky device ({func} makes one): "
+                                      "only torch.strided; keep sparse work on the CPU or densify it first")
     meta_leaves = [v for v in pytree.tree_leaves((meta_args, meta_kwargs)) if isinstance(v, torch.Tensor)]
     index_of = {id(v): i for i, v in enumerate(meta_leaves)}
     originals = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
@@ -120,7 +134,8 @@ def _plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
                 changed = now != (tuple(was.shape), was.stride(), was.storage_offset())
                 plan.append(("in", i, now if changed else None))
             else:
-                plan.append(("new", tuple(v.shape), v.stride(), v.storage_offset(), v.dtype))
+                bits = (v.is_conj(), v.is_neg()) if v.is_complex() or v.is_neg() else None
+                plan.append(("new", tuple(v.shape), v.stride(), v.storage_offset(), v.dtype, bits))
         else:
             plan.append(("value", v))
     single = spec.is_leaf() if hasattr(spec, "is_leaf") else False
@@ -136,14 +151,21 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generic: 
         return special(func, args, kwargs)
     if name in _UNSUPPORTED:
         raise NotImplementedError(f"{_UNSUPPORTED[name]} is not supported on a sky device")
+    if "sparse" in name and func._opname.lstrip("_").startswith(("to_sparse", "sparse_")):
+        layout = kwargs.get("layout") or "sparse layouts"
+        raise NotImplementedError(f"{layout} tensors are not supported on a sky device ({name}): only torch.strided; "
+                                  "keep sparse work on the CPU or densify it first")
     found: list[Any] = []
     by_value = func._opname in _FLOAT_SHAPED
     sig_args, enc_args = _walk(args, found, by_value)
     sig_kwargs, enc_kwargs = _walk(kwargs, found, by_value) if kwargs else ((), {})
     dev = _device_of(found)
+    if func.namespace != "aten" and func.namespace not in dev.defined and func._schema.name not in dev.defined:
+        _define(dev, func)
     key = (func, sig_args, sig_kwargs)
     plan = _plans.get(key)
-    if plan is None:
+    fresh = plan is None
+    if fresh:
         plan = _SYNC if name in _SYNC_OPS else _plan(func, args, kwargs)
         _plans[key] = plan
     with dev._lock:
@@ -161,6 +183,9 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generic: 
             kind = step[0]
             if kind == "new":
                 h = dev.handle(step[1], step[2], step[3], step[4])
+                if step[5] is not None:
+                    torch._C._set_conj(h, step[5][0])
+                    torch._C._set_neg(h, step[5][1])
                 outs.append(h._tid)
                 results.append(h)
             elif kind == "in":
@@ -171,6 +196,8 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generic: 
                 results.append(t)
             else:
                 results.append(step[1])
+        if fresh:
+            outs = _watch(dev, key, steps, outs, results)
         dev.queue((name, enc_args, enc_kwargs, outs), nbytes)
         if big:
             dev.flush()  # (now, while the client tensor is as it was: it was not copied)
@@ -179,12 +206,73 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generic: 
     return pytree.tree_unflatten(results, spec)
 
 
+def _define(dev: RemoteDevice, func: Any) -> None:
+    """Before ``func``'s first use on ``dev``: queue what the node needs to have the operator (an
+    operator of torch's own, or one this process registered with ``torch.library.custom_op``)."""
+    from torch._library.custom_ops import OPDEFS
+
+    from skyward.compute import function_blob
+
+    qualname = func._schema.name
+    if func.namespace in ("prims", "_c10d_functional", "quantized", "_quantized", "profiler"):
+        dev.defined.add(func.namespace)  # (torch's own: there on the node too)
+        return
+    opdef = OPDEFS.get(qualname)
+    schema = str(func._schema)
+    schema = schema[schema.index("("):]
+    mutates = [a.name for a in func._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    module = getattr(getattr(opdef, "_init_fn", None), "__module__", None)
+    fn = function_blob(opdef._init_fn) if opdef is not None else None
+    with dev._lock:
+        dev.queue((OP_DEFINE, (qualname, module, schema, mutates, fn), None, None))
+    dev.defined.add(qualname)
+
+
+def _watch(dev: RemoteDevice, key: Any, steps: Any, outs: list[int | None], results: list[Any]) -> Expect:
+    """``outs`` for the node to check against this plan (its first use), and the handles to fix."""
+    meta: list[Any] = []
+    for step, r in zip(steps, results, strict=True):
+        if step[0] == "value":
+            continue
+        if step[0] == "new":
+            meta.append((tuple(step[1]), tuple(step[2]), int(step[3])))
+            dev.watched[r._tid] = (weakref.ref(r), key, len(meta) - 1)
+        else:
+            meta.append(None)
+    return Expect(outs, meta)
+
+
+def correct(dev: RemoteDevice, corrections: list[tuple[Any, ...]]) -> None:
+    """Apply the node's word on outputs whose metadata differed from their meta kernel's: fix the
+    handles still alive and the plan, so the signature's later calls are right from the start."""
+    for tid, size, stride, offset in corrections:
+        seen = dev.watched.get(tid)
+        if seen is None:
+            continue
+        ref, key, index = seen
+        h = ref()
+        if h is not None:
+            _reshape(h, size, stride, offset)
+        plan = _plans.get(key)
+        if plan is not None and plan is not _SYNC:
+            steps = list(plan[0])
+            positions = [j for j, s in enumerate(steps) if s[0] != "value"]
+            old = steps[positions[index]]
+            steps[positions[index]] = ("new", tuple(size), tuple(stride), offset, old[4], old[5])
+            _plans[key] = (tuple(steps), plan[1], plan[2])
+    dev.watched.clear()
+
+
 def _reshape(t: SkyTensor, size: Any, stride: Any, offset: int) -> None:
     """Give handle ``t`` new metadata in place (its node's tensor was resized or restrided)."""
+    conj, neg = t.is_conj(), t.is_neg()
     shell = torch.Tensor._make_wrapper_subclass(  # (no id: its end frees nothing)
         SkyTensor, size, strides=stride, storage_offset=offset, dtype=t.dtype, device=t.device
     )
     t.data = shell
+    if conj or neg:
+        torch._C._set_conj(t, conj)
+        torch._C._set_neg(t, neg)
 
 
 def _blobs(found: list[Any], enc_args: Any, enc_kwargs: Any) -> tuple[int, bool]:

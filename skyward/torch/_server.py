@@ -11,6 +11,7 @@ Runs on the worker: nothing here imports the client's backend.
 
 from __future__ import annotations
 
+import importlib
 import pickle
 import threading
 from typing import Any
@@ -20,7 +21,7 @@ from torch.utils import _pytree as pytree
 
 from skyward.errors import DeviceError
 from skyward.torch import _peer
-from skyward.torch._wire import OP_FREE, OP_RECV, OP_RNG, OP_SEED, OP_SEND, Blob, DeviceRef, Described, Ref
+from skyward.torch._wire import OP_DEFINE, OP_FREE, OP_RECV, OP_RNG, OP_SEED, OP_SEND, Blob, DeviceRef, Described, Expect, Ref
 
 _sessions: dict[str, Session] = {}
 _sessions_lock = threading.Lock()
@@ -91,6 +92,9 @@ class Session:
         self._next = 0
         self._cond = threading.Condition()
         self._closed = False
+        #: ``(id, size, stride, offset)`` of outputs that differ from what the client assumed,
+        #: reported with the next answer.
+        self.corrections: list[tuple[Any, ...]] = []
         #: The first failure since the last answer: later operations are skipped (their inputs
         #: may be missing) until a sync point reports it.
         self._failure: BaseException | None = None
@@ -147,7 +151,8 @@ class Session:
             if self._failure is not None:
                 job.error, self._failure = self._failure, None
             else:
-                job.value = self.answer(job.request)
+                job.value = (self.answer(job.request), self.corrections)
+                self.corrections = []
         except BaseException as exc:
             job.error = exc
         finally:
@@ -214,6 +219,9 @@ class Session:
             if name == OP_SEED:
                 _seed(self.device, args[0])
                 continue
+            if name == OP_DEFINE:
+                _define(*args)
+                continue
             if name == OP_RNG:
                 _set_rng_state(self.device, args[0].tensor())
                 continue
@@ -232,11 +240,23 @@ class Session:
                 if len(outs) == 1 and isinstance(result, torch.Tensor):
                     if outs[0] is not None:
                         self.tensors[outs[0]] = result
+                    leaves = [result]
                 else:
                     leaves = [v for v in pytree.tree_leaves(result) if isinstance(v, torch.Tensor)]
                     for tid, value in zip(outs, leaves, strict=True):
                         if tid is not None:
                             self.tensors[tid] = value
+                if type(outs) is Expect:
+                    self._check(outs, leaves)
+
+    def _check(self, outs: Expect, leaves: list[torch.Tensor]) -> None:
+        """Note each output whose metadata is not what the client assumed (its meta kernel's)."""
+        for tid, want, value in zip(outs, outs.meta, leaves, strict=False):
+            if tid is None or want is None:
+                continue
+            got = (tuple(value.shape), tuple(value.stride()), int(value.storage_offset()))
+            if got != want:
+                self.corrections.append((tid, *got))
 
     def _transfer(self, name: str, args: tuple[Any, ...]) -> None:
         try:
@@ -265,9 +285,12 @@ class Session:
         try:
             fn = _ops.get(name) or _op(name)
             result = fn(*self._decode(args), **self._decode(kwargs))
+        except DeviceError:
+            raise
         except Exception as exc:
-            raise DeviceError(f"{name} failed: {type(exc).__name__}: {exc}", op=name,
-                              device=str(self.device)) from exc
+            # (raised at once, to the caller of the operation: in the device's own words and
+            # type, as the same call on this device raises it, with the operation named)
+            raise _reworded(exc, f"{exc} [{name} on sky:{self.index}]") from exc
         tid = first_tid
 
         def describe_leaf(v: Any) -> Any:
@@ -309,6 +332,37 @@ class Session:
             raise DeviceError("the tensor asked for is missing: the operation that made it failed",
                               op="item", device=str(self.device))
         return value.item()
+
+
+def _define(qualname: str, module: str | None, schema: str, mutates: list[str], fn: bytes | None) -> None:
+    """Make the client's custom operator ``qualname`` exist in this process (once)."""
+    namespace, name = qualname.split("::")
+
+    def exists() -> bool:
+        return hasattr(getattr(torch.ops, namespace), name)
+
+    if exists():
+        return
+    if module and module != "__main__":
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+        if exists():
+            return
+    if fn is None:
+        raise DeviceError(f"the custom operator {qualname} is not defined on the node, and the client could "
+                          "not send its definition (register it with torch.library.custom_op)", op=OP_DEFINE)
+    torch.library.custom_op(qualname, pickle.loads(fn), mutates_args=mutates, schema=schema)
+
+
+def _reworded(exc: Exception, message: str) -> Exception:
+    """``exc``'s type with ``message`` (a DeviceError where the type takes no message)."""
+    try:
+        new = type(exc)(message)
+    except Exception:
+        return DeviceError(message, op="")
+    return new if str(new) == message else DeviceError(message, op="")
 
 
 def _op(name: str) -> Any:
