@@ -98,6 +98,8 @@ class RemoteDevice:
         #: id -> (handle, plan key, step) of outputs the node checks (first use of a signature):
         #: its answer's corrections fix these handles and plans.
         self.watched: dict[int, tuple[Any, ...]] = {}
+        #: A copy from another node is queued here and not yet waited on (see :meth:`sync`).
+        self.incoming = False
         #: Custom operators (and torch namespaces) the node was told of.
         self.defined: set[str] = set()
         #: Operations sent and batches sent (for benchmarks and tests).
@@ -167,8 +169,16 @@ class RemoteDevice:
         self.link.submit(self._run, (self.key, seq, blob, None, *buffers))
 
     def sync(self, request: tuple[Any, ...]) -> Any:
-        """Send what is queued with ``request`` and wait for its answer: one round trip."""
+        """Send what is queued with ``request`` and wait for its answer: one round trip.
+
+        Copies from other nodes that are on their way here, or from here to devices that have not
+        been waited on since, land first: a sync point sees every copy queued before it."""
+        for other in list(_devices.values()):
+            if other is not self and other.incoming:
+                other.incoming = False
+                other.wait()
         with self._lock:
+            self.incoming = False
             self.check_open()
             blob, buffers = self._batch()
             seq = self._seq

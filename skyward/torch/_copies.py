@@ -84,6 +84,8 @@ def _cross_copy(src: SkyTensor, dst: RemoteDevice, kwargs: dict[str, Any], into:
         a.flush()  # (now: the receiving node waits for these bytes)
     with dst._lock:
         dst.check_open()
+        # (every sync point, on any device, waits for the copy to land: see RemoteDevice.sync)
+        dst.incoming = True
         if into is not None:
             dst.queue((OP_RECV, (Ref(into._tid), xid, a.peer["worker"], shape, dtype, False), None, None))
             return into

@@ -18,6 +18,10 @@ from skyward.torch._wire import OP_DEFINE, INLINE_BYTES, Blob, DeviceRef, Descri
 _SYNC_OPS = frozenset({"aten._local_scalar_dense.default", "aten.equal.default", "aten.is_nonzero.default"})
 # Operations whose float arguments decide the output's shape (keyed by value, not by type).
 _FLOAT_SHAPED = frozenset({"arange", "range", "linspace", "logspace", "histc"})
+# Operations whose outputs the node need not check: they take their input's metadata as it is, or
+# its dense layout, the same on meta as on any device; and model.to() swaps their outputs into
+# parameters (torch.utils.swap_tensors), which a weak reference to them would prevent.
+_UNWATCHED = frozenset({"aten.detach.default", "aten.alias.default", "aten._to_copy.default"})
 _UNSUPPORTED = {
     "aten._pin_memory.default": "pin_memory()",
     "aten.is_pinned.default": "is_pinned()",
@@ -196,7 +200,7 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generic: 
                 results.append(t)
             else:
                 results.append(step[1])
-        if fresh:
+        if fresh and name not in _UNWATCHED:
             outs = _watch(dev, key, steps, outs, results)
         dev.queue((name, enc_args, enc_kwargs, outs), nbytes)
         if big:
@@ -251,7 +255,7 @@ def correct(dev: RemoteDevice, corrections: list[tuple[Any, ...]]) -> None:
             continue
         ref, key, index = seen
         h = ref()
-        if h is not None:
+        if type(h) is SkyTensor and h._tid == tid:  # (alive, and not swapped away since)
             _reshape(h, size, stride, offset)
         plan = _plans.get(key)
         if plan is not None and plan is not _SYNC:
