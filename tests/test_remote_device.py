@@ -22,7 +22,7 @@ import skyward as sky  # noqa: E402
 from skyward.torch import Compute, compute  # noqa: E402
 from skyward.torch import _backend  # noqa: E402
 
-# Seed 000's network, as the guide defines it (guides/remote_mnist.py; its main() runs only as a script)
+# SkyTorch's MNIST example's network, as the guide defines it (guides/remote_mnist.py; its main() runs only as a script)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "guides"))
 from remote_mnist import MNISTNet  # noqa: E402
 
@@ -35,7 +35,7 @@ def mnist_batches(n: int, batch: int = 32, seed: int = 1) -> list[tuple]:
 
 
 def train(model, device, batches) -> list[float]:  # type: ignore[no-untyped-def]
-    """Seed 000's loop: AdamW, cross_entropy; the losses read back every step."""
+    """SkyTorch's MNIST example's loop: AdamW, cross_entropy; the losses read back every step."""
     model = model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=0.002)
     losses = []

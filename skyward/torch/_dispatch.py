@@ -156,7 +156,7 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generic: 
     if name in _UNSUPPORTED:
         raise NotImplementedError(f"{_UNSUPPORTED[name]} is not supported on a sky device")
     if "sparse" in name and func._opname.lstrip("_").startswith(("to_sparse", "sparse_")):
-        layout = kwargs.get("layout") or "sparse layouts"
+        layout = kwargs.get("layout") or "sparse"
         raise NotImplementedError(f"{layout} tensors are not supported on a sky device ({name}): only torch.strided; "
                                   "keep sparse work on the CPU or densify it first")
     found: list[Any] = []
