@@ -49,6 +49,9 @@ _engine_threads = [True]  # (whether autograd ran multithreaded before the first
 #: What a node's worker asks of a peer before it accepts a node-to-node copy from it. Made
 #: here, per client process; it reaches the workers over the pool's own channels only.
 SECRET = os.urandom(32)
+#: Called with (device, corrections) after each answer while the device has outputs the node
+#: checks: the dispatcher's (skyward.torch._dispatch.correct), set when it is imported.
+ON_ANSWER: list[Callable[[RemoteDevice, list[tuple[Any, ...]]], None]] = []
 
 
 
@@ -110,10 +113,6 @@ class RemoteDevice:
         return f"<sky:{self.index} = node {self.link.node}'s {self.real}>"
 
     # -- handles ---------------------------------------------------------------------------------
-    def handle(self, size: Any, stride: Any, offset: int, dtype: torch.dtype) -> SkyTensor:
-        self._tid += 1
-        return SkyTensor(self, self._tid, size, stride, offset, dtype)
-
     def free(self, tid: int) -> None:
         if self.closed is None:
             self._frees.append(tid)  # (deque.append: safe from a finalizer on any thread)
@@ -188,16 +187,13 @@ class RemoteDevice:
                 value, corrections = self.link.call(self._run, (self.key, seq, blob, request, *buffers))
             except DeviceError as exc:
                 if exc.op in (OP_RECV, OP_SEND):  # a copy with another node broke: was it lost?
-                    from skyward.torch._copies import lost_peer
-
                     lost = lost_peer(str(exc))
                     if lost is not None:
                         raise lost from exc
                 raise
             if self.watched:
-                from skyward.torch._dispatch import correct
-
-                correct(self, corrections)
+                for hook in ON_ANSWER:
+                    hook(self, corrections)
             return value
 
     def seed(self, seed: int) -> None:
@@ -210,6 +206,21 @@ class RemoteDevice:
         self.sync(("noop",))
 
 
+def lost_peer(message: str, wait: float = 5.0) -> BaseException | None:
+    """The loss of the node a failed copy's ``message`` names (its worker id, or its address and
+    port), waiting a little for the pool to notice it."""
+    deadline = time.monotonic() + wait
+    while True:
+        for dev in list(_devices.values()):
+            named = dev.peer and (dev.peer["worker"] in message or f"{dev.peer['address']}:{dev.peer['port']}" in message)
+            lost = dev.link.lost() if named else None
+            if lost is not None:
+                return lost
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+
+
 def _device(index: int | None) -> RemoteDevice:
     dev = _devices.get(0 if index is None else index)
     if dev is None:
@@ -218,38 +229,9 @@ def _device(index: int | None) -> RemoteDevice:
     return dev
 
 
-_registered = False
-
-
-def register() -> None:
-    """Register the ``sky`` backend with torch (once per process)."""
-    global _registered
-    with _registry_lock:
-        if _registered:
-            return
-        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-
-        from skyward.torch import _autocast, _copies, _module
-
-        if torch._C._get_privateuse1_backend_name() not in ("privateuseone", BACKEND):
-            raise DeviceError("another library already registered torch's custom device "
-                              f"({torch._C._get_privateuse1_backend_name()!r}); the sky device needs it", op="")
-        _setup_privateuseone_for_python_backend(BACKEND, backend_module=_module.DeviceModule())
-        lib = torch.library.Library("aten", "IMPL")
-        lib.impl("empty.memory_format", _copies.empty, "PrivateUse1")
-        lib.impl("empty_strided", _copies.empty_strided, "PrivateUse1")
-        lib.impl("_copy_from", _copies.copy_from, "PrivateUse1")
-        lib.impl("_copy_from_and_resize", _copies.copy_from_and_resize, "PrivateUse1")
-        lib.impl("_efficientzerotensor", _copies.efficient_zeros, "PrivateUse1")
-        every = torch.library.Library("_", "IMPL")
-        _autocast.register(lib, every)
-        globals()["_libs"] = (lib, every)  # (the registrations live as long as the library objects)
-        _registered = True
-
-
 def attach(link: Link, kind: str, real: str, key: str) -> RemoteDevice:
-    """A new ``sky:N`` for a session opened on ``link``'s node."""
-    register()
+    """A new ``sky:N`` for a session opened on ``link``'s node (torch knows the backend:
+    :func:`skyward.torch._module.register`)."""
     with _registry_lock:
         index = 0
         while index in _devices:
@@ -277,5 +259,3 @@ def detach(dev: RemoteDevice, reason: str) -> None:
             if not _devices:
                 torch._C._set_multithreading_enabled(_engine_threads[0])
 
-
-from skyward.torch._tensor import SkyTensor  # noqa: E402  (after RemoteDevice: it makes handles)

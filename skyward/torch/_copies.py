@@ -4,16 +4,14 @@ another's (worker to worker), and the factories torch calls for ``device="sky:N"
 from __future__ import annotations
 
 import itertools
-import time
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from skyward.torch import _dispatch
-from skyward.torch._backend import BACKEND, RemoteDevice, _device, _devices
-from skyward.torch._tensor import SkyTensor
+from skyward.torch._backend import BACKEND, RemoteDevice, _device
+from skyward.torch._tensor import SkyTensor, new_handle
 from skyward.torch._wire import OP_RECV, OP_SEND, Blob, DeviceRef, Ref
 
 _transfers = itertools.count(1)
@@ -89,34 +87,19 @@ def _cross_copy(src: SkyTensor, dst: RemoteDevice, kwargs: dict[str, Any], into:
         if into is not None:
             dst.queue((OP_RECV, (Ref(into._tid), xid, a.peer["worker"], shape, dtype, False), None, None))
             return into
-        h = dst.handle(shape, _contiguous_strides(shape), 0, dtype)
+        h = new_handle(dst, shape, _contiguous_strides(shape), 0, dtype)
         dst.queue((OP_RECV, (h._tid, xid, a.peer["worker"], shape, dtype, True), None, None))
     if local:
         return torch.ops.aten._to_copy.default(h, **local)
     return h
 
 
-def lost_peer(message: str, wait: float = 5.0) -> BaseException | None:
-    """The loss of the node a failed copy's ``message`` names (its worker id, or its address and
-    port), waiting a little for the pool to notice it."""
-    deadline = time.monotonic() + wait
-    while True:
-        for dev in list(_devices.values()):
-            named = dev.peer and (dev.peer["worker"] in message or f"{dev.peer['address']}:{dev.peer['port']}" in message)
-            lost = dev.link.lost() if named else None
-            if lost is not None:
-                return lost
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.05)
-
-
-SPECIAL: dict[str, Callable[..., Any]] = {
+_dispatch.SPECIAL.update({
     "aten._to_copy.default": _to_copy,
     "aten.copy_.default": _copy_,
     # (asked by ``t.data = other``: a question about the two handles, answered here)
     "aten._has_compatible_shallow_copy_type.default": lambda func, args, kwargs: type(args[0]) is type(args[1]),
-}
+})
 
 
 def _contiguous_strides(size: Any) -> tuple[int, ...]:
@@ -140,7 +123,7 @@ def empty(size: Any, dtype: Any = None, layout: Any = None, device: Any = None, 
         stride = torch.empty(size, device="meta", memory_format=memory_format).stride()
     with dev._lock:
         dev.check_open()
-        h = dev.handle(tuple(size), stride, 0, dtype)
+        h = new_handle(dev, tuple(size), stride, 0, dtype)
         dev.queue(("aten.empty_strided.default", (tuple(size), stride), {"dtype": dtype, "device": DeviceRef(dev.index)},
                    [h._tid]))
     return h
@@ -154,7 +137,7 @@ def empty_strided(size: Any, stride: Any, dtype: Any = None, layout: Any = None,
     dtype = dtype or torch.get_default_dtype()
     with dev._lock:
         dev.check_open()
-        h = dev.handle(tuple(size), tuple(stride), 0, dtype)
+        h = new_handle(dev, tuple(size), tuple(stride), 0, dtype)
         dev.queue(("aten.empty_strided.default", (tuple(size), tuple(stride)),
                    {"dtype": dtype, "device": DeviceRef(dev.index)}, [h._tid]))
     return h

@@ -10,8 +10,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from skyward.errors import DeviceError
-from skyward.torch._backend import BACKEND, RemoteDevice, _device
-from skyward.torch._tensor import SkyTensor
+from skyward.torch._backend import BACKEND, ON_ANSWER, RemoteDevice, _device
+from skyward.torch._tensor import SkyTensor, new_handle
 from skyward.torch._wire import OP_DEFINE, INLINE_BYTES, Blob, DeviceRef, Described, Expect, Ref
 
 # Operations that always need the node's answer (their result is a value, not a tensor).
@@ -27,6 +27,8 @@ _UNSUPPORTED = {
     "aten.is_pinned.default": "is_pinned()",
 }
 
+#: Operations with a path of their own (copies: skyward.torch._copies adds them), by name.
+SPECIAL: dict[str, Any] = {}
 _plans: dict[Any, Any] = {}
 _names: dict[Any, str] = {}
 _SYNC = object()
@@ -186,7 +188,7 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generic: 
         for step in steps:
             kind = step[0]
             if kind == "new":
-                h = dev.handle(step[1], step[2], step[3], step[4])
+                h = new_handle(dev, step[1], step[2], step[3], step[4])
                 if step[5] is not None:
                     torch._C._set_conj(h, step[5][0])
                     torch._C._set_neg(h, step[5][1])
@@ -328,4 +330,6 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return dispatch(func, args, kwargs, generic=True)
 
 
-from skyward.torch._copies import SPECIAL  # noqa: E402  (it calls back into dispatch)
+
+SkyTensor.handler = staticmethod(dispatch)
+ON_ANSWER.append(correct)

@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 
-from skyward.torch._backend import RemoteDevice, _device, _devices
+from skyward.errors import DeviceError
+from skyward.torch import _autocast, _copies
+from skyward.torch._backend import BACKEND, RemoteDevice, _device, _devices
 from skyward.torch._wire import OP_RNG, Blob
 
 _current = threading.local()
@@ -169,3 +171,32 @@ class DeviceModule:
     def memory_reserved(device: Any = None) -> int:
         stats = DeviceModule.memory_stats(device)
         return int(stats.get("reserved_bytes.all.current", stats["session.allocated"]))
+
+
+_registered = False
+_registry_lock = threading.Lock()
+
+
+def register() -> None:
+    """Register the ``sky`` backend with torch (once per process): this module as ``torch.sky``,
+    the factories torch calls for ``device="sky:N"``, and autocast's kernels."""
+    global _registered
+    with _registry_lock:
+        if _registered:
+            return
+        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+        if torch._C._get_privateuse1_backend_name() not in ("privateuseone", BACKEND):
+            raise DeviceError("another library already registered torch's custom device "
+                              f"({torch._C._get_privateuse1_backend_name()!r}); the sky device needs it", op="")
+        _setup_privateuseone_for_python_backend(BACKEND, backend_module=DeviceModule())
+        lib = torch.library.Library("aten", "IMPL")
+        lib.impl("empty.memory_format", _copies.empty, "PrivateUse1")
+        lib.impl("empty_strided", _copies.empty_strided, "PrivateUse1")
+        lib.impl("_copy_from", _copies.copy_from, "PrivateUse1")
+        lib.impl("_copy_from_and_resize", _copies.copy_from_and_resize, "PrivateUse1")
+        lib.impl("_efficientzerotensor", _copies.efficient_zeros, "PrivateUse1")
+        every = torch.library.Library("_", "IMPL")
+        _autocast.register(lib, every)
+        globals()["_libs"] = (lib, every)  # (the registrations live as long as the library objects)
+        _registered = True

@@ -51,6 +51,8 @@ class SkyTensor(torch.Tensor):
 
     _dev: RemoteDevice
     _tid: int
+    #: Where every aten operation on a handle goes (skyward.torch._dispatch.dispatch).
+    handler: Any
     __torch_function__ = torch._C._disabled_torch_function_impl
     __tensor_flatten__ = _ForModuleMoves(_flatten)
     __tensor_unflatten__ = _ForModuleMoves(staticmethod(_unflatten))
@@ -74,7 +76,7 @@ class SkyTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        return _dispatch.dispatch(func, args, kwargs or {})
+        return SkyTensor.handler(func, args, kwargs or {})
 
     # -- values the client asks for --------------------------------------------------------------
     def __repr__(self, *, tensor_contents: Any = None) -> str:
@@ -142,4 +144,14 @@ class SkyTensor(torch.Tensor):
 
 
 
-from skyward.torch import _dispatch  # noqa: E402  (it needs SkyTensor)
+def _not_ready(func: Any, args: Any, kwargs: Any) -> Any:
+    raise RuntimeError("skyward.torch._dispatch is not loaded (import skyward.torch)")
+
+
+SkyTensor.handler = staticmethod(_not_ready)  # (skyward.torch._dispatch puts its own here)
+
+
+def new_handle(dev: RemoteDevice, size: Any, stride: Any, offset: int, dtype: torch.dtype) -> SkyTensor:
+    """A new handle on ``dev`` with the next id of its table."""
+    dev._tid += 1
+    return SkyTensor(dev, dev._tid, size, stride, offset, dtype)
