@@ -6,7 +6,8 @@ node's table, never the data. Every aten operation on one reaches ``__torch_disp
 
 1. works out the outputs' metadata by running the operation on ``meta`` tensors, once per
    signature (operation, input shapes/strides/dtypes, non-float arguments): later calls with
-   the same signature reuse the answer;
+   the same signature reuse the answer. The node checks a signature's first outputs against
+   that, and its next answer corrects the handles and the plan where they differ;
 2. gives each new output a handle and an id, and queues ``(op, arguments, output ids)`` on the
    device (:class:`RemoteDevice`, here);
 3. returns the handles at once. Queued operations go to the node in batches, as tasks of the

@@ -11,7 +11,6 @@ Runs on the worker: nothing here imports the client's backend.
 
 from __future__ import annotations
 
-import importlib
 import pickle
 import threading
 from typing import Any
@@ -20,12 +19,12 @@ import torch
 from torch.utils import _pytree as pytree
 
 from skyward.errors import DeviceError
+from skyward.torch import _kernels as kernels
 from skyward.torch import _peer
 from skyward.torch._wire import OP_DEFINE, OP_FREE, OP_RECV, OP_RNG, OP_SEED, OP_SEND, Blob, DeviceRef, Described, Expect, Ref
 
 _sessions: dict[str, Session] = {}
 _sessions_lock = threading.Lock()
-_ops: dict[str, Any] = {}
 
 
 def available_devices() -> list[str]:
@@ -167,7 +166,7 @@ class Session:
         if kind == "noop":
             return None
         if kind == "rng":
-            return Blob.of(_rng_state(self.device), copy=True)
+            return Blob.of(kernels.rng_state(self.device), copy=True)
         if kind == "memory":
             return self.memory()
         if kind == "probe":
@@ -217,19 +216,19 @@ class Session:
                     pop(tid, None)
                 continue
             if name == OP_SEED:
-                _seed(self.device, args[0])
+                kernels.seed(self.device, args[0])
                 continue
             if name == OP_DEFINE:
-                _define(*args)
+                kernels.define(*args)
                 continue
             if name == OP_RNG:
-                _set_rng_state(self.device, args[0].tensor())
+                kernels.set_rng_state(self.device, args[0].tensor())
                 continue
             if name == OP_SEND or name == OP_RECV:
                 self._transfer(name, args)
                 continue
             try:
-                fn = _ops.get(name) or _op(name)
+                fn = kernels.op(name)
                 result = fn(*self._decode(args), **self._decode(kwargs))
             except DeviceError as exc:
                 raise DeviceError(f"{name} failed: {exc.args[0]}", op=name, device=str(self.device)) from None
@@ -283,14 +282,14 @@ class Session:
         """Run one operation whose outputs the client could not infer; return them described."""
         name, args, kwargs, _ = op
         try:
-            fn = _ops.get(name) or _op(name)
+            fn = kernels.op(name)
             result = fn(*self._decode(args), **self._decode(kwargs))
         except DeviceError:
             raise
         except Exception as exc:
             # (raised at once, to the caller of the operation: in the device's own words and
             # type, as the same call on this device raises it, with the operation named)
-            raise _reworded(exc, f"{exc} [{name} on sky:{self.index}]") from exc
+            raise kernels.reworded(exc, f"{exc} [{name} on sky:{self.index}]") from exc
         tid = first_tid
 
         def describe_leaf(v: Any) -> Any:
@@ -332,64 +331,6 @@ class Session:
             raise DeviceError("the tensor asked for is missing: the operation that made it failed",
                               op="item", device=str(self.device))
         return value.item()
-
-
-def _define(qualname: str, module: str | None, schema: str, mutates: list[str], fn: bytes | None) -> None:
-    """Make the client's custom operator ``qualname`` exist in this process (once)."""
-    namespace, name = qualname.split("::")
-
-    def exists() -> bool:
-        return hasattr(getattr(torch.ops, namespace), name)
-
-    if exists():
-        return
-    if module and module != "__main__":
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            pass
-        if exists():
-            return
-    if fn is None:
-        raise DeviceError(f"the custom operator {qualname} is not defined on the node, and the client could "
-                          "not send its definition (register it with torch.library.custom_op)", op=OP_DEFINE)
-    torch.library.custom_op(qualname, pickle.loads(fn), mutates_args=mutates, schema=schema)
-
-
-def _reworded(exc: Exception, message: str) -> Exception:
-    """``exc``'s type with ``message`` (a DeviceError where the type takes no message)."""
-    try:
-        new = type(exc)(message)
-    except Exception:
-        return DeviceError(message, op="")
-    return new if str(new) == message else DeviceError(message, op="")
-
-
-def _op(name: str) -> Any:
-    """``torch.ops.aten.add.Tensor`` from ``"aten.add.Tensor"`` (cached)."""
-    namespace, packet, overload = name.split(".")
-    fn = getattr(getattr(getattr(torch.ops, namespace), packet), overload)
-    _ops[name] = fn
-    return fn
-
-
-def _seed(device: torch.device, seed: int) -> None:
-    torch.manual_seed(seed)
-    if device.type == "cuda":
-        torch.cuda.manual_seed_all(seed)
-
-
-def _rng_state(device: torch.device) -> torch.Tensor:
-    if device.type == "cuda":
-        return torch.cuda.get_rng_state(device)
-    return torch.get_rng_state()
-
-
-def _set_rng_state(device: torch.device, state: torch.Tensor) -> None:
-    if device.type == "cuda":
-        torch.cuda.set_rng_state(state, device)
-    else:
-        torch.set_rng_state(state)
 
 
 def open_session(key: str, index: int, kind: str, address: str, secret: bytes) -> dict[str, Any]:
