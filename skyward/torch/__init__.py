@@ -23,7 +23,7 @@ from skyward._optional import require
 require("torch", "skyward.torch (the remote device)")
 require("numpy", "skyward.torch (the remote device)", extra="torch")
 
-from skyward.torch._backend import SkyTensor  # noqa: E402
+from skyward.torch._tensor import SkyTensor  # noqa: E402
 from skyward.torch._compute import Cluster, Compute, compute  # noqa: E402
 
 __all__ = ["Cluster", "Compute", "SkyTensor", "compute"]

@@ -1,40 +1,41 @@
-"""The client's ``sky`` device: tensors that live on a node, and the operations streamed to it.
+"""The client's ``sky`` device: the devices open in this process and the batches sent to them.
 
-A :class:`SkyTensor` is a handle: shape, strides, dtype and an id in its node's table, never the
-data. Every aten operation on one reaches :meth:`SkyTensor.__torch_dispatch__`, which
+A :class:`~skyward.torch._tensor.SkyTensor` is a handle: shape, strides, dtype and an id in its
+node's table, never the data. Every aten operation on one reaches ``__torch_dispatch__``
+(:mod:`skyward.torch._dispatch`), which
 
 1. works out the outputs' metadata by running the operation on ``meta`` tensors, once per
    signature (operation, input shapes/strides/dtypes, non-float arguments): later calls with
-   the same signature reuse the answer;
+   the same signature reuse the answer. The node checks a signature's first outputs against
+   that, and its next answer corrects the handles and the plan where they differ;
 2. gives each new output a handle and an id, and queues ``(op, arguments, output ids)`` on the
-   device (:class:`RemoteDevice`);
+   device (:class:`RemoteDevice`, here);
 3. returns the handles at once. Queued operations go to the node in batches, as tasks of the
    pool; the client waits only where it needs a value (``.item()``, ``.cpu()``, printing...):
    one round trip per sync point.
 
 An operation whose outputs depend on the data (``nonzero``, ``item``) runs at once on the node,
-which describes what it made. Handles freed here are freed there, in the next batch.
+which describes what it made. Handles freed here are freed there, in the next batch. Copies
+between the client and nodes, and between nodes, are :mod:`skyward.torch._copies`; the
+``torch.sky`` module is :mod:`skyward.torch._module`.
 """
 
 from __future__ import annotations
 
 import collections
-import itertools
 import os
 import pickle
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils import _pytree as pytree
 
 from skyward.errors import DeviceError
-from skyward.torch._wire import INLINE_BYTES, OP_FREE, OP_RECV, OP_SEED, OP_SEND, Blob, DeviceRef, Described, Ref
+from skyward.torch._wire import INLINE_BYTES, OP_FREE, OP_RECV, OP_SEED, OP_SEND
 
 BACKEND = "sky"
 #: A batch goes out when it holds this many operations...
@@ -45,21 +46,14 @@ BATCH_AGE = 0.005
 
 _devices: dict[int, RemoteDevice] = {}
 _registry_lock = threading.Lock()
+_engine_threads = [True]  # (whether autograd ran multithreaded before the first device opened)
 #: What a node's worker asks of a peer before it accepts a node-to-node copy from it. Made
 #: here, per client process; it reaches the workers over the pool's own channels only.
 SECRET = os.urandom(32)
-_transfers = itertools.count(1)
-#: (sending worker, receiving worker) -> None (direct) or why the sender cannot reach the other.
-_routes: dict[tuple[str, str], str | None] = {}
+#: Called with (device, corrections) after each answer while the device has outputs the node
+#: checks: the dispatcher's (skyward.torch._dispatch.correct), set when it is imported.
+ON_ANSWER: list[Callable[[RemoteDevice, list[tuple[Any, ...]]], None]] = []
 
-# Operations that always need the node's answer (their result is a value, not a tensor).
-_SYNC_OPS = frozenset({"aten._local_scalar_dense.default", "aten.equal.default", "aten.is_nonzero.default"})
-# Operations whose float arguments decide the output's shape (keyed by value, not by type).
-_FLOAT_SHAPED = frozenset({"arange", "range", "linspace", "logspace", "histc"})
-_UNSUPPORTED = {
-    "aten._pin_memory.default": "pin_memory()",
-    "aten.is_pinned.default": "is_pinned()",
-}
 
 
 class Link:
@@ -105,6 +99,13 @@ class RemoteDevice:
         self._tid = 0
         self._seq = 0
         self._run = _server().run
+        #: id -> (handle, plan key, step) of outputs the node checks (first use of a signature):
+        #: its answer's corrections fix these handles and plans.
+        self.watched: dict[int, tuple[Any, ...]] = {}
+        #: A copy from another node is queued here and not yet waited on (see :meth:`sync`).
+        self.incoming = False
+        #: Custom operators (and torch namespaces) the node was told of.
+        self.defined: set[str] = set()
         #: Operations sent and batches sent (for benchmarks and tests).
         self.sent_ops = 0
         self.sent_batches = 0
@@ -113,10 +114,6 @@ class RemoteDevice:
         return f"<sky:{self.index} = node {self.link.node}'s {self.real}>"
 
     # -- handles ---------------------------------------------------------------------------------
-    def handle(self, size: Any, stride: Any, offset: int, dtype: torch.dtype) -> SkyTensor:
-        self._tid += 1
-        return SkyTensor(self, self._tid, size, stride, offset, dtype)
-
     def free(self, tid: int) -> None:
         if self.closed is None:
             self._frees.append(tid)  # (deque.append: safe from a finalizer on any thread)
@@ -172,21 +169,33 @@ class RemoteDevice:
         self.link.submit(self._run, (self.key, seq, blob, None, *buffers))
 
     def sync(self, request: tuple[Any, ...]) -> Any:
-        """Send what is queued with ``request`` and wait for its answer: one round trip."""
+        """Send what is queued with ``request`` and wait for its answer: one round trip.
+
+        Copies from other nodes that are on their way here, or from here to devices that have not
+        been waited on since, land first: a sync point sees every copy queued before it."""
+        for other in list(_devices.values()):
+            if other is not self and other.incoming:
+                other.incoming = False
+                other.wait()
         with self._lock:
+            self.incoming = False
             self.check_open()
             blob, buffers = self._batch()
             seq = self._seq
             self._seq += 1
             self.sent_batches += 1
             try:
-                return self.link.call(self._run, (self.key, seq, blob, request, *buffers))
+                value, corrections = self.link.call(self._run, (self.key, seq, blob, request, *buffers))
             except DeviceError as exc:
                 if exc.op in (OP_RECV, OP_SEND):  # a copy with another node broke: was it lost?
-                    lost = _lost_peer(str(exc))
+                    lost = lost_peer(str(exc))
                     if lost is not None:
                         raise lost from exc
                 raise
+            if self.watched:
+                for hook in ON_ANSWER:
+                    hook(self, corrections)
+            return value
 
     def seed(self, seed: int) -> None:
         with self._lock:
@@ -198,382 +207,7 @@ class RemoteDevice:
         self.sync(("noop",))
 
 
-class SkyTensor(torch.Tensor):
-    """A tensor on a ``sky`` device: its metadata here, its data on a node."""
-
-    _dev: RemoteDevice
-    _tid: int
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    @staticmethod
-    def __new__(cls, dev: RemoteDevice, tid: int, size: Any, stride: Any, offset: int, dtype: torch.dtype) -> SkyTensor:
-        t = torch.Tensor._make_wrapper_subclass(
-            cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=dev.torch_device
-        )
-        t._dev = dev
-        t._tid = tid
-        return t
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __del__(self) -> None:
-        dev = self.__dict__.get("_dev")
-        if dev is not None:
-            dev.free(self._tid)
-
-    @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        return _dispatch(func, args, kwargs or {})
-
-    # -- values the client asks for --------------------------------------------------------------
-    def __repr__(self, *, tensor_contents: Any = None) -> str:
-        text = repr(self.detach().cpu())
-        suffix = f", device='{self.device}'"
-        if self.grad_fn is not None:
-            suffix += f", grad_fn=<{type(self.grad_fn).__name__}>"
-        elif self.requires_grad:
-            suffix += ", requires_grad=True"
-        return text[:-1] + suffix + ")" if text.endswith(")") else text
-
-    def __reduce_ex__(self, proto: Any) -> Any:
-        # (torch.save and pickle store the data, as a CPU tensor: a handle means nothing elsewhere)
-        return self.detach().cpu().__reduce_ex__(proto)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        if id(self) in memo:
-            return memo[id(self)]
-        import copy
-
-        with torch.no_grad():
-            new = self.clone()
-        new.requires_grad_(self.requires_grad)
-        for name, value in self.__dict__.items():
-            if name not in ("_dev", "_tid"):
-                new.__dict__[name] = copy.deepcopy(value, memo)
-        if self.grad is not None:
-            new.grad = copy.deepcopy(self.grad, memo)
-        memo[id(self)] = new
-        return new
-
-    def backward(self, *args: Any, **kwargs: Any) -> None:
-        # The autograd engine's per-device threads do not know this device: run on this thread.
-        with torch.autograd.set_multithreading_enabled(False):
-            super().backward(*args, **kwargs)
-
-    def tolist(self) -> Any:
-        return self.detach().cpu().tolist()
-
-    def numpy(self, *, force: bool = False) -> Any:
-        raise TypeError(f"can't convert {self.device} device type tensor to numpy: use Tensor.cpu() to copy "
-                        "the tensor to host memory first")
-
-    def __format__(self, spec: str) -> str:
-        if self.dim() == 0 and not self.requires_grad:
-            return self.item().__format__(spec)
-        return self.detach().cpu().__format__(spec)
-
-    def data_ptr(self) -> int:
-        raise NotImplementedError("data_ptr() is not supported on a sky device: the data lives on a node "
-                                  "(copy it with .cpu() first)")
-
-    def untyped_storage(self) -> Any:
-        raise NotImplementedError("storage access is not supported on a sky device: the data lives on a node "
-                                  "(copy it with .cpu() first)")
-
-    storage = untyped_storage  # type: ignore[assignment]
-
-    def pin_memory(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("pin_memory() is not supported on a sky device (pin the CPU tensor before .to())")
-
-
-# -- dispatch ---------------------------------------------------------------------------------------
-
-_plans: dict[Any, Any] = {}
-_names: dict[Any, str] = {}
-_SYNC = object()
-
-
-def _walk(x: Any, found: list[Any], float_by_value: bool) -> tuple[Any, Any]:
-    """(signature, encoded) of one argument; appends each tensor met to ``found``."""
-    t = type(x)
-    if t is SkyTensor:
-        found.append(x)
-        return (x.shape, x.stride(), x.storage_offset(), x.dtype), Ref(x._tid)
-    if t is float:
-        return (float if not float_by_value else x), x
-    if t is list or t is tuple:
-        sig = []
-        enc = []
-        for v in x:
-            s, e = _walk(v, found, float_by_value)
-            sig.append(s)
-            enc.append(e)
-        return tuple(sig), (enc if t is list else tuple(enc))
-    if t is torch.device:
-        if x.type == BACKEND:
-            found.append(x)
-            return ("dev", x.index), DeviceRef(0 if x.index is None else x.index)
-        return x, x
-    if isinstance(x, torch.Tensor):
-        if x.device.type == "meta":
-            raise DeviceError("meta tensors cannot be combined with sky tensors", op="")
-        found.append(x)
-        return ("cpu", x.shape, x.stride(), x.dtype), x  # (encoded later: see _blobs)
-    if t is dict:
-        sig = []
-        enc = {}
-        for k, v in x.items():
-            s, e = _walk(v, found, float_by_value)
-            sig.append((k, s))
-            enc[k] = e
-        return tuple(sig), enc
-    if isinstance(x, torch.Generator):
-        raise NotImplementedError("a custom torch.Generator is not supported on a sky device "
-                                  "(seed with torch.manual_seed instead)")
-    return x, x
-
-
-def _device_of(found: list[Any]) -> RemoteDevice:
-    dev: RemoteDevice | None = None
-    for x in found:
-        if type(x) is SkyTensor:
-            d = x._dev
-        elif type(x) is torch.device:
-            d = _device(x.index)
-        else:
-            continue
-        if dev is None:
-            dev = d
-        elif d is not dev:
-            raise DeviceError(f"expected all tensors on one device, found {dev.torch_device} and {d.torch_device} "
-                              "(move one with .to())", op="")
-    assert dev is not None
-    return dev
-
-
-def _to_meta(x: Any) -> Any:
-    if type(x) is SkyTensor:
-        size, stride, offset = tuple(x.shape), x.stride(), x.storage_offset()
-        need = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else offset
-        base = torch.empty(max(need, 0), dtype=x.dtype, device="meta")
-        return base.as_strided(size, stride, offset)
-    if type(x) is torch.device and x.type == BACKEND:
-        return torch.device("meta")
-    return x
-
-
-def _plan(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Run ``func`` on meta tensors: what each output is (an input, a new tensor, a value)."""
-    meta_args, meta_kwargs = pytree.tree_map(_to_meta, (args, kwargs))
-    try:
-        out = func(*meta_args, **meta_kwargs)
-    except NotImplementedError:  # data-dependent (nonzero, unique...) or no meta kernel: ask the node
-        return _SYNC
-    # (any other error is the call's own fault, such as mismatched shapes: raised here, at once,
-    # as torch raises it for a local tensor)
-    leaves, spec = pytree.tree_flatten(out)
-    meta_leaves = [v for v in pytree.tree_leaves((meta_args, meta_kwargs)) if isinstance(v, torch.Tensor)]
-    index_of = {id(v): i for i, v in enumerate(meta_leaves)}
-    originals = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
-    plan = []
-    for v in leaves:
-        if isinstance(v, torch.Tensor):
-            if id(v) in index_of:
-                i = index_of[id(v)]
-                was = originals[i]
-                now = (tuple(v.shape), v.stride(), v.storage_offset())
-                # an out= or in-place op that changed the tensor's shape (resize, t_, squeeze_...)
-                changed = now != (tuple(was.shape), was.stride(), was.storage_offset())
-                plan.append(("in", i, now if changed else None))
-            else:
-                plan.append(("new", tuple(v.shape), v.stride(), v.storage_offset(), v.dtype))
-        else:
-            plan.append(("value", v))
-    single = spec.is_leaf() if hasattr(spec, "is_leaf") else False
-    return (tuple(plan), spec, single)
-
-
-def _dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], generic: bool = False) -> Any:
-    name = _names.get(func)
-    if name is None:
-        name = _names[func] = str(func)
-    special = None if generic else _SPECIAL.get(name)
-    if special is not None:
-        return special(func, args, kwargs)
-    if name in _UNSUPPORTED:
-        raise NotImplementedError(f"{_UNSUPPORTED[name]} is not supported on a sky device")
-    found: list[Any] = []
-    by_value = func._opname in _FLOAT_SHAPED
-    sig_args, enc_args = _walk(args, found, by_value)
-    sig_kwargs, enc_kwargs = _walk(kwargs, found, by_value) if kwargs else ((), {})
-    dev = _device_of(found)
-    key = (func, sig_args, sig_kwargs)
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _SYNC if name in _SYNC_OPS else _plan(func, args, kwargs)
-        _plans[key] = plan
-    with dev._lock:
-        dev.check_open()
-        nbytes, big = _blobs(found, enc_args, enc_kwargs)
-        if nbytes:
-            enc_args, enc_kwargs = _encode_cpu(enc_args), _encode_cpu(enc_kwargs)
-        if plan is _SYNC:
-            return _run_now(dev, name, enc_args, enc_kwargs)
-        steps, spec, single = plan
-        outs: list[int | None] = []
-        results: list[Any] = []
-        tensors = [v for v in found if isinstance(v, torch.Tensor)]
-        for step in steps:
-            kind = step[0]
-            if kind == "new":
-                h = dev.handle(step[1], step[2], step[3], step[4])
-                outs.append(h._tid)
-                results.append(h)
-            elif kind == "in":
-                outs.append(None)
-                t = tensors[step[1]]
-                if step[2] is not None:
-                    _reshape(t, *step[2])
-                results.append(t)
-            else:
-                results.append(step[1])
-        dev.queue((name, enc_args, enc_kwargs, outs), nbytes)
-        if big:
-            dev.flush()  # (now, while the client tensor is as it was: it was not copied)
-    if single:
-        return results[0]
-    return pytree.tree_unflatten(results, spec)
-
-
-def _reshape(t: SkyTensor, size: Any, stride: Any, offset: int) -> None:
-    """Give handle ``t`` new metadata in place (its node's tensor was resized or restrided)."""
-    shell = torch.Tensor._make_wrapper_subclass(  # (no id: its end frees nothing)
-        SkyTensor, size, strides=stride, storage_offset=offset, dtype=t.dtype, device=t.device
-    )
-    t.data = shell
-
-
-def _blobs(found: list[Any], enc_args: Any, enc_kwargs: Any) -> tuple[int, bool]:
-    """Bytes of client tensors among the arguments, and whether any is large."""
-    nbytes = 0
-    big = False
-    for x in found:
-        if type(x) is not SkyTensor and isinstance(x, torch.Tensor):
-            n = x.numel() * x.element_size()
-            nbytes += n + 1  # (+1: an empty tensor is still one to encode)
-            big = big or n >= INLINE_BYTES
-    return nbytes, big
-
-
-def _encode_cpu(x: Any) -> Any:
-    t = type(x)
-    if t is list or t is tuple:
-        return t(_encode_cpu(v) for v in x)
-    if t is dict:
-        return {k: _encode_cpu(v) for k, v in x.items()}
-    if t is not SkyTensor and isinstance(x, torch.Tensor):
-        if x.device.type != "cpu":
-            x = x.cpu()
-        small = x.numel() * x.element_size() < INLINE_BYTES
-        return Blob.of(x, copy=small)
-    return x
-
-
-def _run_now(dev: RemoteDevice, name: str, enc_args: Any, enc_kwargs: Any) -> Any:
-    first = dev._tid + 1
-    result = dev.sync(("describe", (name, enc_args, enc_kwargs, None), first))
-    top = dev._tid
-
-    def rebuild(v: Any) -> Any:
-        nonlocal top
-        if type(v) is Described:
-            top = max(top, v.tid)
-            return SkyTensor(dev, v.tid, v.size, v.stride, v.offset, v.dtype)
-        return v
-
-    out = pytree.tree_map(rebuild, result)
-    dev._tid = top
-    return out
-
-
-# -- operations with their own path ----------------------------------------------------------------
-
-def _fetch(t: SkyTensor) -> torch.Tensor:
-    """The data of ``t``, here (one round trip)."""
-    blob: Blob = t._dev.sync(("fetch", t._tid))
-    return blob.tensor()
-
-
-def _to_copy(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    src = args[0]
-    target = kwargs.get("device")
-    if target is not None and type(target) is torch.device and target.type != BACKEND:
-        local = {k: v for k, v in kwargs.items() if k != "device"}
-        if local.get("pin_memory"):
-            raise NotImplementedError("pin_memory is not supported on a sky device")
-        return func(_fetch(src), device=target, **{k: v for k, v in local.items() if k != "pin_memory"})
-    if target is not None and type(src) is SkyTensor and _device(target.index) is not src._dev:
-        return _cross_copy(src, _device(target.index), kwargs)
-    return _generic(func, args, kwargs)
-
-
-def _copy_(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    dst, src = args[0], args[1]
-    if type(dst) is not SkyTensor:  # sky -> client
-        dst.copy_(_fetch(src), **kwargs)
-        return dst
-    if type(src) is SkyTensor and src._dev is not dst._dev:
-        return _cross_copy(src, dst._dev, {}, into=dst)
-    return _generic(func, args, kwargs)
-
-
-def _route(a: RemoteDevice, b: RemoteDevice) -> str | None:
-    """None when ``a``'s worker can send to ``b``'s directly, else why not (asked once a pair)."""
-    pair = (a.peer["worker"], b.peer["worker"])
-    if pair not in _routes:
-        _routes[pair] = a.sync(("probe", b.peer["address"], b.peer["port"]))
-    return _routes[pair]
-
-
-def _cross_copy(src: SkyTensor, dst: RemoteDevice, kwargs: dict[str, Any], into: SkyTensor | None = None) -> Any:
-    """``src`` (on one node) to ``dst`` (another node's device): worker to worker when the two
-    can reach each other (no byte through the client), else through the client, with a warning.
-    ``into``: copy into this tensor of ``dst`` (``copy_``); otherwise a new tensor (``.to``)."""
-    a = src._dev
-    if into is not None and torch.broadcast_shapes(into.shape, src.shape) != into.shape:
-        raise RuntimeError(f"the size of the source {tuple(src.shape)} must match the destination's "
-                           f"{tuple(into.shape)} (or broadcast to it)")
-    why = _route(a, dst)
-    local = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking", "copy")}
-    if why is not None:
-        warnings.warn(f"copying {src.device} -> {dst.torch_device} through the client: the nodes cannot "
-                      f"reach each other ({why})", stacklevel=4)
-        data = _fetch(src)
-        if local:
-            data = torch.ops.aten._to_copy.default(data, **local)
-        if into is not None:
-            return into.copy_(data)
-        return data.to(dst.torch_device)
-    xid = next(_transfers)
-    shape, dtype = tuple(src.shape), src.dtype
-    with a._lock:
-        a.check_open()
-        a.queue((OP_SEND, (Ref(src._tid), xid, dst.peer["address"], dst.peer["port"]), None, None))
-        a.flush()  # (now: the receiving node waits for these bytes)
-    with dst._lock:
-        dst.check_open()
-        if into is not None:
-            dst.queue((OP_RECV, (Ref(into._tid), xid, a.peer["worker"], shape, dtype, False), None, None))
-            return into
-        h = dst.handle(shape, _contiguous_strides(shape), 0, dtype)
-        dst.queue((OP_RECV, (h._tid, xid, a.peer["worker"], shape, dtype, True), None, None))
-    if local:
-        return torch.ops.aten._to_copy.default(h, **local)
-    return h
-
-
-def _lost_peer(message: str, wait: float = 5.0) -> BaseException | None:
+def lost_peer(message: str, wait: float = 5.0) -> BaseException | None:
     """The loss of the node a failed copy's ``message`` names (its worker id, or its address and
     port), waiting a little for the pool to notice it."""
     deadline = time.monotonic() + wait
@@ -588,20 +222,6 @@ def _lost_peer(message: str, wait: float = 5.0) -> BaseException | None:
         time.sleep(0.05)
 
 
-def _generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return _dispatch(func, args, kwargs, generic=True)
-
-
-_SPECIAL: dict[str, Callable[..., Any]] = {
-    "aten._to_copy.default": _to_copy,
-    "aten.copy_.default": _copy_,
-    # (asked by ``t.data = other``: a question about the two handles, answered here)
-    "aten._has_compatible_shallow_copy_type.default": lambda func, args, kwargs: type(args[0]) is type(args[1]),
-}
-
-
-# -- factories: torch.empty(..., device="sky:N") -------------------------------------------------
-
 def _device(index: int | None) -> RemoteDevice:
     dev = _devices.get(0 if index is None else index)
     if dev is None:
@@ -610,129 +230,20 @@ def _device(index: int | None) -> RemoteDevice:
     return dev
 
 
-def _contiguous_strides(size: Any) -> tuple[int, ...]:
-    strides = []
-    acc = 1
-    for n in reversed(list(size)):
-        strides.append(acc)
-        acc *= max(int(n), 1)
-    return tuple(reversed(strides))
-
-
-def _empty(size: Any, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None,
-           memory_format: Any = None) -> SkyTensor:
-    if pin_memory:
-        raise NotImplementedError("pin_memory is not supported on a sky device")
-    dev = _device(device.index)
-    dtype = dtype or torch.get_default_dtype()
-    if memory_format is None or memory_format == torch.contiguous_format or memory_format == torch.preserve_format:
-        stride = _contiguous_strides(size)
-    else:
-        stride = torch.empty(size, device="meta", memory_format=memory_format).stride()
-    with dev._lock:
-        dev.check_open()
-        h = dev.handle(tuple(size), stride, 0, dtype)
-        dev.queue(("aten.empty_strided.default", (tuple(size), stride), {"dtype": dtype, "device": DeviceRef(dev.index)},
-                   [h._tid]))
-    return h
-
-
-def _empty_strided(size: Any, stride: Any, dtype: Any = None, layout: Any = None, device: Any = None,
-                   pin_memory: Any = None) -> SkyTensor:
-    if pin_memory:
-        raise NotImplementedError("pin_memory is not supported on a sky device")
-    dev = _device(device.index)
-    dtype = dtype or torch.get_default_dtype()
-    with dev._lock:
-        dev.check_open()
-        h = dev.handle(tuple(size), tuple(stride), 0, dtype)
-        dev.queue(("aten.empty_strided.default", (tuple(size), tuple(stride)),
-                   {"dtype": dtype, "device": DeviceRef(dev.index)}, [h._tid]))
-    return h
-
-
-def _copy_from(src: Any, dst: Any, non_blocking: bool = False) -> Any:
-    """``aten::_copy_from`` (torch's copy between two backends, as ``torch.tensor(..., device=)``
-    makes it): the same as ``dst.copy_(src)``."""
-    return _copy_(torch.ops.aten.copy_.default, (dst, src), {})
-
-
-def _copy_from_and_resize(src: Any, dst: Any) -> Any:
-    if tuple(dst.shape) != tuple(src.shape):
-        dst.resize_(src.shape)
-    return _copy_(torch.ops.aten.copy_.default, (dst, src), {})
-
-
-class _DeviceModule:
-    """``torch.sky``: what torch asks of a backend's module (seeding, counts)."""
-
-    @staticmethod
-    def is_available() -> bool:
-        return True
-
-    @staticmethod
-    def is_initialized() -> bool:
-        return True
-
-    @staticmethod
-    def _is_in_bad_fork() -> bool:
-        return False
-
-    @staticmethod
-    def device_count() -> int:
-        return max(_devices, default=-1) + 1
-
-    @staticmethod
-    def current_device() -> int:
-        return 0
-
-    @staticmethod
-    def manual_seed_all(seed: int) -> None:
-        for dev in list(_devices.values()):
-            dev.seed(int(seed))
-
-    manual_seed = manual_seed_all
-
-    @staticmethod
-    def synchronize(device: Any = None) -> None:
-        """Wait until every operation queued for ``device`` (all sky devices if None) has run."""
-        devs = list(_devices.values()) if device is None else [_device(torch.device(device).index)]
-        for dev in devs:
-            dev.wait()
-
-
-_registered = False
-
-
-def register() -> None:
-    """Register the ``sky`` backend with torch (once per process)."""
-    global _registered
-    with _registry_lock:
-        if _registered:
-            return
-        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-
-        if torch._C._get_privateuse1_backend_name() not in ("privateuseone", BACKEND):
-            raise DeviceError("another library already registered torch's custom device "
-                              f"({torch._C._get_privateuse1_backend_name()!r}); the sky device needs it", op="")
-        _setup_privateuseone_for_python_backend(BACKEND, backend_module=_DeviceModule())
-        lib = torch.library.Library("aten", "IMPL")
-        lib.impl("empty.memory_format", _empty, "PrivateUse1")
-        lib.impl("empty_strided", _empty_strided, "PrivateUse1")
-        lib.impl("_copy_from", _copy_from, "PrivateUse1")
-        lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
-        globals()["_lib"] = lib  # (the registrations live as long as the library object)
-        _registered = True
-
-
 def attach(link: Link, kind: str, real: str, key: str) -> RemoteDevice:
-    """A new ``sky:N`` for a session opened on ``link``'s node."""
-    register()
+    """A new ``sky:N`` for a session opened on ``link``'s node (torch knows the backend:
+    :func:`skyward.torch._module.register`)."""
     with _registry_lock:
         index = 0
         while index in _devices:
             index += 1
         dev = RemoteDevice(index, link, kind, real, key)
+        if not _devices:
+            # The autograd engine's per-device threads do not know a Python-registered device (it
+            # sizes their queues once, by a device count of 1): backward through sky tensors
+            # runs on the calling thread, as CPU work does anyway.
+            _engine_threads[0] = torch._C._is_multithreading_enabled()
+            torch._C._set_multithreading_enabled(False)
         _devices[index] = dev
     return dev
 
@@ -746,3 +257,6 @@ def detach(dev: RemoteDevice, reason: str) -> None:
     with _registry_lock:
         if _devices.get(dev.index) is dev:
             del _devices[dev.index]
+            if not _devices:
+                torch._C._set_multithreading_enabled(_engine_threads[0])
+

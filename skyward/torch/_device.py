@@ -19,7 +19,7 @@ from skyward.compute import function_blob
 from skyward.errors import ConfigError
 from skyward.plugins._base import Plugin, PoolInfo
 from skyward.protocol import dumps_payload
-from skyward.torch import _backend, _server
+from skyward.torch import _backend, _module, _server
 
 __all__ = ["open_device"]
 
@@ -57,6 +57,7 @@ def open_device(pool: Any, kind: str, node: int) -> torch.device:
     key = uuid.uuid4().hex
     # (node-to-node copies arrive at the address the pool's other nodes reach this one at)
     address = pool.instances[node].private_addr
+    _module.register()
     dev = _backend.attach(link, kind, "?", key)
     try:
         info = link.call(_server.open_session, (key, dev.index, kind, address, _backend.SECRET))

@@ -19,12 +19,12 @@ import torch
 from torch.utils import _pytree as pytree
 
 from skyward.errors import DeviceError
+from skyward.torch import _kernels as kernels
 from skyward.torch import _peer
-from skyward.torch._wire import OP_FREE, OP_RECV, OP_SEED, OP_SEND, Blob, DeviceRef, Described, Ref
+from skyward.torch._wire import OP_DEFINE, OP_FREE, OP_RECV, OP_RNG, OP_SEED, OP_SEND, Blob, DeviceRef, Described, Expect, Ref
 
 _sessions: dict[str, Session] = {}
 _sessions_lock = threading.Lock()
-_ops: dict[str, Any] = {}
 
 
 def available_devices() -> list[str]:
@@ -91,6 +91,9 @@ class Session:
         self._next = 0
         self._cond = threading.Condition()
         self._closed = False
+        #: ``(id, size, stride, offset)`` of outputs that differ from what the client assumed,
+        #: reported with the next answer.
+        self.corrections: list[tuple[Any, ...]] = []
         #: The first failure since the last answer: later operations are skipped (their inputs
         #: may be missing) until a sync point reports it.
         self._failure: BaseException | None = None
@@ -147,7 +150,8 @@ class Session:
             if self._failure is not None:
                 job.error, self._failure = self._failure, None
             else:
-                job.value = self.answer(job.request)
+                job.value = (self.answer(job.request), self.corrections)
+                self.corrections = []
         except BaseException as exc:
             job.error = exc
         finally:
@@ -161,6 +165,10 @@ class Session:
             return self.scalar(request[1])
         if kind == "noop":
             return None
+        if kind == "rng":
+            return Blob.of(kernels.rng_state(self.device), copy=True)
+        if kind == "memory":
+            return self.memory()
         if kind == "probe":
             try:
                 _peer.current().connect(request[1], request[2])
@@ -208,13 +216,19 @@ class Session:
                     pop(tid, None)
                 continue
             if name == OP_SEED:
-                _seed(self.device, args[0])
+                kernels.seed(self.device, args[0])
+                continue
+            if name == OP_DEFINE:
+                kernels.define(*args)
+                continue
+            if name == OP_RNG:
+                kernels.set_rng_state(self.device, args[0].tensor())
                 continue
             if name == OP_SEND or name == OP_RECV:
                 self._transfer(name, args)
                 continue
             try:
-                fn = _ops.get(name) or _op(name)
+                fn = kernels.op(name)
                 result = fn(*self._decode(args), **self._decode(kwargs))
             except DeviceError as exc:
                 raise DeviceError(f"{name} failed: {exc.args[0]}", op=name, device=str(self.device)) from None
@@ -225,11 +239,23 @@ class Session:
                 if len(outs) == 1 and isinstance(result, torch.Tensor):
                     if outs[0] is not None:
                         self.tensors[outs[0]] = result
+                    leaves = [result]
                 else:
                     leaves = [v for v in pytree.tree_leaves(result) if isinstance(v, torch.Tensor)]
                     for tid, value in zip(outs, leaves, strict=True):
                         if tid is not None:
                             self.tensors[tid] = value
+                if type(outs) is Expect:
+                    self._check(outs, leaves)
+
+    def _check(self, outs: Expect, leaves: list[torch.Tensor]) -> None:
+        """Note each output whose metadata is not what the client assumed (its meta kernel's)."""
+        for tid, want, value in zip(outs, outs.meta, leaves, strict=False):
+            if tid is None or want is None:
+                continue
+            got = (tuple(value.shape), tuple(value.stride()), int(value.storage_offset()))
+            if got != want:
+                self.corrections.append((tid, *got))
 
     def _transfer(self, name: str, args: tuple[Any, ...]) -> None:
         try:
@@ -256,11 +282,14 @@ class Session:
         """Run one operation whose outputs the client could not infer; return them described."""
         name, args, kwargs, _ = op
         try:
-            fn = _ops.get(name) or _op(name)
+            fn = kernels.op(name)
             result = fn(*self._decode(args), **self._decode(kwargs))
+        except DeviceError:
+            raise
         except Exception as exc:
-            raise DeviceError(f"{name} failed: {type(exc).__name__}: {exc}", op=name,
-                              device=str(self.device)) from exc
+            # (raised at once, to the caller of the operation: in the device's own words and
+            # type, as the same call on this device raises it, with the operation named)
+            raise kernels.reworded(exc, f"{exc} [{name} on sky:{self.index}]") from exc
         tid = first_tid
 
         def describe_leaf(v: Any) -> Any:
@@ -273,6 +302,21 @@ class Session:
             return d
 
         return pytree.tree_map(describe_leaf, result)
+
+    def memory(self) -> dict[str, int]:
+        """What this device holds: ``allocated`` (bytes of this session's tensors' storages, each
+        counted once), and on a GPU the allocator's own figures (``torch.cuda.memory_stats``)."""
+        seen: dict[int, int] = {}
+        for t in self.tensors.values():
+            try:
+                storage = t.untyped_storage()
+            except (NotImplementedError, RuntimeError):  # (sparse and other storage-less layouts)
+                continue
+            seen[storage.data_ptr()] = storage.nbytes()
+        stats = {"session.allocated": sum(seen.values())}
+        if self.device.type == "cuda":
+            stats.update(torch.cuda.memory_stats(self.device))
+        return stats
 
     def fetch(self, tid: int) -> Any:
         value = self.tensors.get(tid)
@@ -287,20 +331,6 @@ class Session:
             raise DeviceError("the tensor asked for is missing: the operation that made it failed",
                               op="item", device=str(self.device))
         return value.item()
-
-
-def _op(name: str) -> Any:
-    """``torch.ops.aten.add.Tensor`` from ``"aten.add.Tensor"`` (cached)."""
-    namespace, packet, overload = name.split(".")
-    fn = getattr(getattr(getattr(torch.ops, namespace), packet), overload)
-    _ops[name] = fn
-    return fn
-
-
-def _seed(device: torch.device, seed: int) -> None:
-    torch.manual_seed(seed)
-    if device.type == "cuda":
-        torch.cuda.manual_seed_all(seed)
 
 
 def open_session(key: str, index: int, kind: str, address: str, secret: bytes) -> dict[str, Any]:
@@ -333,7 +363,8 @@ def _session(key: str) -> Session:
 def run(key: str, seq: int, blob: bytes, request: tuple[Any, ...] | None, *buffers: Any) -> Any:
     """Queue one batch (the ``seq``-th of its device) for the device's thread; if it carries a
     ``request``, wait for the answer: ``("fetch", tid)`` (the tensor's bytes), ``("item", tid)``
-    (its Python scalar), ``("describe", op, first_tid)`` (run ``op``, describe its outputs) or
+    (its Python scalar), ``("describe", op, first_tid)`` (run ``op``, describe its outputs),
+    ``("rng",)`` (the device's generator state), ``("memory",)`` (what it holds) or
     ``("noop",)``. A failure of an earlier batch is raised here, by the first request after it."""
     session = _session(key)
     job = _Job(pickle.loads(blob, buffers=buffers) if blob else (), request)

@@ -23,6 +23,12 @@ import torch
 OP_FREE = "$free"
 #: Seed every generator of the node's device (``torch.manual_seed`` on the client).
 OP_SEED = "$seed"
+#: ``(state,)``: set the generator of the node's device to ``state`` (a CPU byte tensor's Blob).
+OP_RNG = "$rng"
+#: ``(qualname, module, schema, mutates, fn)``: make the custom operator ``qualname`` (registered
+#: in the client through ``torch.library.custom_op``) exist here: import ``module``, where it is
+#: defined, or else define it from ``fn``, its implementation pickled by value.
+OP_DEFINE = "$define"
 #: ``(src, xid, address, port)``: send tensor ``src``'s bytes to the worker at address:port.
 OP_SEND = "$send"
 #: ``(dst, xid, sender, shape, dtype, new)``: take transfer ``xid`` from worker ``sender`` as a
@@ -52,33 +58,66 @@ class DeviceRef(int):
 
 
 class Blob:
-    """A tensor's bytes with its dtype and shape (contiguous, on the CPU)."""
+    """A tensor's bytes with its dtype, shape and strides (on the CPU). A tensor whose elements
+    are dense in some order (a transpose, channels-last) travels as it is laid out, and arrives
+    with the same strides; any other arrives contiguous."""
 
-    __slots__ = ("data", "dtype", "shape")
+    __slots__ = ("data", "dtype", "shape", "stride")
 
-    def __init__(self, data: np.ndarray, dtype: torch.dtype, shape: tuple[int, ...]):
+    def __init__(self, data: np.ndarray, dtype: torch.dtype, shape: tuple[int, ...],
+                 stride: tuple[int, ...] | None = None):
         self.data = data
         self.dtype = dtype
         self.shape = shape
+        self.stride = stride  # (None: contiguous)
 
     @classmethod
     def of(cls, tensor: torch.Tensor, *, copy: bool) -> Blob:
         """The bytes of a CPU ``tensor`` (a copy if ``copy``: the caller may change it later)."""
-        flat = tensor.detach().contiguous().reshape(-1)
+        t = tensor.detach().resolve_conj().resolve_neg()
+        stride = None
+        flat = None
+        if t.dim() > 1 and not t.is_contiguous():
+            order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), -t.shape[d]))
+            dense = t.permute(order)
+            if dense.is_contiguous():  # (the same elements, outermost first: no copy)
+                stride, flat = tuple(t.stride()), dense.reshape(-1)
+        if flat is None:
+            flat = t.contiguous().reshape(-1)
+        if flat.numel() == 1:  # (one element is "contiguous" whatever its stride: make it 1)
+            flat = flat.as_strided((1,), (1,))
         data = flat.view(torch.uint8).numpy() if flat.numel() else np.empty(0, np.uint8)
-        return cls(data.copy() if copy else data, tensor.dtype, tuple(tensor.shape))
+        return cls(data.copy() if copy else data, tensor.dtype, tuple(tensor.shape), stride)
 
     def tensor(self) -> torch.Tensor:
         """A CPU tensor over these bytes (sharing them when they can be written to)."""
         data = self.data if self.data.flags.writeable else self.data.copy()
-        return torch.from_numpy(data).view(self.dtype).reshape(self.shape)
+        flat = torch.from_numpy(data).view(self.dtype)
+        if self.stride is not None:
+            return flat.as_strided(self.shape, self.stride)
+        return flat.reshape(self.shape)
 
     @property
     def nbytes(self) -> int:
         return int(self.data.nbytes)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Blob, (self.data, self.dtype, self.shape))
+        return (Blob, (self.data, self.dtype, self.shape, self.stride))
+
+
+class Expect(list):  # type: ignore[type-arg]
+    """``outs`` of an operation the client runs with a signature for the first time: the ids,
+    and in ``meta`` what the client assumed of each new output (``(size, stride, offset)``, or
+    None). The node checks them and reports what differs at the next answer."""
+
+    __slots__ = ("meta",)
+
+    def __init__(self, tids: list[int | None], meta: list[Any]):
+        super().__init__(tids)
+        self.meta = meta
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Expect, (list(self), self.meta))
 
 
 class Described:
