@@ -25,7 +25,7 @@ from skyward.clusters.nodes import ClusterNodes, NotRunning
 from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, Store, check_name, hold
 from skyward.errors import ClusterError, ConfigError
 
-__all__ = ["ClusterSession", "resolve"]
+__all__ = ["ClusterSession", "open_named", "resolve"]
 
 #: The shape fields a later pool must agree on, as (ComputePool parameter, record attribute).
 SHAPE = (("provider", "provider"), ("nodes", "nodes"), ("accelerator", "accelerator"),
@@ -50,6 +50,18 @@ def resolve(name: Any, given: dict[str, Any]) -> tuple[ClusterRecord | None, dic
         if filled.get(param) is None:
             filled[param] = getattr(record, attr)
     return record, filled
+
+
+def open_named(name: str | None, idle_minutes: Any, down: Any,
+               shape: dict[str, Any]) -> tuple[ClusterSession | None, dict[str, Any]]:
+    """``ComputePool(name=..., idle_minutes=..., down=...)``'s arguments checked before anything
+    starts: the session that will hold the cluster (None for an unnamed pool) and the shape with
+    the cluster's own values where the pool left them out."""
+    idle = check_autostop(name, idle_minutes, down)
+    if name is None:
+        return None, shape
+    _, filled = resolve(name, shape)
+    return ClusterSession(name, idle, down), filled
 
 
 def check_shape(record: ClusterRecord, given: dict[str, Any]) -> None:

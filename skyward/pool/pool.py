@@ -15,24 +15,29 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import signal
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any, Literal, TypeVar, overload
 
-from skyward import _signals
 from skyward import events as ev
 from skyward._instance import node_environment
 from skyward.compute import ComputeFunction, PendingCompute, TaskOptions
-from skyward.errors import ConfigError, PluginError, SkywardError
+from skyward.errors import ConfigError, SkywardError
 from skyward.messages import Setup
 from skyward.plugins._base import PoolInfo, Plugin
 from skyward.pool.connection import NodeConnection
 from skyward.pool.dispatch import Dispatcher, check_pending
+from skyward.pool.guards import (
+    install_exit_signals,
+    not_pending,
+    plugin_hook,
+    quiet_interrupt,
+    restore_exit_signals,
+    swapped,
+)
 from skyward.pool.lifecycle import Nodes
 from skyward.protocol import dumps_payload, spin_from_env
 from skyward.providers.base import Instance, PoolSpec, Provider
@@ -111,21 +116,16 @@ class ComputePool:
         from skyward._options import pool_options
 
         self.name = name
-        self._cluster: Any = None
         self._image_given = image is not None
-        if name is not None:
-            from skyward.clusters.session import ClusterSession, check_autostop, resolve
+        shape = {"provider": provider, "nodes": nodes, "accelerator": accelerator,
+                 "processes_per_node": processes_per_node}
+        self._cluster: Any = None
+        if name is not None or idle_minutes is not None or down:
+            from skyward.clusters.session import open_named
 
-            idle = check_autostop(name, idle_minutes, down)
-            _, shape = resolve(name, {"provider": provider, "nodes": nodes, "accelerator": accelerator,
-                                      "processes_per_node": processes_per_node})
-            provider, nodes, accelerator, processes_per_node = (
-                shape["provider"], shape["nodes"], shape["accelerator"], shape["processes_per_node"])
-            self._cluster = ClusterSession(name, idle, down)
-        elif idle_minutes is not None or down:
-            from skyward.clusters.session import check_autostop
-
-            check_autostop(None, idle_minutes, down)
+            self._cluster, shape = open_named(name, idle_minutes, down, shape)
+        provider, nodes, accelerator, processes_per_node = (
+            shape["provider"], shape["nodes"], shape["accelerator"], shape["processes_per_node"])
         options = pool_options(
             provider=provider, nodes=1 if nodes is None else nodes, image=image, plugins=plugins, concurrency=concurrency,
             processes_per_node=processes_per_node,
@@ -194,14 +194,14 @@ class ComputePool:
             self._start()
         except BaseException as exc:
             self._stop(clean=False, interrupted=isinstance(exc, KeyboardInterrupt))
-            _quiet_interrupt(exc)
+            quiet_interrupt(exc)
             raise
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         interrupted = isinstance(exc, KeyboardInterrupt)
         self._stop(clean=exc_type is None, interrupted=interrupted)
-        _quiet_interrupt(exc)
+        quiet_interrupt(exc)
 
     def _start(self) -> None:
         started = time.monotonic()
@@ -212,7 +212,7 @@ class ComputePool:
         image = self.image
         for plugin in self.plugins:
             if plugin.transform is not None:
-                with _plugin_hook(plugin, "transform"):
+                with plugin_hook(plugin, "transform"):
                     image = plugin.transform(image, cluster)
         self.image = image
         if self._cluster is not None:
@@ -221,7 +221,7 @@ class ComputePool:
             self._nodes.start(image, self.start_timeout, (self.heartbeat_interval, self.idle_timeout))
         for plugin in self.plugins:
             if plugin.around_client is not None:
-                with _plugin_hook(plugin, "around_client"):
+                with plugin_hook(plugin, "around_client"):
                     self._client_stack.enter_context(plugin.around_client(self))
         self._state = "open"
         self._emit(ev.PoolReady(self.id, self.nodes, time.monotonic() - started))
@@ -285,24 +285,11 @@ class ComputePool:
             print(f"skyward: {p}", file=sys.__stderr__)
 
     def _install_sigterm(self) -> None:
-        # SIGTERM would end the process without running finally blocks; turn it into an
-        # exception so the with-block's teardown runs (only if nobody else installed a
-        # handler). Both it and Ctrl-C's handler are guarded so that they never interrupt the
-        # main thread in the middle of a frame (skyward._signals). Main thread only.
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def on_sigterm(signum: int, frame: Any) -> None:
-            raise SystemExit(128 + signum)
-
-        term = on_sigterm if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL else None
-        self._restore_signals = [_signals.install(signal.SIGTERM, term), _signals.install(signal.SIGINT)]
+        self._restore_signals = install_exit_signals()
 
     def _restore_sigterm(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            for restore in reversed(self._restore_signals):
-                restore()
-            self._restore_signals = []
+        restore_exit_signals(self._restore_signals)
+        self._restore_signals = []
 
     # -- dispatch --------------------------------------------------------------------------------
     def _require_open(self) -> list[NodeConnection]:
@@ -383,22 +370,22 @@ class ComputePool:
     # (operands swapped) and ``f >> pool`` (no pending call on the left), which Python would
     # otherwise report as a bare "unsupported operand type(s)" TypeError.
     def __rshift__(self, other: Any) -> Any:
-        raise _swapped(">>", other)
+        raise swapped(">>", other)
 
     def __matmul__(self, other: Any) -> Any:
-        raise _swapped("@", other)
+        raise swapped("@", other)
 
     def __gt__(self, other: Any) -> Any:
-        raise _swapped(">", other)
+        raise swapped(">", other)
 
     def __rrshift__(self, other: Any) -> Any:
-        raise _not_pending(">>", other)
+        raise not_pending(">>", other)
 
     def __rmatmul__(self, other: Any) -> Any:
-        raise _not_pending("@", other)
+        raise not_pending("@", other)
 
     def __lt__(self, other: Any) -> Any:  # ``x > pool`` when x has no ``>`` of its own
-        raise _not_pending(">", other)
+        raise not_pending(">", other)
 
     # -- notebooks: a pool across cells --------------------------------------------------------
     def open(self) -> ComputePool:
@@ -446,67 +433,3 @@ class ComputePool:
 
     def __repr__(self) -> str:
         return f"ComputePool(provider={self.provider!r}, nodes={self.nodes}, state={self._state})"
-
-
-def _swapped(op: str, other: Any) -> ConfigError:
-    from skyward.compute import _describe
-
-    return ConfigError(f"left-hand side of {op}", f"a pending computation, with the pool on the right: "
-                       f"`f(...) {op} pool`", "a ComputePool",
-                       detail=f"the operands are swapped; the right-hand side was {_describe(other)}")
-
-
-def _not_pending(op: str, other: Any) -> ConfigError:
-    from skyward.compute import PendingGather, _describe
-
-    if isinstance(other, ComputeFunction):
-        detail = f"call the function first: {other.options.name}(...) {op} pool"
-    elif isinstance(other, PendingGather):
-        detail = "a gather runs with >>: `sky.gather(...) >> pool` or `(p1 & p2) >> pool`"
-    elif callable(other):
-        detail = f"did you forget @sky.compute on {getattr(other, '__name__', 'the function')}?"
-    else:
-        detail = "did you forget @sky.compute? Without it the function ran here, now, and this is its result"
-    accepted = f"a pending computation (a call of a @sky.compute function), e.g. f(x) {op} pool"
-    return ConfigError(f"left-hand side of {op}", accepted, _describe(other), detail=detail)
-
-
-@contextlib.contextmanager
-def _plugin_hook(plugin: Plugin, hook: str) -> Iterator[None]:
-    """Name the plugin when one of its client-side hooks fails (bad input stays a ConfigError)."""
-    try:
-        yield
-    except SkywardError:
-        raise
-    except Exception as exc:
-        import traceback
-
-        raise PluginError(plugin.name, None, hook, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
-
-
-_hook_installed = False
-
-
-def _quiet_interrupt(exc: BaseException | None) -> None:
-    """After a pool stopped for Ctrl-C and said so in one line, Python's own report of the
-    KeyboardInterrupt (a traceback through the pool's internals) is left out.
-
-    Only a KeyboardInterrupt that passed through a pool's teardown is affected, and only when
-    nobody catches it; the process still exits as one interrupted by SIGINT (status 130).
-    """
-    global _hook_installed
-    if not isinstance(exc, KeyboardInterrupt):
-        return
-    with contextlib.suppress(AttributeError, TypeError):
-        exc._skyward_reported = True  # type: ignore[attr-defined]
-    if _hook_installed:
-        return
-    _hook_installed = True
-    previous = sys.excepthook
-
-    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        if isinstance(value, KeyboardInterrupt) and getattr(value, "_skyward_reported", False):
-            return
-        previous(kind, value, tb)
-
-    sys.excepthook = excepthook
