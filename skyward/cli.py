@@ -229,11 +229,13 @@ def _aws_configured(args: argparse.Namespace) -> bool:
     """Whether an AWS region is known (flag, environment or config), so `down --all` can look."""
     if args.region or args.profile:
         return True
-    try:
-        import boto3
-    except ImportError:
+    from importlib.util import find_spec
+
+    from skyward._optional import require
+
+    if find_spec("boto3") is None:
         return False
-    return boto3.session.Session().region_name is not None
+    return require("boto3", "skyward down --all").session.Session().region_name is not None
 
 
 def _down_pool(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,27 @@ def skyward_workers() -> list[int]:
         if b"skyward.worker" in cmd and pid_alive(int(entry)):
             found.append(int(entry))
     return found
+
+
+def venv_seeing_this_environment(where: Path) -> Path:
+    """A virtual environment of this interpreter that sees its packages; returns its python.
+
+    ``venv --system-site-packages`` alone is not enough when this interpreter is itself a
+    virtual environment's (the README's ``python3 -m venv``): the new one is made from the base
+    interpreter and sees the base's packages, not this environment's (pytest, cloudpickle). A
+    ``.pth`` file adds this environment's site directories (their own ``.pth`` files, such as
+    an editable install's, included) after the new environment's own.
+    """
+    import site
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(where)],
+                   check=True)
+    python = where / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    ours = [d for d in site.getsitepackages() if Path(d).is_dir()]
+    (Path(purelib) / "_skyward_test_parent_env.pth").write_text(
+        "".join(f"import site; site.addsitedir({d!r})\n" for d in ours))
+    return python

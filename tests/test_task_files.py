@@ -18,6 +18,7 @@ import pytest
 import skyward as sky
 from skyward import events as ev
 from skyward.launch import execute, plan
+from tests.conftest import venv_seeing_this_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -260,7 +261,7 @@ def test_skypilots_mingpt_recipe_runs_on_local_with_two_processes_per_node_stand
 
 def test_the_run_block_on_local_finds_the_tools_of_the_workers_environment(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    venv_seeing_this_environment(venv)  # (from a fresh venv too, as CI runs the suite)
     tool = venv / "bin" / "only-in-the-venv"
     tool.write_text("#!/bin/sh\necho the venv tool ran\n")
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)

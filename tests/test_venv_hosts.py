@@ -5,14 +5,13 @@ environment's own packages, not only those of the interpreter it was made from."
 from __future__ import annotations
 
 import os
-import site
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import venv_seeing_this_environment
 from tests.hosts import testhosts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,18 +22,12 @@ def make_venv(where: Path, package: str) -> Path:
 
     ``venv --system-site-packages`` alone is not enough when this interpreter is itself a
     virtual environment's (the README's ``python3 -m venv``): the new one is made from the base
-    interpreter and sees the base's packages, not this environment's (pytest, paramiko). A
-    ``.pth`` file adds this environment's site directories (their own ``.pth`` files, such as
-    an editable install's, included) after the new environment's own.
+    interpreter and sees the base's packages, not this environment's (pytest, paramiko):
+    :func:`tests.conftest.venv_seeing_this_environment` adds them.
     """
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(where)],
-                   check=True)
-    python = where / "bin" / "python"
+    python = venv_seeing_this_environment(where)
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True).stdout.strip()
-    ours = [d for d in site.getsitepackages() if Path(d).is_dir()]
-    (Path(purelib) / "_skyward_test_parent_env.pth").write_text(
-        "".join(f"import site; site.addsitedir({d!r})\n" for d in ours))
     (Path(purelib) / package).mkdir()
     (Path(purelib) / package / "__init__.py").write_text("")
     info = Path(purelib) / f"{package}-1.0.dist-info"
