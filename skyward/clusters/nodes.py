@@ -22,6 +22,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
+from skyward import events as ev
 from skyward._procs import TREE_VARIABLE
 from skyward._retry import Backoff
 from skyward.errors import BootstrapError, WorkerLost
@@ -76,8 +77,6 @@ class ClusterNodes(Nodes):
         self.image = image
         if provision:
             for node in range(self.spec.nodes):
-                from skyward import events as ev
-
                 self._emit(ev.NodeStage(node, "provisioning"))
             # (the provider makes machines that outlive this client: AWS stops them on autostop)
             self.instances = self.provider.provision(replace(self.spec, cluster=self.record.name,
@@ -91,11 +90,6 @@ class ClusterNodes(Nodes):
         self._start_heartbeat(heartbeat)
         self.spawn(start_timeout)
         self.attached = True
-
-    def _start_heartbeat(self, heartbeat: tuple[float, float]) -> None:
-        import threading
-
-        threading.Thread(target=self._heartbeat_loop, args=heartbeat, name="skyward-heartbeat", daemon=True).start()
 
     def root(self, inst: Instance, transport: Transport) -> str:
         """Where the node's sockets live (an absolute path on the node)."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 import uuid
 from typing import Any
 
@@ -156,7 +155,7 @@ class ClusterSession:
                 pass
         # The workers are gone (autostop), or the image changed: end what is left of them and
         # start new ones on the cluster's machines (their environments are kept, so warm).
-        if record.status == STOPPED or not _running(record):
+        if record.status != UP:
             record = self._start_machines(record)  # (first: a stopped cloud machine is not reachable)
             nodes = self._nodes(pool, record)
         nodes.down(release=False)
@@ -246,10 +245,6 @@ def _fields(image: Any) -> dict[str, Any]:
     return {f.name: getattr(image, f.name) for f in dataclasses.fields(image) if f.init}
 
 
-def _running(record: ClusterRecord) -> bool:
-    return record.status == UP
-
-
 def _machines_running(record: ClusterRecord) -> bool:
     """Whether the cloud says every machine of the cluster runs (True where it cannot say)."""
     states = getattr(record.provider, "machine_states", None)
@@ -260,7 +255,3 @@ def _autostop_text(record: ClusterRecord | None) -> str:
     if record is None or record.idle_minutes is None:
         return "no autostop"
     return f"autostop after {record.idle_minutes:g} min idle" + (", then down" if record.down else "")
-
-
-def record_age(record: ClusterRecord) -> float:
-    return time.time() - record.launched_at

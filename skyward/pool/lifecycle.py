@@ -63,9 +63,12 @@ class Nodes:
         self._launches = self._prepare(image)  # bounded by each environment's own timeouts
         # Heartbeats from the first worker on: a slow around_app (a model download, say) must
         # not trip the workers' dead man's switch; start_timeout alone bounds the start.
+        self._start_heartbeat(heartbeat)
+        self.spawn(start_timeout)
+
+    def _start_heartbeat(self, heartbeat: tuple[float, float]) -> None:
         threading.Thread(target=self._heartbeat_loop, args=heartbeat, name="skyward-heartbeat",
                          daemon=True).start()
-        self.spawn(start_timeout)
 
     def _prepare(self, image: Any) -> list[WorkerLaunch]:
         def one(inst: Instance, transport: Transport) -> WorkerLaunch:
