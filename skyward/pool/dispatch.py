@@ -4,6 +4,11 @@ A call is serialized once (also for a broadcast) and sent to the least busy live
 (round-robin among equals); a broadcast goes to every node. Waiting for several futures stops
 at the first failure and cancels the rest; a failed broadcast also stops the other nodes'
 copies, since they may be blocked in a collective operation waiting for the failed one.
+
+An elastic pool (``nodes=(min, max)``) sends its calls through its client-side queue
+(:mod:`skyward.pool.queue`) instead; broadcasts go straight to the nodes it has at that
+moment. A call with ``retries`` is wrapped by :func:`skyward.pool.retry.retrying`; a call
+without takes exactly the fixed pool's path.
 """
 
 from __future__ import annotations
@@ -12,12 +17,18 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from skyward import events as ev
 from skyward.compute import PendingCompute
 from skyward.compute import _iter_results as iter_results
-from skyward.errors import ConfigError
+from skyward.errors import ConfigError, ConnectionLost
 from skyward.pool.connection import NodeConnection
+from skyward.pool.retry import retrying
+
+if TYPE_CHECKING:
+    from skyward.pool.elastic import Elastic
+    from skyward.pool.queue import TaskQueue
 
 T = TypeVar("T")
 #: Seconds the other nodes of a failed broadcast get to stop before their workers are replaced.
@@ -28,12 +39,19 @@ class Dispatcher:
     """Sends calls to the connections ``connections()`` returns (the open pool's, or raises)."""
 
     def __init__(self, connections: Callable[[], list[NodeConnection]],
-                 restart: Callable[[], None], close: Callable[[], None]):
+                 restart: Callable[[], None], close: Callable[[], None], *, queue: TaskQueue | None = None,
+                 elastic: Elastic | None = None, emit: Callable[[ev.Event], None] = lambda e: None,
+                 is_open: Callable[[], bool] = lambda: True):
         self._connections = connections
         self._restart = restart  # replace every worker (after a broadcast left nodes stuck)
         self._close = close  # give up on the pool (when even that fails)
         self._rr = 0
         self._pick_lock = threading.Lock()
+        #: An elastic pool's queue (None: tasks go straight to the least busy worker).
+        self.queue = queue
+        self._elastic = elastic  # lost nodes replaced / scaling (None: the pool never changes)
+        self._emit = emit
+        self._is_open = is_open
 
     def least_busy(self) -> NodeConnection:
         conns = self._connections()
@@ -53,12 +71,44 @@ class Dispatcher:
         return best
 
     def submit(self, pending: PendingCompute[T]) -> Future[T]:
-        conn = self.least_busy()
-        return conn.submit(pending.payload(), pending.options.name, pending.options.timeout)
+        if self.queue is None and not pending.options.retries:  # the fast path
+            conn = self.least_busy()
+            return conn.submit(pending.payload(), pending.options.name, pending.options.timeout)
+        return self._submit(pending)[0]
 
     def run(self, pending: PendingCompute[T]) -> T:
-        conn = self.least_busy()
-        return conn.call(pending.payload(), pending.options.name, pending.options.timeout)
+        if self.queue is None and not pending.options.retries:  # the fast path
+            conn = self.least_busy()
+            return conn.call(pending.payload(), pending.options.name, pending.options.timeout)
+        return self._submit(pending)[0].result()
+
+    def _submit(self, pending: PendingCompute[Any]) -> tuple[Future[Any], NodeConnection | None]:
+        """Send through the queue and/or with retries; (future, the worker when known)."""
+        self._connections()  # (raises when the pool is not open)
+        if self._elastic is not None:
+            self._elastic.raise_error()
+        payload, options = pending.payload(), pending.options
+        if self.queue is not None:
+            queue = self.queue
+            if not options.retries:
+                return queue.submit(payload, options.name, options.timeout), None
+            first = [True]
+
+            def queued() -> Future[Any]:
+                again, first[0] = not first[0], False
+                return queue.submit(payload, options.name, options.timeout, first=again)
+
+            return retrying(queued, options.retries, options.name, self._emit, self._is_open), None
+        if not options.retries:
+            conn = self.least_busy()
+            return conn.submit(payload, options.name, options.timeout), conn
+
+        def direct() -> Future[Any]:
+            if self._elastic is not None and not any(c.alive for c in self._connections()):
+                self._elastic.wait_ready()  # every node lost: wait for a replacement
+            return self.least_busy().submit(payload, options.name, options.timeout)
+
+        return retrying(direct, options.retries, options.name, self._emit, self._is_open), None
 
     def broadcast(self, pending: PendingCompute[T]) -> list[T]:
         conns = self._connections()
@@ -73,12 +123,17 @@ class Dispatcher:
 
     def gather(self, pending: tuple[PendingCompute[Any], ...], stream: bool, ordered: bool) -> Any:
         self._connections()
-        owners: list[NodeConnection] = []
+        owners: list[NodeConnection | None] = []
         futures: list[Future[Any]] = []
         for p in pending:
-            conn = self.least_busy()
-            futures.append(conn.submit(p.payload(), p.options.name, p.options.timeout))
-            owners.append(conn)
+            if self.queue is None and not p.options.retries:  # the fast path
+                conn = self.least_busy()
+                futures.append(conn.submit(p.payload(), p.options.name, p.options.timeout))
+                owners.append(conn)
+            else:
+                future, owner = self._submit(p)
+                futures.append(future)
+                owners.append(owner)
         if stream:
             return _stream(futures, owners, ordered)
         return collect(futures, owners)
@@ -121,7 +176,7 @@ class Dispatcher:
         _note(error, f"skyward: {' and '.join(why)}; every worker was restarted and the pool is usable")
 
 
-def collect(futures: list[Future[Any]], owners: list[NodeConnection],
+def collect(futures: list[Future[Any]], owners: list[NodeConnection] | list[NodeConnection | None],
             on_failure: Callable[[list[Future[Any]], list[NodeConnection], BaseException], None] | None = None,
             ) -> list[Any]:
     """Wait for every future; at the first failure stop the rest and raise that failure."""
@@ -140,17 +195,20 @@ def collect(futures: list[Future[Any]], owners: list[NodeConnection],
     return [f.result() for f in futures]
 
 
-def _stream(futures: list[Future[Any]], owners: list[NodeConnection], ordered: bool) -> Iterator[Any]:
+def _stream(futures: list[Future[Any]], owners: list[NodeConnection | None], ordered: bool) -> Iterator[Any]:
     try:
         yield from iter_results(futures, ordered)
     finally:
         cancel(futures, owners)
 
 
-def cancel(futures: list[Future[Any]], owners: list[NodeConnection]) -> None:
+def cancel(futures: list[Future[Any]], owners: list[NodeConnection] | list[NodeConnection | None]) -> None:
+    """Stop the futures not done yet (a future with no known worker: a queued or retried one,
+    which cancels itself on its worker)."""
     for f, conn in zip(futures, owners, strict=True):
         if not f.done():
-            conn.cancel(f)
+            if conn is not None:
+                conn.cancel(f)
             f.cancel()
 
 
