@@ -57,10 +57,14 @@ class Elastic:
         self._replacing: set[int] = set()
         self._closed = threading.Event()
         self.error: BaseException | None = None  # a replacement that failed, for the next call
+        # Told of losses from the first worker on (its connection is made with the watching
+        # emit), acting on them once the pool is open (a loss while it starts fails the start).
+        self._started = False
+        nodes.on_lost = self._lost
 
     def start(self) -> None:
         """Begin watching: lost nodes from now on; queue and idle nodes for an elastic pool."""
-        self.nodes.on_lost = self._lost
+        self._started = True
         if self.queue is not None:
             self._spawn(self._scale_loop, "skyward-scaler")
 
@@ -141,7 +145,7 @@ class Elastic:
     def _lost(self, node: int, why: str) -> None:
         """A member's worker was lost (called on the thread that noticed: must not block)."""
         with self._changed:
-            if node in self._replacing or self._closed.is_set():
+            if node in self._replacing or self._closed.is_set() or not self._started:
                 return
             if self.replace_lost:
                 self._replacing.add(node)

@@ -233,9 +233,10 @@ class Nodes:
 
     def release(self, node: int, *, lost: bool = False) -> list[str]:
         """Take node ``node`` out of the pool: stop its workers (confirmed gone), delete its env
-        files, close its transport, release its machine. Returns the problems met. ``lost``: its
-        machine is never acquired again by this pool (an unreachable host is not waited on
-        longer than the silent-node limits)."""
+        files, close its transport, release its machine. Returns the problems met. ``lost``: the
+        node's worker was lost; if it went silent (its host may be unreachable, and is not
+        waited on longer than the silent-node limits) its machine is never acquired again by
+        this pool. (A worker that died on a host that answers leaves the host usable.)"""
         with self._members:
             keep = [k for k, inst in enumerate(self.instances) if inst.node != node]
             gone = [k for k, inst in enumerate(self.instances) if inst.node == node]
@@ -246,7 +247,7 @@ class Nodes:
             self._launches = [self._launches[k] for k in keep]
             connections = [c for c in self.connections if c.node == node]
             self.connections = [c for c in self.connections if c.node != node]
-            if lost:
+            if lost and any(c.went_silent for c in connections):
                 self.lost_ids.update(i.id for i in instances)
         return self._discard(instances, transports, connections, graceful=not lost)
 
