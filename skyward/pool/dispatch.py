@@ -177,7 +177,7 @@ class Dispatcher:
 
 
 def collect(futures: list[Future[Any]], owners: list[NodeConnection] | list[NodeConnection | None],
-            on_failure: Callable[[list[Future[Any]], list[NodeConnection], BaseException], None] | None = None,
+            on_failure: Callable[[list[Future[Any]], Any, BaseException], None] | None = None,
             ) -> list[Any]:
     """Wait for every future; at the first failure stop the rest and raise that failure."""
     try:

@@ -22,6 +22,7 @@ addition under way when the pool closes releases what it acquired before that re
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -112,11 +113,10 @@ class Elastic:
                 if count > 0:
                     numbers = self.nodes.reserve(count)
                     self._begin_add(len(numbers))
-                    self._spawn(lambda n=numbers, w=waiting: self._add(n, f"scale-up: {w} tasks waiting"),
+                    self._spawn(functools.partial(self._add, numbers, f"scale-up: {waiting} tasks waiting"),
                                 "skyward-scale-up")
             elif not waiting:
-                keep = max(self.min, 0) + self._adding
-                for node in self.queue.claim_idle(self.scale_down_after, keep):
+                for node in self.queue.claim_idle(self.scale_down_after, self.min):
                     self._remove(node, f"idle {self.scale_down_after:g}s", lost=False)
 
     queue_slots = 1  # task slots per node (set by the pool)

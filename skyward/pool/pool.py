@@ -132,6 +132,9 @@ class ComputePool:
         from skyward._options import pool_options
 
         self.name = name
+        if name is not None and isinstance(nodes, (tuple, list)):
+            raise ConfigError("nodes", "a number of nodes for a named cluster (an elastic named cluster, "
+                              "nodes=(min, max) with name=, is not supported yet)", tuple(nodes))
         self._image_given = image is not None
         shape = {"provider": provider, "nodes": nodes, "accelerator": accelerator,
                  "processes_per_node": processes_per_node}
@@ -150,9 +153,6 @@ class ComputePool:
             heartbeat_interval=heartbeat_interval, start_timeout=start_timeout, console=console, on_event=on_event,
         )
         self.provider = options.provider
-        if options.elastic and self._cluster is not None:
-            raise ConfigError("nodes", "a number of nodes for a named cluster (an elastic named cluster, "
-                              "nodes=(min, max) with name=, is not supported yet)", options.nodes)
         self.min_nodes, self.max_nodes = options.limits
         self.elastic = options.elastic
         self.replace_lost = options.replacing

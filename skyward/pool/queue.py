@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -115,7 +116,7 @@ class TaskQueue:
                 self._busy_until[conn.node] = time.monotonic()
             inner = conn.submit(item.payload, item.name, item.timeout)
             item.inner = inner
-            inner.add_done_callback(lambda f, conn=conn, item=item: self._finished(conn, item, f))
+            inner.add_done_callback(functools.partial(self._finished, conn, item))
 
     def _finished(self, conn: NodeConnection, item: _Item, inner: Future[Any]) -> None:
         with self._lock:
