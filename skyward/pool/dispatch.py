@@ -52,6 +52,7 @@ class Dispatcher:
         self._elastic = elastic  # lost nodes replaced / scaling (None: the pool never changes)
         self._emit = emit
         self._is_open = is_open
+        self._generation: Callable[[], int] = lambda: elastic.nodes.generation if elastic is not None else 0
 
     def least_busy(self) -> NodeConnection:
         conns = self._connections()
@@ -111,15 +112,52 @@ class Dispatcher:
         return retrying(direct, options.retries, options.name, self._emit, self._is_open), None
 
     def broadcast(self, pending: PendingCompute[T]) -> list[T]:
-        conns = self._connections()
-        if pending.options.per_node:  # once per node: each node's first worker process
-            conns = [c for c in conns if c.local_rank == 0]
+        if not pending.options.retries:
+            return self._broadcast(pending, self._recover_from_failed_broadcast)
+        return self._broadcast_with_retries(pending)
+
+    def _broadcast(self, pending: PendingCompute[T], on_failure: Callable[..., None]) -> list[T]:
+        conns = self._targets(pending)
         for c in conns:
             if not c.alive:
                 raise c.loss()
         payload = pending.payload()
         futures = [c.submit(payload, pending.options.name, pending.options.timeout) for c in conns]
-        return collect(futures, conns, on_failure=self._recover_from_failed_broadcast)
+        return collect(futures, conns, on_failure=on_failure)
+
+    def _targets(self, pending: PendingCompute[Any]) -> list[NodeConnection]:
+        conns = self._connections()
+        if pending.options.per_node:  # once per node: each node's first worker process
+            conns = [c for c in conns if c.local_rank == 0]
+        return conns
+
+    def _broadcast_with_retries(self, pending: PendingCompute[T]) -> list[T]:
+        """A broadcast whose node is lost runs again as a whole: the other copies stopped, the
+        lost node's replacement awaited (``replace_lost``; without it the loss is raised),
+        every worker restarted (plugins' ``around_app`` runs again with the new peers: torch's
+        process group re-forms, node 0's address as MASTER_ADDR), up to ``retries`` times.
+
+        A failure counts as a loss when a node of the broadcast was lost, whichever error came
+        first: the other nodes' copies often fail too (a collective whose peer is gone)."""
+        options = pending.options
+        attempts = options.retries + 1
+        for attempt in range(1, attempts + 1):
+            conns = self._targets(pending)
+            generation = self._generation()
+            try:
+                return self._broadcast(pending, _stop_the_others)
+            except Exception:
+                lost = next((c for c in conns if not c.alive), None)
+                elastic = self._elastic
+                if (lost is None or attempt == attempts or not self._is_open() or elastic is None
+                        or not elastic.replace_lost):
+                    raise
+                elastic.wait_ready()
+                if self._generation() == generation:  # (a replacement may have restarted them all)
+                    with self._pick_lock:
+                        self._restart()
+                self._emit(ev.TaskRetried(options.name, lost.node, attempt + 1, attempts))
+        raise AssertionError("unreachable")
 
     def gather(self, pending: tuple[PendingCompute[Any], ...], stream: bool, ordered: bool) -> Any:
         self._connections()
@@ -174,6 +212,17 @@ class Dispatcher:
             self._close()
             return
         _note(error, f"skyward: {' and '.join(why)}; every worker was restarted and the pool is usable")
+
+
+def _stop_the_others(futures: list[Future[Any]], conns: list[NodeConnection], error: BaseException) -> None:
+    """A broadcast that may run again: its other copies are asked to stop and given
+    ``BROADCAST_GRACE`` seconds (a loss among them shows by then); their workers are restarted
+    before it runs again."""
+    for f, conn in zip(futures, conns, strict=True):
+        if not f.done():
+            conn.interrupt(f)
+    wait(futures, timeout=BROADCAST_GRACE)
+    cancel(futures, conns)
 
 
 def collect(futures: list[Future[Any]], owners: list[NodeConnection] | list[NodeConnection | None],

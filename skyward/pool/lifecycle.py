@@ -58,12 +58,19 @@ class Nodes:
         self.on_lost: Callable[[int, str], None] | None = None
         #: Guards the member lists: each change replaces them whole, under this lock.
         self._members = threading.RLock()
+        self._restarting = threading.Lock()
         #: Workers of nodes being added (pinged, not yet members) and node numbers taken by
         #: nodes being added; instance ids this pool lost (never acquired again).
         self._joining: list[list[NodeConnection]] = []
         self._reserved: set[int] = set()
         self.lost_ids: set[str] = set()
         self.closing = False
+        #: Counts the times every worker was started (start, restart): a caller can tell
+        #: whether every worker is fresh since it last looked.
+        self.generation = 0
+        #: New nodes join by restarting every worker with them (plugins whose around_app sets
+        #: up a group that needs every worker at once: torch's process group).
+        self.join_by_restart = False
 
     # -- start ---------------------------------------------------------------------------------
     def start(self, image: Any, start_timeout: float, heartbeat: tuple[float, float]) -> None:
@@ -110,6 +117,7 @@ class Nodes:
     def spawn(self, start_timeout: float) -> None:
         """Start the workers on every prepared node (``processes`` each) and wait until each has
         said READY."""
+        self.generation += 1
         self.connections = []  # stop() stops whatever started, even on failure
         self._spawn(list(zip(self.instances, self._transports, self._launches, strict=True)), self.instances,
                     start_timeout, self.connections)
@@ -166,10 +174,11 @@ class Nodes:
 
     def restart(self, start_timeout: float) -> None:
         """Replace every worker with a fresh one (machines and environments are kept)."""
-        problems = self._stop_workers(graceful=False)
-        if problems:
-            raise SkywardError("could not stop the old workers:\n  " + "\n  ".join(problems))
-        self.spawn(start_timeout)
+        with self._restarting:
+            problems = self._stop_workers(graceful=False)
+            if problems:
+                raise SkywardError("could not stop the old workers:\n  " + "\n  ".join(problems))
+            self.spawn(start_timeout)
 
     def _heartbeat_loop(self, interval: float, lost_after: float) -> None:
         while not self._stop_heartbeat.wait(interval):
@@ -212,7 +221,8 @@ class Nodes:
             transports = [reach(inst) for inst in instances]
             launches = self._prepare(self.image, instances, transports)
             added = list(zip(instances, transports, launches, strict=True))
-            self._spawn(added, self.instances + instances, self.start_timeout, connections)
+            if not self.join_by_restart:
+                self._spawn(added, self.instances + instances, self.start_timeout, connections)
             with self._members:
                 if self.closing:
                     raise SkywardError("the pool closed while nodes were being added")
@@ -222,7 +232,6 @@ class Nodes:
                 self._transports = [m[1] for m in members]
                 self._launches = [m[2] for m in members]
                 self.connections = sorted(self.connections + connections, key=lambda c: (c.node, c.local_rank))
-            return instances
         except BaseException:
             self._discard(instances, transports, connections)
             raise
@@ -230,6 +239,14 @@ class Nodes:
             with self._members:
                 self._reserved.difference_update(numbers)
                 self._joining = [j for j in self._joining if j is not connections]
+        if self.join_by_restart:  # (the machines are members now: on failure, released as members)
+            try:
+                self.restart(self.start_timeout)
+            except BaseException:
+                for node in numbers:
+                    self.release(node)
+                raise
+        return instances
 
     def release(self, node: int, *, lost: bool = False) -> list[str]:
         """Take node ``node`` out of the pool: stop its workers (confirmed gone), delete its env

@@ -190,6 +190,9 @@ class ComputePool:
         self._state: Literal["new", "starting", "open", "closed"] = "new"
         self._plugins_payload = dumps_payload(list(self.plugins))
         self._nodes = self._make_nodes(Nodes)
+        # A plugin that sets up each worker may join them in a group (torch's process group):
+        # a new node then joins by restarting every worker with it.
+        self._nodes.join_by_restart = any(p.around_app is not None for p in self.plugins)
         self._elastic: Elastic | None = None
         queue = TaskQueue(lambda: self._nodes.connections, self.concurrency) if self.elastic else None
         if self.elastic or self.replace_lost:
