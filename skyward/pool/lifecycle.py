@@ -285,7 +285,7 @@ class Nodes:
                 transport.close()
         if instances:
             try:
-                self.provider.terminate(instances)
+                self.provider.release(instances)
             except Exception as exc:
                 problems.append(f"releasing node(s) {[i.node for i in instances]} failed: {exc!r}")
         return problems

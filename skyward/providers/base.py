@@ -14,7 +14,8 @@ the same way for every provider (skyward.pool.prepare). Guarantees:
    :class:`~skyward.errors.ProvisionError` (:class:`~skyward.errors.CapacityError` when
    there is no capacity left) having released whatever it acquired. *Capacity* is what the
    provider can still hand out: Local, unbounded; SSH, the hosts of its list the pool does
-   not hold; a cloud, what the region's quota and the market give.
+   not hold; a cloud, what the region's quota and the market give. ``release`` gives back
+   some of those machines while the pool runs.
 """
 
 from __future__ import annotations
@@ -90,6 +91,12 @@ class Provider(ABC):
 
         raise ConfigError("nodes", f"a fixed number of nodes with {self.name} (it cannot add machines to a "
                           "running pool)", "an elastic pool")
+
+    def release(self, instances: list[Instance]) -> None:
+        """Release some machines of a running pool (an elastic pool's node, released or lost)
+        and confirm it; what the pool shares (a cloud's key pair, firewall rules) stays until
+        :meth:`terminate`. Default: :meth:`terminate` them."""
+        self.terminate(instances)
 
     def rendezvous_port(self, spec: PoolSpec) -> int:
         """The port node 0 offers for framework rendezvous (``head_port``)."""
