@@ -211,6 +211,7 @@ class Elastic:
             self.nodes.closing = True
             threads = list(self._threads)
             self._changed.notify_all()
+        self.nodes.abort_joining()
         deadline = time.monotonic() + timeout
         late = []
         for thread in threads:

@@ -17,7 +17,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, InvalidStateError, ThreadPoolExecutor, wait
 from typing import Any
 
 from skyward import events as ev
@@ -123,9 +123,10 @@ class Nodes:
                     start_timeout, self.connections)
 
     def _spawn(self, members: list[tuple[Instance, Transport, WorkerLaunch]], everyone: list[Instance],
-               start_timeout: float, connections: list[NodeConnection]) -> None:
+               start_timeout: float, connections: list[NodeConnection], *, joining: bool = False) -> None:
         """Start the workers of ``members`` into ``connections`` and wait for their READY; each
-        gets the InstanceInfo of a pool made of ``everyone`` (head: the lowest node number)."""
+        gets the InstanceInfo of a pool made of ``everyone`` (head: the lowest node number).
+        ``joining``: nodes added to an open pool. Given up when the pool closes."""
         deadline = time.monotonic() + start_timeout
         emit = self._emit if self.on_lost is None else self._watching_emit
         for inst, transport, launch in members:
@@ -150,8 +151,11 @@ class Nodes:
         # after the nodes blocked waiting for it in a rendezvous have timed out.
         pending = {conn.ready: conn for conn in connections}
         while pending:
-            done, _ = wait(pending, timeout=max(0.0, deadline - time.monotonic()), return_when=FIRST_COMPLETED)
-            if not done:
+            left = max(0.0, deadline - time.monotonic())
+            done, _ = wait(pending, timeout=min(left, 0.5), return_when=FIRST_COMPLETED)
+            if self.closing:  # (an addition or a restart of an elastic pool that is closing)
+                raise SkywardError("the pool closed while its workers were starting")
+            if not done and time.monotonic() >= deadline:
                 late = next(iter(pending.values()))
                 raise BootstrapError(late.host, "starting worker", f"not ready within {start_timeout:g}s",
                                      node=late.node, log_tail=list(late.tail))
@@ -221,8 +225,10 @@ class Nodes:
             transports = [reach(inst) for inst in instances]
             launches = self._prepare(self.image, instances, transports)
             added = list(zip(instances, transports, launches, strict=True))
+            if self.closing:
+                raise SkywardError("the pool closed while nodes were being added")
             if not self.join_by_restart:
-                self._spawn(added, self.instances + instances, self.start_timeout, connections)
+                self._spawn(added, self.instances + instances, self.start_timeout, connections, joining=True)
             with self._members:
                 if self.closing:
                     raise SkywardError("the pool closed while nodes were being added")
@@ -247,6 +253,20 @@ class Nodes:
                     self.release(node)
                 raise
         return instances
+
+    def abort_joining(self) -> None:
+        """The pool is closing: kill the workers of nodes being added (a start that would hold
+        teardown up, e.g. a plugin's around_app waiting), so that each addition fails now and
+        releases what it acquired."""
+        with self._members:
+            joining = [conn for group in self._joining for conn in group]
+        for conn in joining:
+            conn.begin_stop(graceful=False)
+            with contextlib.suppress(Exception):
+                conn.channel.kill()
+            with contextlib.suppress(InvalidStateError):
+                if not conn.ready.done():
+                    conn.ready.set_exception(SkywardError("the pool closed while this node was starting"))
 
     def release(self, node: int, *, lost: bool = False) -> list[str]:
         """Take node ``node`` out of the pool: stop its workers (confirmed gone), delete its env

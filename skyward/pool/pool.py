@@ -47,6 +47,9 @@ from skyward.runtime import InstanceInfo
 
 __all__ = ["ComputePool"]
 
+#: Plugins whose ``around_app`` forms a group of every worker of the pool at once.
+GROUP_PLUGINS = frozenset({"torch", "jax"})
+
 T = TypeVar("T")
 A = TypeVar("A")
 Executor = Literal["thread", "process"]
@@ -190,9 +193,9 @@ class ComputePool:
         self._state: Literal["new", "starting", "open", "closed"] = "new"
         self._plugins_payload = dumps_payload(list(self.plugins))
         self._nodes = self._make_nodes(Nodes)
-        # A plugin that sets up each worker may join them in a group (torch's process group):
-        # a new node then joins by restarting every worker with it.
-        self._nodes.join_by_restart = any(p.around_app is not None for p in self.plugins)
+        # A plugin whose around_app joins every worker in one group (torch's process group,
+        # jax.distributed): a new node joins by restarting every worker with it.
+        self._nodes.join_by_restart = any(p.name in GROUP_PLUGINS for p in self.plugins)
         self._elastic: Elastic | None = None
         queue = TaskQueue(lambda: self._nodes.connections, self.concurrency) if self.elastic else None
         if self.elastic or self.replace_lost:
