@@ -193,6 +193,19 @@ class Dispatcher:
         silent = sorted({c.node for c in conns if not c.alive and c.went_silent})
         if not stuck and not lost:
             return
+        elastic = self._elastic
+        if lost and elastic is not None and elastic.replace_lost:
+            # The pool replaces the lost node itself (restarting now would race with that):
+            # wait for it, then restart only if other nodes are stuck.
+            try:
+                elastic.wait_ready()
+            except Exception as exc:
+                _note(error, f"skyward: node(s) {lost} were lost and could not be replaced ({exc})")
+                return
+            if not stuck:
+                _note(error, f"skyward: node(s) {lost} were lost and replaced; the pool is usable")
+                return
+            lost = []
         if silent and not stuck:
             # Its host may be cut off: a restart would wait on it, then fail. As with a future,
             # the error is raised now and the pool goes on with the other nodes.

@@ -4,8 +4,8 @@
 pools only) reads the :class:`~skyward.pool.queue.TaskQueue`:
 
 - when the oldest task has waited ``scale_up_after`` seconds it adds
-  ``min(max - current - adding, ceil(waiting / slots per node))`` nodes in one provider call
-  (nothing is added while that is under way beyond what it already counts);
+  ``min(max - current - adding, ceil(waiting / slots per node) - adding)`` nodes in one
+  provider call (``adding``: nodes already on their way, which will take their share);
 - a node with no task for ``scale_down_after`` seconds is released while the pool is above
   ``min`` (the queue claims it first, so no task lands on it).
 
@@ -109,7 +109,8 @@ class Elastic:
             waiting, age = self.queue.waiting()
             if waiting and age >= self.scale_up_after:
                 slots = max(1, self.queue_slots)
-                count = min(self.max - self.size, math.ceil(waiting / slots))
+                # (nodes already being added will take their share of the queue)
+                count = min(self.max - self.size, math.ceil(waiting / slots) - self._adding)
                 if count > 0:
                     numbers = self.nodes.reserve(count)
                     self._begin_add(len(numbers))

@@ -206,3 +206,15 @@ def test_a_cancelled_queued_task_never_runs(elastic: Elastic, marker: str) -> No
         assert busy.result() == 1
         assert (pause_then(2, 0.0) >> pool) == 2
         assert not Path(marker).exists()
+
+
+def test_a_broadcast_that_loses_a_node_leaves_the_pool_usable_once_replaced(elastic: Elastic) -> None:
+    # (the failed broadcast's own recovery must not race with the replacement and close the pool)
+    with elastic.pool(nodes=(2, 2)) as pool:
+        pid = sorted(node_and_pid() @ pool)[1][2]
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(sky.WorkerLost):
+            node_and_pid() @ pool
+        pool.wait_ready(timeout=SETTLES_WITHIN)
+        assert pool.is_open
+        assert sorted(n for n, _, _ in node_and_pid() @ pool) == [0, 1]
