@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from skyward import events as ev
-from skyward.errors import SkywardError
+from skyward.errors import ConfigError, SkywardError
 from skyward.pool.lifecycle import Nodes
 from skyward.pool.queue import TaskQueue
 
@@ -38,6 +38,30 @@ from skyward.pool.queue import TaskQueue
 REPLACE_ATTEMPTS = 3
 #: Seconds between two tries.
 REPLACE_PAUSE = 1.0
+
+
+def check_provider(options: Any) -> None:
+    """ConfigError (before anything starts) for an elastic or ``replace_lost`` pool whose
+    provider cannot add machines to a running pool."""
+    elastic = options.elastic
+    if (elastic or options.replacing) and not options.provider.can_acquire:
+        raise ConfigError("nodes" if elastic else "replace_lost",
+                          f"{'a number of nodes' if elastic else 'False'} with {options.provider!r} (it cannot "
+                          "add machines to a running pool)", options.nodes if elastic else True)
+
+
+def elastic_parts(options: Any, nodes: Nodes, emit: Callable[[ev.Event], None]
+                  ) -> tuple[Elastic | None, TaskQueue | None]:
+    """What a pool with ``options`` (:class:`~skyward._options.PoolOptions`) needs: its queue
+    (elastic pools) and its :class:`Elastic` (elastic or ``replace_lost``); (None, None) for
+    a plain pool, which then takes exactly the fixed pool's paths."""
+    queue = TaskQueue(lambda: nodes.connections, options.concurrency) if options.elastic else None
+    if not (options.elastic or options.replacing):
+        return None, None
+    elastic = Elastic(nodes, queue, options.limits, scale_up_after=options.scale_up_after,
+                      scale_down_after=options.scale_down_after, replace_lost=options.replacing, emit=emit)
+    elastic.queue_slots = options.concurrency * options.processes
+    return elastic, queue
 
 
 class Elastic:

@@ -30,7 +30,7 @@ from skyward.messages import Setup
 from skyward.plugins._base import PoolInfo, Plugin
 from skyward.pool.connection import NodeConnection
 from skyward.pool.dispatch import Dispatcher, check_pending
-from skyward.pool.elastic import Elastic
+from skyward.pool.elastic import check_provider, elastic_parts
 from skyward.pool.guards import (
     install_exit_signals,
     not_pending,
@@ -40,7 +40,6 @@ from skyward.pool.guards import (
     swapped,
 )
 from skyward.pool.lifecycle import Nodes
-from skyward.pool.queue import TaskQueue
 from skyward.protocol import dumps_payload, spin_from_env
 from skyward.providers.base import Instance, PoolSpec, Provider
 from skyward.runtime import InstanceInfo
@@ -157,14 +156,8 @@ class ComputePool:
         )
         self.provider = options.provider
         self.min_nodes, self.max_nodes = options.limits
-        self.elastic = options.elastic
-        self.replace_lost = options.replacing
-        self.scale_up_after = options.scale_up_after
-        self.scale_down_after = options.scale_down_after
-        if (self.elastic or self.replace_lost) and not self.provider.can_acquire:
-            raise ConfigError("nodes" if self.elastic else "replace_lost",
-                              f"{'a number of nodes' if self.elastic else 'False'} with {self.provider!r} (it cannot "
-                              "add machines to a running pool)", options.nodes if self.elastic else True)
+        self.elastic, self.replace_lost = options.elastic, options.replacing
+        check_provider(options)
         self.concurrency = options.concurrency
         self.processes_per_node = options.processes
         self.executor = options.executor
@@ -196,13 +189,7 @@ class ComputePool:
         # A plugin whose around_app joins every worker in one group (torch's process group,
         # jax.distributed): a new node joins by restarting every worker with it.
         self._nodes.join_by_restart = any(p.name in GROUP_PLUGINS for p in self.plugins)
-        self._elastic: Elastic | None = None
-        queue = TaskQueue(lambda: self._nodes.connections, self.concurrency) if self.elastic else None
-        if self.elastic or self.replace_lost:
-            self._elastic = Elastic(self._nodes, queue, (self.min_nodes, self.max_nodes),
-                                    scale_up_after=self.scale_up_after, scale_down_after=self.scale_down_after,
-                                    replace_lost=self.replace_lost, emit=self._emit)
-            self._elastic.queue_slots = self.concurrency * self.processes_per_node
+        self._elastic, queue = elastic_parts(options, self._nodes, self._emit)
         self._dispatch = Dispatcher(self._require_open, self.restart_workers, lambda: self._stop(clean=False),
                                     queue=queue, elastic=self._elastic, emit=self._emit,
                                     is_open=lambda: self._state == "open")
