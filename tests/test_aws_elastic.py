@@ -104,3 +104,33 @@ def test_a_lost_node_is_replaced_by_a_new_instance(aws, test_hosts, wheelhouse):
         assert states(aws, [old])[old] in ("shutting-down", "terminated")
         assert recorder.launches == [1, 1]
     assert wait_until(lambda: states(aws, [new])[new] in ("shutting-down", "terminated"), 10)
+
+
+def test_a_scale_up_falls_back_to_on_demand_as_the_first_launch_would(aws):
+    from tests.test_aws import describe, provider, refuse, spec
+
+    calls: list[dict] = []
+    spot_refused = [False]
+    session = hooked(("before-call.ec2.RunInstances",
+                      refuse("InsufficientInstanceCapacity", "There is no Spot capacity available",
+                             when=lambda body: spot_refused[0] and body.get(
+                                 "InstanceMarketOptions.MarketType") == "spot", calls=calls)))
+    p = provider(aws, session=session, allocation="spot-if-available")
+    s = spec(1)
+    first = p.provision(s)
+    try:
+        spot_refused[0] = True  # the market changed since the pool started
+        [more] = p.acquire(s, [3], frozenset(i.id for i in first))
+        assert more.node == 3 and more.id != first[0].id
+        markets = [c["market"] for c in calls]
+        assert markets[0] == "spot" and markets[-1] == "on-demand" and "spot" in markets[1:-1]
+        [item] = describe(aws, [more.id])
+        assert "InstanceLifecycle" not in item
+        assert {t["Key"]: t["Value"] for t in item["Tags"]}["skyward:node"] == "3"
+        p.release([more])  # just that instance
+        assert describe(aws, [more.id])[0]["State"]["Name"] in ("shutting-down", "terminated")
+        assert describe(aws, [first[0].id])[0]["State"]["Name"] == "running"
+        assert aws.client().describe_security_groups(
+            Filters=[{"Name": "tag:skyward:pool", "Values": [s.pool_id]}])["SecurityGroups"]
+    finally:
+        p.terminate(first)

@@ -385,9 +385,15 @@ class AWS(Provider):
         if host_key is not None:
             addrs = [self._connect_address(i["InstanceId"], i.get("PrivateIpAddress") or "",
                                            i.get("PublicIpAddress") or None) for i in described]
+            first = not pool.known_addrs
             pool.known_addrs = list(dict.fromkeys(pool.known_addrs + addrs))
             lines = "".join(f"{addr} {host_key.public}\n" for addr in pool.known_addrs)
-            known = (write_private(pool.directory, "known_hosts", lines),)
+            if first:
+                known = (write_private(pool.directory, "known_hosts", lines),)
+            else:  # a scale-up: the file grows by the new addresses, replaced whole (never half written)
+                staged = write_private(pool.directory, f"known_hosts.{len(pool.known_addrs)}", lines)
+                known = (os.path.join(pool.directory, "known_hosts"),)
+                os.replace(staged, known[0])
         environment = HostEnvironment(
             root=self.root, find_links=self.find_links, no_index=self.no_index,
             bootstrap_timeout=self.bootstrap_timeout, reach_timeout=self.boot_timeout,
