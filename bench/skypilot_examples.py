@@ -59,10 +59,12 @@ def plan_as(path: Path, root: Path, as_told: bool):  # noqa: ANN201
         envs, secrets = given["envs"], given["secrets"]
         try:
             return plan(path, env=envs, secrets=secrets)
-        except TaskFileError:
-            os.chdir(path.parent)
+        except TaskFileError as from_root:
+            os.chdir(path.parent)  # the README's `cd` into the recipe's folder
             try:
                 return plan(path, env=envs, secrets=secrets)
+            except TaskFileError as from_folder:  # report the launch that got further
+                raise min(from_root, from_folder, key=lambda e: len(e.problems)) from None
             finally:
                 os.chdir(root)
 
