@@ -86,6 +86,7 @@ PARSED = [
     ("cos://eu-de/b/p", Bucket("cos", "b", "p", region="eu-de")),
     ("oci://b@us-sanjose-1", Bucket("oci", "b", region="us-sanjose-1")),
     ("https://acct.blob.core.windows.net/c", Bucket("az", "c", account="acct")),
+    ("https://acct.blob.core.windows.net/c/a/b", Bucket("az", "c", "a/b", account="acct")),
 ]
 
 
