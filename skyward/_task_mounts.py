@@ -66,6 +66,11 @@ class BucketMount:
         return f"mounted with {_either(store.mount_tools)}, whichever the node has; copied with {tools} where it has none"
 
 
+def _placeholder(text: str) -> str:
+    """Why a source is missing, where the file says so: ``<bucket-path>`` is for the user to fill in."""
+    return "the task file holds a placeholder for you to fill in" if re.fullmatch(r"<[^<>]+>", text) else ""
+
+
 def _either(tools: tuple[str, ...]) -> str:
     return tools[0] if len(tools) == 1 else ", ".join(tools[:-1]) + " or " + tools[-1]
 
@@ -113,7 +118,7 @@ def resolve(workdir: str | None, mounts: Mapping[Any, Any], envs: Mapping[str, s
             if bucket is not None:
                 buckets.append(bucket)
         elif not Path(text).expanduser().exists():
-            found.problem(at, "a local path that exists", text)
+            found.problem(at, "a local path that exists", text, _placeholder(text))
         else:
             local[dest] = str(Path(text).expanduser().resolve())
     return resolved_workdir, local, tuple(buckets)
@@ -160,7 +165,7 @@ def _storage(entry: Mapping[str, Any], dest: str, envs: Mapping[str, str], found
             return None
         missing = [text for text in paths if not Path(text).expanduser().exists()]
         for text in missing:
-            found.problem(f"{at}.source", "a local path that exists", text)
+            found.problem(f"{at}.source", "a local path that exists", text, _placeholder(text))
         if missing:
             return None
         found.warn(at, "the local sources are copied to every node directly, each under its own name (no bucket "
@@ -172,7 +177,7 @@ def _storage(entry: Mapping[str, Any], dest: str, envs: Mapping[str, str], found
         if is_store_url(text):
             return _bucket(text, dest, mode.upper(), found, f"{at}.source")
         if not Path(text).expanduser().exists():
-            found.problem(f"{at}.source", "a local path that exists", text)
+            found.problem(f"{at}.source", "a local path that exists", text, _placeholder(text))
             return None
         found.warn(at, "the local source is copied to every node directly (no bucket is made for it)")
         return {dest: str(Path(text).expanduser().resolve())}

@@ -68,6 +68,8 @@ FIELDS = [
      ".name: expected a `source` URL (https://ACCOUNT.blob.core.windows.net/CONTAINER)"),
     ("file_mounts name left empty", "file_mounts: {/d: {name: null, mode: MOUNT}}\nrun: echo", R,
      "leaves the bucket's name for you to fill in"),
+    ("file_mounts placeholder", "file_mounts: {/d: {source: '<bucket-path-to-your-model>'}}\nrun: echo", R,
+     "got '<bucket-path-to-your-model>' (the task file holds a placeholder for you to fill in)"),
     ("file_mounts unknown scheme", "file_mounts: {/d: 'ftp://h/x'}\nrun: echo", R,
      "expected a local path, or a bucket URL: s3://, gs://"),
     ("file_mounts sources list", "file_mounts: {/d: {source: ['.', '.'], name: b}}\nrun: echo", W,
