@@ -28,10 +28,8 @@ task, over the pool's connection) and are never printed: plans and errors show `
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import sys
-import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
