@@ -143,3 +143,57 @@ def test_each_mount_tool_mounts_the_bucket_and_prefix_asked_for(tool: str, bucke
 
 def test_unmounting_where_nothing_is_mounted_says_so_and_changes_nothing(tmp_path: Path) -> None:
     assert unmount(str(tmp_path)) is False and tmp_path.is_dir()
+
+
+def _can_mount(tmp_path: Path) -> bool:
+    import subprocess
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "probe", str(probe)], capture_output=True, check=False).returncode:
+        return False
+    subprocess.run(["umount", str(probe)], check=True)
+    return True
+
+
+@pytest.mark.may_skip("mounting needs root (CAP_SYS_ADMIN) where the suite runs")
+@pytest.mark.parametrize("run", ["cat $MOUNTED/args && mountpoint -q $MOUNTED", "exit 3"], ids=["ok", "failing"])
+def test_a_mounted_bucket_is_mounted_before_setup_and_unmounted_when_the_task_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run: str) -> None:
+    """The mount tool here is a stand-in for goofys that mounts a tmpfs: the node's choice of
+    tool, its arguments, the task seeing the mount and the unmount on every exit are real; S3 is not."""
+    from io import StringIO
+
+    from skyward.launch import execute
+
+    if not _can_mount(tmp_path):
+        pytest.skip("this machine does not let the tests mount")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "goofys").write_text('#!/bin/sh\nfor last; do :; done\n'
+                                  'mount -t tmpfs goofys-stand-in "$last" && echo "$@" > "$last/args"\n')
+    (tools / "goofys").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin:/usr/sbin:/sbin")
+    assert find_tool("mount-s3") is None and find_tool("goofys") == str(tools / "goofys")
+    mounted = tmp_path / "data"
+    task = write(tmp_path, f"""
+        envs: {{MOUNTED: {mounted}}}
+        file_mounts: {{{mounted}: {{source: 's3://my-bucket/train', mode: MOUNT}}}}
+        setup: mountpoint -q $MOUNTED
+        run: {run}
+    """)
+    lines: list[str] = []
+    err = StringIO()
+    try:
+        code = execute(plan(task), console=False, err=err,
+                       on_event=lambda e: lines.append(e.line) if hasattr(e, "line") else None)
+        assert code == (0 if run != "exit 3" else 3), err.getvalue()
+        if code == 0:
+            assert lines == [f"my-bucket:train {mounted}"]
+        assert not mounted.is_mount() and mounted.is_dir() and not list(mounted.iterdir())
+        assert "not mounted" not in err.getvalue()
+    finally:  # (a failing test leaves no mount behind either)
+        if mounted.is_mount():
+            import subprocess
+
+            subprocess.run(["umount", str(mounted)], check=False)
