@@ -43,11 +43,9 @@ def sync_files(pool: Any, p: LaunchPlan, mounted: list[str], err: IO[str]) -> st
             task = sky.compute(name="copy bucket")(fetch_bucket)(bucket.url, bucket.dest)
         else:
             task = sky.compute(name="copy bucket")(fetch_store)(bucket.where, bucket.dest)
-        used = [task >> pool] if local else task @ pool
-        if bucket.mode == "COPY":
-            continue
-        if any(tool != "copied" for tool in used):
+        if bucket.mode != "COPY":  # before it runs: a node that mounts it before another fails is undone too
             mounted.append(bucket.dest)
+        used = [task >> pool] if local else task @ pool
         if "copied" in used:
             nodes = "this machine" if local else f"{used.count('copied')} of {len(used)} node(s)"
             tools = ", ".join(bucket.where.store.mount_tools) or "none for this store"

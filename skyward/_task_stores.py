@@ -220,6 +220,9 @@ def mount_store(b: Bucket, dest: str) -> str:
     none copies it instead. Returns the tool ("copied" when it copied)."""
     from skyward.errors import SkywardError
 
+    target = os.path.expanduser(dest)
+    if os.path.ismount(target):  # (and the unmount at the end would take away what is there)
+        raise SkywardError(f"file_mounts: {dest} is a mount point already; mounting {b.url} there would hide it")
     tool = next((t for t in b.store.mount_tools if find_tool(t)), None)
     if tool is None:
         if b.scheme == "s3":
@@ -229,25 +232,44 @@ def mount_store(b: Bucket, dest: str) -> str:
         else:
             fetch_store(b, dest)
         return "copied"
-    target = os.path.expanduser(dest)
     Path(target).mkdir(parents=True, exist_ok=True)
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") \
         if b.scheme == "s3" else None
     failed = _run(mount_command(b, tool, target, endpoint))
     if failed:
         raise SkywardError(f"file_mounts: could not mount {b.url} at {dest} with {tool}: {failed}")
+    marker = _marker(target)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(target)
     return tool
 
 
 def unmount(dest: str) -> bool:
-    """On a node: undo a mount at ``dest``; False when nothing was mounted there."""
+    """On a node: undo the mount :func:`mount_store` made at ``dest``; False when it made none
+    there (nothing else mounted at ``dest`` is ever touched). Raises
+    :class:`~skyward.errors.SkywardError` when the mount stays."""
     target = os.path.expanduser(dest)
-    if not os.path.ismount(target):
+    marker = _marker(target)
+    if not marker.is_file():
         return False
     for command in (["fusermount", "-u", target], ["fusermount3", "-u", target], ["umount", target]):
-        if find_tool(command[0]) and _run(command, quiet=True) == 0:
-            return True
-    return not os.path.ismount(target)
+        if not os.path.ismount(target) or (find_tool(command[0]) and _run(command, quiet=True) == 0):
+            break
+    marker.unlink()
+    if os.path.ismount(target):
+        from skyward.errors import SkywardError
+
+        raise SkywardError(f"file_mounts: {dest} is still mounted: fusermount -u and umount both failed")
+    return True
+
+
+def _marker(target: str) -> Path:
+    """What says this host mounted ``target`` for a task (per host: a home directory may be shared)."""
+    import hashlib
+    import socket
+
+    digest = hashlib.sha256(target.encode()).hexdigest()[:16]
+    return Path("~/.skyward/mounts").expanduser() / f"{socket.gethostname()}-{digest}"
 
 
 def _run(command: list[str], *, quiet: bool = False) -> str | int:

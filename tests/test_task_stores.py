@@ -197,3 +197,27 @@ def test_a_mounted_bucket_is_mounted_before_setup_and_unmounted_when_the_task_en
             import subprocess
 
             subprocess.run(["umount", str(mounted)], check=False)
+
+
+@pytest.mark.may_skip("mounting needs root (CAP_SYS_ADMIN) where the suite runs")
+def test_a_bucket_is_not_mounted_over_a_mount_point_and_what_was_mounted_there_stays(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    from io import StringIO
+
+    from skyward.launch import execute
+
+    if not _can_mount(tmp_path):
+        pytest.skip("this machine does not let the tests mount")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "theirs", str(theirs)], check=True)
+    try:
+        task = write(tmp_path, f"file_mounts: {{{theirs}: {{source: 's3://b', mode: MOUNT}}}}\nrun: echo\n")
+        err = StringIO()
+        assert execute(plan(task), console=False, err=err) == 1
+        assert f"{theirs} is a mount point already; mounting s3://b there would hide it" in err.getvalue()
+        assert theirs.is_mount() and unmount(str(theirs)) is False and theirs.is_mount()
+    finally:
+        subprocess.run(["umount", str(theirs)], check=False)
