@@ -131,7 +131,8 @@ FIELDS = [
     ("local_disk", "resources: {local_disk: 'nvme+'}\nrun: echo", W, "local_disk: not honoured"),
     ("ephemeral_storage", "resources: {ephemeral_storage: 10}\nrun: echo", W, "ephemeral_storage: not honoured"),
     ("resources unknown", "resources: {gpus: H100:8}\nrun: echo", R, "resources.gpus: expected a known key"),
-    ("job group", "name: g\nexecution: parallel\n---\nrun: echo\n---\nrun: echo", R, "a job group runs its tasks"),
+    ("job group", "name: g\nexecution: parallel\n---\nrun: echo\n---\nrun: echo", R,
+     "a job group runs its tasks at the same time, each reaching the others by name (TASK-0.GROUP)"),
     ("pipeline", "name: p\n---\nname: a\nrun: echo a\n---\nname: b\nrun: echo b", H, "pipeline stage 2 of 2"),
 ]
 
