@@ -34,7 +34,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
-from skyward import runtime
+from skyward import _preempt, runtime
 from skyward._procs import group_members
 from skyward.messages import Fatal, Setup
 from skyward.plugins._base import Plugin
@@ -158,6 +158,10 @@ class Agent:
                          name="skyward-heartbeat", daemon=True).start()
         threading.Thread(target=self.watch_client, args=(min(setup.heartbeat_interval, 1.0), setup.idle_timeout),
                          name="skyward-watchdog", daemon=True).start()
+        if setup.watch_preemption:  # a spot machine: the cloud may take it back at short notice
+            from skyward.worker import preemption
+
+            preemption.watch(self._preempted, self.stopping)
 
         with contextlib.ExitStack() as app:
             with self._listening():  # the client's pings count while the hooks run
@@ -174,6 +178,8 @@ class Agent:
                         app.close()
                         return 5
             self.executor = make_executor(setup.executor, setup.concurrency, plugins, self.send, self.send_output)
+            for notice in _preempt.notices():  # (one that came while the executor was being made)
+                self.executor.preempting(notice)
             self.send((Kind.READY, os.getpid()))
             clean = self.serve(setup.spin)
             self.stopping.set()
@@ -229,6 +235,13 @@ class Agent:
             thread.join()
             os.close(wake_r)
             os.close(wake_w)
+
+    def _preempted(self, notice: _preempt.Preemption) -> None:
+        """A preemption notice: to this process's tasks, the executor's processes, the client."""
+        if _preempt.deliver(notice):
+            if self.executor is not None:
+                self.executor.preempting(notice)
+            self.send((Kind.PREEMPT, notice))
 
     # -- serving ---------------------------------------------------------------------------
     def serve(self, spin_seconds: float) -> bool:
