@@ -64,8 +64,6 @@ class _Callback:
     fn: Callable[[Preemption], object]
     rebalance: bool
     context: contextvars.Context
-    ran: bool = False
-    active: bool = True
 
 
 _lock = threading.Lock()
@@ -117,7 +115,6 @@ def on_preempt(callback: Callable[[Preemption], object], *, rebalance: bool = Fa
 
     def cancel() -> None:
         with _lock:
-            entry.active = False
             if entry in _callbacks:
                 _callbacks.remove(entry)
 
@@ -139,14 +136,11 @@ def deliver(notice: Preemption) -> bool:
 
 
 def _due(entry: _Callback) -> Preemption | None:
-    """The notice ``entry`` should run for now, claiming it (under the lock), or None."""
-    if entry.ran or not entry.active:
-        return None
+    """The notice ``entry`` should run for now, or None. (Under the lock.) An entry that
+    runs leaves the registry: it runs once, and unregistering it afterwards does nothing."""
     notice = _notices.get("interruption") or (_notices.get("rebalance") if entry.rebalance else None)
     if notice is not None:
-        entry.ran = True
-        if entry in _callbacks:
-            _callbacks.remove(entry)
+        _callbacks.remove(entry)
     return notice
 
 
