@@ -7,10 +7,14 @@ IMDS's real address in the host's namespace) is in test_aws_preemption.py.
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -203,3 +207,15 @@ def test_an_unregistered_callback_never_runs_and_outside_a_pool_nothing_fires():
 def test_on_preempt_refuses_what_is_not_callable():
     with pytest.raises(sky.ConfigError, match="callback"):
         sky.on_preempt("save()")  # type: ignore[arg-type]
+
+
+def test_the_spot_checkpoint_example_runs_through_where_no_notice_comes(tmp_path):
+    """examples/spot_checkpoint.py (on the preemption page) runs on Local, as a reader would."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "SKYWARD_CONSOLE": "plain", "PYTHONPATH": str(root), "TMPDIR": str(tmp_path)}
+    env.pop("SKYWARD_EXAMPLE_AWS", None)
+    done = subprocess.run([sys.executable, "examples/spot_checkpoint.py"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "every node reached its last step or saved before its machine went: True" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
