@@ -82,16 +82,18 @@ def aws_on(aws_env, host, wheelhouse: str, allocation: str) -> AWS:
                connect_timeout=5, boot_timeout=60)
 
 
-@pytest.mark.parametrize("executor", ["thread", "process"])
+@pytest.mark.parametrize(("executor", "processes"), [("thread", 2), ("process", 1)])
 def test_a_spot_notice_reaches_polling_tasks_on_preempt_callbacks_and_the_client(
-        aws, test_hosts, wheelhouse, tmp_path, executor):
+        aws, test_hosts, wheelhouse, tmp_path, executor, processes):
+    """(With two worker processes on the node, each watches and tells its tasks; the client
+    is told once per kind all the same.)"""
     host = test_hosts[0]
     events: list[ev.Event] = []
     marks = [str(tmp_path / "polling"), str(tmp_path / "registered")]
     with imds.in_host(host) as metadata:
         provider = aws_on(aws, host, wheelhouse, "spot")
         with sky.ComputePool(provider=provider, nodes=1, concurrency=2, executor=executor,
-                             console=False, on_event=events.append) as pool:
+                             processes_per_node=processes, console=False, on_event=events.append) as pool:
             polling = wait_for_preempting(marks[0], 60) > pool
             registered = checkpoint_on_preempt(marks[1], 60) > pool
             assert wait_until(lambda: all(os.path.exists(m) for m in marks), timeout=30), "the tasks did not start"
