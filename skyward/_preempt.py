@@ -98,9 +98,14 @@ def on_preempt(callback: Callable[[Preemption], object], *, rebalance: bool = Fa
     Returns a function that unregisters the callback (it does nothing once it has run).
 
     Example:
-        >>> stop = threading.Event()
-        >>> cancel = on_preempt(lambda notice: stop.set())
-        >>> cancel()
+        >>> @sky.compute
+        ... def train(steps: int) -> int:
+        ...     sky.on_preempt(lambda notice: save_checkpoint())  # ~2 minutes to do it
+        ...     for step in range(steps):
+        ...         if sky.instance_info().preempting:  # or look between steps
+        ...             return step
+        ...         ...
+        ...     return steps
     """
     if not callable(callback):
         from skyward.errors import ConfigError
