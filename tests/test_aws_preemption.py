@@ -14,6 +14,7 @@ import ipaddress
 import os
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from skyward import events as ev
 from skyward.providers.aws.provider import AWS
 from skyward.worker.preemption import POLL_INTERVAL
 from tests.aws_conftest import aws, moto_server  # noqa: F401  (fixtures)
+from tests.contract.test_clusters import home  # noqa: F401  (a SKYWARD_HOME of the test's own)
 from tests.hosts import imds, testhosts
 from tests.test_aws_e2e import subnet_with_only
 from tests.test_ssh import leftovers, wait_until, wheelhouse  # noqa: F401  (wheelhouse is a fixture)
@@ -135,3 +137,23 @@ def test_an_on_demand_node_does_not_watch_for_notices(aws, test_hosts, wheelhous
             assert preempting_after(3 * POLL_INTERVAL) >> pool is None
         assert metadata.requests == []
     assert not [e for e in events if isinstance(e, ev.NodePreempting)]
+
+
+def test_a_client_attaching_to_a_spot_cluster_after_its_notice_is_told_too(aws, home, test_hosts, wheelhouse):  # noqa: F811
+    host = test_hosts[0]
+    cluster = "pre" + uuid.uuid4().hex[:8]
+    first: list[ev.Event] = []
+    later: list[ev.Event] = []
+    with imds.in_host(host) as metadata:
+        provider = aws_on(aws, host, wheelhouse, "spot")
+        with sky.ComputePool(name=cluster, provider=provider, nodes=1, console=False, on_event=first.append):
+            at = metadata.interrupt("terminate")
+            assert wait_until(lambda: any(isinstance(e, ev.NodePreempting) for e in first), timeout=15)
+        # the notice came while that client was attached; the next one attaches afterwards
+        with sky.ComputePool(name=cluster, console=False, on_event=later.append) as pool:
+            assert preempting_after(0) >> pool == sky.Preemption("interruption", "terminate", at)
+            assert wait_until(lambda: any(isinstance(e, ev.NodePreempting) for e in later), timeout=10)
+            pool.down()
+    assert [e for e in later if isinstance(e, ev.NodePreempting)] == [
+        ev.NodePreempting(0, "terminate", at, "interruption")]
+    assert wait_until(lambda: not leftovers([host], r"skyward"), timeout=10), leftovers([host])

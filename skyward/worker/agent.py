@@ -303,6 +303,8 @@ class Agent:
             elif kind == Kind.SETUP and self.resident is not None:
                 self.resident.autostop = control[1].autostop  # (the cluster's policy may have changed)
                 self.send((Kind.READY, os.getpid()))  # a client attaching: this worker is set up
+                for notice in _preempt.notices():  # ... on a machine that may be about to go
+                    self.send((Kind.PREEMPT, notice))
             else:
                 _log(f"unknown message {kind!r}")
         return None
