@@ -12,7 +12,9 @@ stream for it and handles everything else. Lifecycle:
    ``COMPUTE_POOL``; enter every plugin's ``around_app`` in order; answer READY (or FATAL,
    a :class:`~skyward.messages.Fatal` naming the plugin).
 3. Start the executor; its threads ask :meth:`Agent.next_task` for tasks, which handles
-   PING, CANCEL and SHUTDOWN on the way. Heartbeats go out every ``heartbeat_interval``.
+   PING, CANCEL and SHUTDOWN on the way. Heartbeats go out every ``heartbeat_interval``. On a
+   spot machine (``Setup.watch_preemption``) a thread watches for preemption notices
+   (:mod:`skyward.worker.preemption`): each goes to the tasks and to the client (PREEMPT).
 4. Stop on SHUTDOWN (clean: hooks exited, BYE sent), on end of input or when the client has
    been silent for ``idle_timeout`` seconds (dead man's switch): then everything the tasks
    started is killed (by the keeper, or with the process group), so nothing outlives the
