@@ -46,7 +46,17 @@ if TYPE_CHECKING:
     from skyward.providers.aws import AWS
     from skyward.providers.local import Local
     from skyward.providers.ssh import SSH
-    from skyward.runtime import InstanceInfo, Peer, instance_info, shard, silent, stderr, stdout
+    from skyward.runtime import (
+        InstanceInfo,
+        Peer,
+        Preemption,
+        instance_info,
+        on_preempt,
+        shard,
+        silent,
+        stderr,
+        stdout,
+    )
     from skyward.shell import CommandResult, shell
 
 # Bound eagerly: ``skyward.compute`` is also the name of a submodule, and importing that
@@ -79,7 +89,8 @@ _WHERE: dict[str, str] = {
     "Local": "skyward.providers.local",
     "SSH": "skyward.providers.ssh",
     **dict.fromkeys(
-        ["InstanceInfo", "Peer", "instance_info", "shard", "silent", "stderr", "stdout"], "skyward.runtime"
+        ["InstanceInfo", "Peer", "Preemption", "instance_info", "on_preempt", "shard", "silent", "stderr", "stdout"],
+        "skyward.runtime"
     ),
 }
 _MODULES = {"accelerators", "integrations", "plugins"}

@@ -8,11 +8,13 @@ reported on stderr and does not disturb the pool.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 __all__ = [
     "Event",
     "NodeLog",
+    "NodePreempting",
     "NodeStage",
     "PoolReady",
     "PoolStarting",
@@ -52,6 +54,22 @@ class NodeLog:
 
     node: int
     line: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodePreempting:
+    """The cloud is taking ``node`` back (a spot machine; one event per node and kind).
+
+    ``kind`` is ``"interruption"``: the machine will ``action`` (``"terminate"``, ``"stop"``
+    or ``"hibernate"``) at ``at``, about two minutes after the notice; or ``"rebalance"``: EC2
+    recommends moving off it (at elevated risk of interruption, ``action`` None, ``at`` when
+    the recommendation was issued). ``at`` is timezone-aware (UTC).
+    """
+
+    node: int
+    action: str | None
+    at: datetime
+    kind: Literal["interruption", "rebalance"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,4 +125,5 @@ class PoolStopped:
     interrupted: bool = False
 
 
-Event = PoolStarting | NodeStage | NodeLog | PoolReady | TaskStarted | TaskFinished | TaskOutput | PoolStopped
+Event = (PoolStarting | NodeStage | NodeLog | PoolReady | TaskStarted | TaskFinished | TaskOutput | PoolStopped
+         | NodePreempting)

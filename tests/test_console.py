@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from rich.console import Console as RichConsole
@@ -123,6 +124,20 @@ def test_plain_mode_shows_the_log_of_a_node_that_never_came_up(capsys: pytest.Ca
     assert "[node 0] pip line 29" in err and "[node 0] pip line 0\n" not in err  # only the tail
     assert "[node 1] fine so far" in err
     assert err.splitlines()[-1].startswith("skyward: pool p2 stopped: no tasks")
+
+
+def test_a_preemption_notice_gets_one_line_with_its_node_action_and_time(capsys: pytest.CaptureFixture[str]) -> None:
+    c = Console(mode="plain")
+    startup(c, logs=False)
+    soon = datetime.now(timezone.utc) + timedelta(seconds=100)
+    c(ev.NodePreempting(1, None, datetime(2026, 5, 1, 12, 0, 3, tzinfo=timezone.utc), "rebalance"))
+    c(ev.NodePreempting(1, "terminate", soon, "interruption"))
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("skyward: node 1:")]
+    assert lines[0] == ("skyward: node 1: EC2 recommends a rebalance (at elevated risk of interruption, "
+                        "since 12:00:03 UTC)")
+    assert re.fullmatch(r"skyward: node 1: spot interruption notice: terminate at \d\d:\d\d:\d\d UTC "
+                        r"\(in (1m3\ds|9\d\.\ds|1m40s)\)", lines[1]), lines[1]
+    assert len(lines) == 2
 
 
 def test_verbose_prints_every_log_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
