@@ -117,6 +117,8 @@ def describe_stage(self: Any) -> list[str]:
     if self.autostop is not None:
         lines.append(f"  autostop: after {self.autostop.idle_minutes:g} idle minute(s)"
                      + (", then down" if self.autostop.down else ""))
+    if self.job_recovery is not None:
+        lines.append(f"  job recovery: {self.job_recovery.describe()}")
     if self.workdir:
         lines.append(f"  workdir: {self.workdir} (synced to every node; setup and run start there)")
     if self.workdir_git:
