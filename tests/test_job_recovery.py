@@ -5,6 +5,7 @@ run starts again up to ``max_restarts_on_errors`` times, or on a listed exit cod
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import textwrap
@@ -17,6 +18,7 @@ import pytest
 
 from skyward import events as ev
 from skyward.launch import execute, plan
+from tests.conftest import pid_alive
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -84,7 +86,8 @@ RESUMING = """
       ckpt = "{tmp}/ckpt-" + rank
       step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
       print("resuming at", step, flush=True)
-      open("{tmp}/worker-" + rank, "w").write(str(os.getppid()))
+      open("{tmp}/shell-" + rank, "w").write(str(os.getppid()))
+      open("{tmp}/shells", "a").write(str(os.getppid()) + "\\n")
       while step < 30:
           time.sleep(0.1)
           step += 1
@@ -96,37 +99,42 @@ RESUMING = """
 """
 
 
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
+def _worker_above(pid: int) -> int:
+    """The skyward worker process that ``pid`` descends from (its command, through a guardian)."""
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"skyward.worker" in f.read():
+                return pid
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    raise AssertionError("no skyward worker above the command")
 
 
 def test_a_node_lost_during_the_run_is_replaced_and_the_run_resumes_to_the_end(tmp_path: Path) -> None:
     task = write(tmp_path, RESUMING.format(tmp=tmp_path))
     killed: list[int] = []
+    workers: set[int] = set()
+    finished = threading.Event()
 
-    def kill_node_1_midway() -> None:
-        """SIGKILL node 1's worker (the parent of the command's guardian) once it is 10 steps in."""
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                step = int((tmp_path / "ckpt-1").read_text())
-                guardian = int((tmp_path / "worker-1").read_text())
-            except (OSError, ValueError):
-                step = 0
-            if step >= 10:
-                # python's parent is bash, whose parent is the command's guardian, whose
-                # parent is the worker.
-                worker = _parent(guardian)
-                os.kill(worker, signal.SIGKILL)
-                killed.append(worker)
-                return
-            time.sleep(0.05)
+    def watch_and_kill_node_1_midway() -> None:
+        """Note every node's worker, and SIGKILL node 1's once it is 10 steps in."""
+        while not finished.wait(0.05):
+            with contextlib.suppress(OSError, ValueError, AssertionError):
+                for shell in (tmp_path / "shells").read_text().split():
+                    workers.add(_worker_above(int(shell)))
+            with contextlib.suppress(OSError, ValueError, AssertionError):
+                if not killed and int((tmp_path / "ckpt-1").read_text()) >= 10:
+                    worker = _worker_above(int((tmp_path / "shell-1").read_text()))
+                    os.kill(worker, signal.SIGKILL)
+                    killed.append(worker)
 
-    killer = threading.Thread(target=kill_node_1_midway, daemon=True)
+    killer = threading.Thread(target=watch_and_kill_node_1_midway, daemon=True)
     killer.start()
-    code, lines, err = launch(task)
-    killer.join(5)
+    try:
+        code, lines, err = launch(task)
+    finally:
+        finished.set()
+        killer.join(10)
     assert killed, "node 1's worker was never killed"
     assert code == 0, err
     assert err.count("skyward: job recovery: node 1 was lost during the run") == 1, err
@@ -137,5 +145,7 @@ def test_a_node_lost_during_the_run_is_replaced_and_the_run_resumes_to_the_end(t
         assert (node, "finished at 30") in lines, lines
         runs = (tmp_path / f"runs-{node}").read_text().splitlines()
         assert len(runs) == 2 and len({r.split()[0] for r in runs}) == 1, runs  # the same task id
+    # Nothing is left: the workers of both runs (the first two, the replacement) are gone.
+    assert len(workers) >= 4 and not [pid for pid in workers if pid_alive(pid)], workers
     # Setup ran on each node at first, then on the replacement only.
     assert sorted((tmp_path / "setup.log").read_text().splitlines()) == ["setup on 0", "setup on 1", "setup on 1"]
