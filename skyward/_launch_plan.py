@@ -164,7 +164,9 @@ def _machines(self: Any) -> str:
         note = f" (asked: {wanted}; the Local provider runs on this machine as is)" if wanted else ""
         return f"{self.nodes} worker process(es) on this machine, no cost{note}"
     if self.provider == "ssh":
-        return ", ".join(self.hosts[:self.nodes]) + (f" (asked: {wanted})" if wanted else "")
+        spares = self.hosts[self.nodes:] if self.job_recovery is not None else ()
+        return (", ".join(self.hosts[:self.nodes]) + (f" (asked: {wanted})" if wanted else "")
+                + (f"; spare for job recovery: {', '.join(spares)}" if spares else ""))
     return _aws_machine(self)
 
 def _aws_machine(self: Any) -> str:

@@ -202,8 +202,8 @@ def make_provider(p: LaunchPlan, candidate: Any = None) -> Any:
 
     if p.provider == "local":
         return sky.Local()
-    if p.provider == "ssh":
-        return sky.SSH(list(p.hosts[:p.nodes]))
+    if p.provider == "ssh":  # (the hosts beyond num_nodes are spares for job recovery)
+        return sky.SSH(list(p.hosts if p.job_recovery is not None else p.hosts[:p.nodes]))
     c = candidate if candidate is not None else (p.candidates[0] if p.candidates else None)
     cpus = parse_minimum(p.cpus if c is None else (c.cpus or p.cpus), "--cpus")
     memory = parse_minimum(p.memory if c is None else (c.memory or p.memory), "--memory")
@@ -273,7 +273,9 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
                      "accelerator": None if p.provider == "local" else accelerator,
                      "processes_per_node": p.processes_per_node}
             if p.job_recovery is not None and cluster is None:
-                shape["replace_lost"] = True  # a lost node is replaced; the run restarts (_launch_recovery)
+                # A lost node is replaced (the run restarts: _launch_recovery); a pool of (n, n)
+                # nodes also takes its replacements from SSH hosts beyond the first n.
+                shape["nodes"] = (p.nodes, p.nodes)
             if cluster is not None:
                 from skyward.clusters import jobs as clusters
 

@@ -151,3 +151,15 @@ def test_a_node_lost_during_the_run_is_replaced_and_the_run_resumes_to_the_end(t
     assert len(workers) >= 4 and not [pid for pid in workers if pid_alive(pid)], workers
     # Setup ran on each node at first, then on the replacement only.
     assert sorted((tmp_path / "setup.log").read_text().splitlines()) == ["setup on 0", "setup on 1", "setup on 1"]
+
+
+def test_ssh_hosts_beyond_num_nodes_are_the_spares_a_recovery_takes(tmp_path: Path) -> None:
+    from skyward.launch import make_provider
+
+    hosts = ["me@192.0.2.1", "me@192.0.2.2", "me@192.0.2.3"]
+    recovering = plan(write(tmp_path, "num_nodes: 2\nresources: {job_recovery: FAILOVER}\nrun: echo\n"),
+                      provider="ssh", hosts=hosts)
+    assert "me@192.0.2.1, me@192.0.2.2; spare for job recovery: me@192.0.2.3" in recovering.describe()
+    assert len(make_provider(recovering).hosts) == 3
+    plain = plan(write(tmp_path, "num_nodes: 2\nrun: echo\n"), provider="ssh", hosts=hosts)
+    assert "spare" not in plain.describe() and len(make_provider(plain).hosts) == 2
