@@ -26,25 +26,37 @@ MAX_WORKDIR_BYTES = 256 << 20
 _SKIP = frozenset({".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".venv", "node_modules"})
 
 
-def sync_files(pool: Any, p: LaunchPlan, mounted: list[str], err: IO[str]) -> str | None:
+def sync_files(pool: Any, p: LaunchPlan, mounted: list[str], err: IO[str],
+               only: frozenset[int] | None = None) -> str | None:
     """Copy (or mount) the buckets, copy the file mounts and the workdir to the nodes; returns
     the run's directory there (without a workdir: this directory on the Local provider, the
-    home directory elsewhere). Every bucket mounted is added to ``mounted``."""
+    home directory elsewhere). Every bucket mounted is added to ``mounted``.
+
+    ``only``: the nodes that need them (replacements, for job recovery); the others are left as
+    they are. On Local a replacement is this machine, which has them already."""
     import skyward as sky
     from skyward._task_mounts import clone_command, fetch_bucket
     from skyward._task_stores import fetch_store, mount_store
 
     local = pool.provider.name == "local"
+    if only is not None and local:
+        return _run_directory(pool, p, local)
+
+    def on_nodes(name: str, fn: Any, *args: Any) -> Any:
+        if only is None:
+            return sky.compute(name=name)(fn)(*args)
+        return sky.compute(name=name)(_on_nodes)(sorted(only), fn, *args)
+
     for bucket in p.buckets:
         task: Any
         if bucket.mode != "COPY":
-            task = sky.compute(name="mount bucket")(mount_store)(bucket.where, bucket.dest)
+            task = on_nodes("mount bucket", mount_store, bucket.where, bucket.dest)
         elif bucket.where.scheme == "s3":
-            task = sky.compute(name="copy bucket")(fetch_bucket)(bucket.url, bucket.dest)
+            task = on_nodes("copy bucket", fetch_bucket, bucket.url, bucket.dest)
         else:
-            task = sky.compute(name="copy bucket")(fetch_store)(bucket.where, bucket.dest)
-        if bucket.mode != "COPY":  # before it runs: a node that mounts it before another fails is undone too
-            mounted.append(bucket.dest)
+            task = on_nodes("copy bucket", fetch_store, bucket.where, bucket.dest)
+        if bucket.mode != "COPY" and bucket.dest not in mounted:  # before it runs: a node that mounts
+            mounted.append(bucket.dest)                            # it before another fails is undone too
         used = [task >> pool] if local else task @ pool
         if "copied" in used:
             nodes = "this machine" if local else f"{used.count('copied')} of {len(used)} node(s)"
@@ -53,26 +65,40 @@ def sync_files(pool: Any, p: LaunchPlan, mounted: list[str], err: IO[str]) -> st
                       f"(no mount tool: {tools}); what the task writes there is not uploaded\n")
     for dest, source in p.file_mounts.items():
         blob = _pack(source, f"file_mounts[{dest!r}]")
-        task = _unpack(blob, dest, os.path.isdir(source))
+        task = on_nodes("unpack files", _unpack_here, blob, dest, os.path.isdir(source))
         if local:
             task >> pool  # the nodes are this machine: once is enough
         else:
             task @ pool
     if p.workdir_git is not None:  # each node clones (on Local, once: the nodes share this machine)
-        dest = f"~/.skyward/workdirs/{pool.task_id}"
-        clone = sky.shell(clone_command(*p.workdir_git, dest), env=p.env)
+        from skyward._launch_recovery import only_on
+
+        command = clone_command(*p.workdir_git, f"~/.skyward/workdirs/{pool.task_id}")
+        clone = sky.shell(command if only is None else only_on(only, command), env=p.env)
         if local:
             clone >> pool
         else:
             clone @ pool
-        return dest
+    elif p.workdir is not None and not local:
+        on_nodes("unpack files", _unpack_here, _pack(p.workdir, "workdir"),
+                 f"~/.skyward/workdirs/{pool.task_id}", True) @ pool
+    return _run_directory(pool, p, local)
+
+
+def _run_directory(pool: Any, p: LaunchPlan, local: bool) -> str | None:
+    """Where setup and run start on the nodes."""
+    if p.workdir_git is not None or (p.workdir is not None and not local):
+        return f"~/.skyward/workdirs/{pool.task_id}"
     if p.workdir is None:
         return None if local else "~"  # (elsewhere the worker's directory is skyward's own)
-    if local:
-        return p.workdir
-    dest = f"~/.skyward/workdirs/{pool.task_id}"
-    _unpack(_pack(p.workdir, "workdir"), dest, True) @ pool
-    return dest
+    return p.workdir
+
+
+def _on_nodes(nodes: list[int], fn: Any, *args: Any) -> Any:
+    """On a node: ``fn(*args)`` if this node is one of ``nodes``, else nothing (None)."""
+    from skyward.runtime import instance_info
+
+    return fn(*args) if instance_info().node in nodes else None
 
 
 def unmount_all(pool: Any, mounted: list[str], err: IO[str]) -> None:
@@ -105,12 +131,6 @@ def _pack(source: str, what: str) -> bytes:
                 arcname = path.name if root.is_file() else str(path.relative_to(root))
                 tar.add(path, arcname=arcname, recursive=False)
     return buffer.getvalue()
-
-
-def _unpack(blob: bytes, dest: str, is_dir: bool) -> Any:
-    import skyward as sky
-
-    return sky.compute(name="unpack files")(_unpack_here)(blob, dest, is_dir)
 
 
 def _unpack_here(blob: bytes, dest: str, is_dir: bool) -> str:

@@ -133,6 +133,8 @@ def describe_stage(self: Any) -> list[str]:
     if self.autostop is not None:
         lines.append(f"  autostop: after {self.autostop.idle_minutes:g} idle minute(s)"
                      + (", then down" if self.autostop.down else ""))
+    if self.job_recovery is not None:
+        lines.append(f"  job recovery: {self.job_recovery.describe()}")
     if self.workdir:
         lines.append(f"  workdir: {self.workdir} (synced to every node; setup and run start there)")
     if self.workdir_git:
@@ -162,7 +164,9 @@ def _machines(self: Any) -> str:
         note = f" (asked: {wanted}; the Local provider runs on this machine as is)" if wanted else ""
         return f"{self.nodes} worker process(es) on this machine, no cost{note}"
     if self.provider == "ssh":
-        return ", ".join(self.hosts[:self.nodes]) + (f" (asked: {wanted})" if wanted else "")
+        spares = self.hosts[self.nodes:] if self.job_recovery is not None else ()
+        return (", ".join(self.hosts[:self.nodes]) + (f" (asked: {wanted})" if wanted else "")
+                + (f"; spare for job recovery: {', '.join(spares)}" if spares else ""))
     return _aws_machine(self)
 
 def _aws_machine(self: Any) -> str:

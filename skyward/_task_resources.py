@@ -96,7 +96,7 @@ class Candidates:
     options: tuple[Resources, ...] = (Resources(),)
     ordered: bool = True
     autostop: Autostop | None = None
-    job_recovery: str | None = None
+    job_recovery: fields.JobRecovery | None = None
 
 
 def check_resources(raw: Any, found: Findings) -> Candidates:

@@ -75,7 +75,8 @@ class LaunchPlan:
     buckets: tuple[Any, ...] = ()
     #: SkyPilot's resources.autostop, for named clusters (idle minutes and down), or None.
     autostop: Any = None
-    job_recovery: str | None = None
+    #: SkyPilot's resources.job_recovery (lost nodes replaced, failed runs restarted), or None.
+    job_recovery: Any = None
     warnings: tuple[str, ...] = ()
     then: tuple[LaunchPlan, ...] = ()
 
@@ -201,8 +202,8 @@ def make_provider(p: LaunchPlan, candidate: Any = None) -> Any:
 
     if p.provider == "local":
         return sky.Local()
-    if p.provider == "ssh":
-        return sky.SSH(list(p.hosts[:p.nodes]))
+    if p.provider == "ssh":  # (the hosts beyond num_nodes are spares for job recovery)
+        return sky.SSH(list(p.hosts if p.job_recovery is not None else p.hosts[:p.nodes]))
     c = candidate if candidate is not None else (p.candidates[0] if p.candidates else None)
     cpus = parse_minimum(p.cpus if c is None else (c.cpus or p.cpus), "--cpus")
     memory = parse_minimum(p.memory if c is None else (c.memory or p.memory), "--memory")
@@ -237,6 +238,9 @@ def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_eve
     when new or changed (never without ``run_setup``); ``detach_run`` starts the run and returns.
     """
     err = err or sys.stderr
+    if cluster is not None and any(s.job_recovery is not None for s in p.stages):
+        err.write("skyward: resources.job_recovery is not used on a named cluster (-c): a lost node of a cluster "
+                  "is not replaced; launch without -c to have the run recovered\n")
     if cluster is not None and len(p.stages) > 1:
         err.write("skyward: error: a pipeline (several tasks in one file) runs each task on a fresh pool; "
                   "run its tasks one by one to use a cluster (-c)\n")
@@ -268,6 +272,10 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
             shape = {"provider": made, "nodes": p.nodes, "image": image,
                      "accelerator": None if p.provider == "local" else accelerator,
                      "processes_per_node": p.processes_per_node}
+            if p.job_recovery is not None and cluster is None:
+                # A lost node is replaced (the run restarts: _launch_recovery); a pool of (n, n)
+                # nodes also takes its replacements from SSH hosts beyond the first n.
+                shape["nodes"] = (p.nodes, p.nodes)
             if cluster is not None:
                 from skyward.clusters import jobs as clusters
 
@@ -336,4 +344,16 @@ def _run_stage_body(pool: Any, p: LaunchPlan, phase: list[str], mounted: list[st
         (err or sys.stderr).write(f"skyward: the run goes on on cluster {pool.name} (log: {logs[0]} on node 0); "
                                   f"follow it with `skyward logs {pool.name}`\n")
     elif p.run.strip():
-        sky.shell(wrap(p.run), env=env, cwd=cwd) @ pool
+        from skyward._launch_recovery import only_on, run_with_recovery
+
+        def prepare(new_nodes: set[int]) -> None:  # after a replacement: files and setup on the new nodes
+            if not new_nodes:
+                return
+            phase[0] = "setup"
+            sync_files(pool, p, mounted, err, only=frozenset(new_nodes))
+            if p.setup:
+                sky.shell(only_on(new_nodes, wrap(p.setup)), env=env, cwd=cwd) @ pool
+            phase[0] = "run"
+
+        recovery = p.job_recovery if cluster is None else None
+        run_with_recovery(pool, recovery, lambda: sky.shell(wrap(p.run), env=env, cwd=cwd) @ pool, prepare, err)
