@@ -12,12 +12,10 @@ import io
 import os
 import tarfile
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from skyward.errors import ConfigError
 
-if TYPE_CHECKING:
-    from skyward.launch import LaunchPlan
 
 __all__ = ["MAX_WORKDIR_BYTES", "sync_files", "unmount_all"]
 
@@ -26,7 +24,7 @@ MAX_WORKDIR_BYTES = 256 << 20
 _SKIP = frozenset({".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".venv", "node_modules"})
 
 
-def sync_files(pool: Any, p: LaunchPlan, mounted: list[str], err: IO[str],
+def sync_files(pool: Any, p: Any, mounted: list[str], err: IO[str],
                only: frozenset[int] | None = None) -> str | None:
     """Copy (or mount) the buckets, copy the file mounts and the workdir to the nodes; returns
     the run's directory there (without a workdir: this directory on the Local provider, the
@@ -35,8 +33,8 @@ def sync_files(pool: Any, p: LaunchPlan, mounted: list[str], err: IO[str],
     ``only``: the nodes that need them (replacements, for job recovery); the others are left as
     they are. On Local a replacement is this machine, which has them already."""
     import skyward as sky
-    from skyward._task_mounts import clone_command, fetch_bucket
-    from skyward._task_stores import fetch_store, mount_store
+    from skyward._task_mounts import clone_command
+    from skyward._task_stores import fetch_bucket, fetch_store, mount_store
 
     local = pool.provider.name == "local"
     if only is not None and local:
@@ -85,7 +83,7 @@ def sync_files(pool: Any, p: LaunchPlan, mounted: list[str], err: IO[str],
     return _run_directory(pool, p, local)
 
 
-def _run_directory(pool: Any, p: LaunchPlan, local: bool) -> str | None:
+def _run_directory(pool: Any, p: Any, local: bool) -> str | None:
     """Where setup and run start on the nodes."""
     if p.workdir_git is not None or (p.workdir is not None and not local):
         return f"~/.skyward/workdirs/{pool.task_id}"

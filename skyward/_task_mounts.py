@@ -199,51 +199,6 @@ def _storage(entry: Mapping[str, Any], dest: str, envs: Mapping[str, str], found
     return _bucket(f"{scheme}://{bucket}", dest, mode.upper(), found, at)
 
 
-def fetch_bucket(url: str, dest: str) -> int:
-    """On a node: download ``s3://bucket/prefix`` to ``dest`` (a directory; a single object whose
-    key is the prefix itself becomes the file ``dest``); returns the number of files written.
-
-    boto3 finds the node's credentials and endpoint the usual way (environment, profile,
-    instance role; ``AWS_ENDPOINT_URL_S3``)."""
-    from skyward._optional import require
-    from skyward.errors import SkywardError
-
-    errors = require("botocore.exceptions", "file_mounts from S3")
-    BotoCoreError, ClientError = errors.BotoCoreError, errors.ClientError  # noqa: N806
-    try:
-        return _fetch(url, dest)
-    except (BotoCoreError, ClientError) as exc:  # a clear line, not botocore's traceback
-        code = exc.response["Error"].get("Code", "") if isinstance(exc, ClientError) else type(exc).__name__
-        raise SkywardError(f"file_mounts: could not copy {url} to {dest}: {code}: {exc}") from None
-
-
-def _fetch(url: str, dest: str) -> int:
-    from skyward._optional import require
-
-    boto3 = require("boto3", "file_mounts from S3")
-
-    bucket, _, prefix = url[len("s3://"):].partition("/")
-    client = boto3.client("s3")
-    target = Path(os.path.expanduser(dest))
-    keys = [item["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-            for item in page.get("Contents", ())]
-    if prefix and keys == [prefix]:  # one object: the mount is that file
-        target.parent.mkdir(parents=True, exist_ok=True)
-        client.download_file(bucket, prefix, str(target))
-        return 1
-    target.mkdir(parents=True, exist_ok=True)
-    base = prefix if not prefix or prefix.endswith("/") else prefix + "/"
-    written = 0
-    for key in keys:
-        if key.endswith("/") or (prefix and not key.startswith(base)):
-            continue
-        out = target / key[len(base):]
-        out.parent.mkdir(parents=True, exist_ok=True)
-        client.download_file(bucket, key, str(out))
-        written += 1
-    return written
-
-
 def clone_command(url: str, ref: str | None, dest: str) -> str:
     """Shell code cloning ``url`` into ``dest`` on a node (``~`` is the node's home), at ``ref``."""
     where = dest.replace("~", "$HOME", 1) if dest.startswith("~") else shlex.quote(dest)

@@ -5,7 +5,7 @@ A ``file_mounts`` source is a URL (``s3://``, ``gs://``, ``r2://``, ``nebius://`
 or a bucket ``name`` with a ``store``; :func:`parse` reads either into a :class:`Bucket`.
 
 On the node (its own credentials, nothing is shipped from the client), S3 is copied with boto3
-(:func:`skyward._task_mounts.fetch_bucket`) and every other store with the first command-line
+(:func:`fetch_bucket`) and every other store with the first command-line
 tool of :attr:`Store.copy_tools` the node has, looked up on its ``PATH`` and in the worker's
 environment (where :attr:`Store.pip` puts one on remote nodes). The profiles and endpoints are
 SkyPilot's: R2 uses the AWS CLI profile ``r2`` and the endpoint of ``~/.cloudflare/accountid``,
@@ -226,8 +226,6 @@ def mount_store(b: Bucket, dest: str) -> str:
     tool = next((t for t in b.store.mount_tools if find_tool(t)), None)
     if tool is None:
         if b.scheme == "s3":
-            from skyward._task_mounts import fetch_bucket
-
             fetch_bucket(b.url, dest)
         else:
             fetch_store(b, dest)
@@ -286,3 +284,51 @@ def _run(command: list[str], *, quiet: bool = False) -> str | int:
         return done.returncode
     tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-3:]
     return f"exit status {done.returncode}: " + " / ".join(tail)
+
+
+# -- S3, with boto3 (on a node) -------------------------------------------------------------
+
+
+def fetch_bucket(url: str, dest: str) -> int:
+    """On a node: download ``s3://bucket/prefix`` to ``dest`` (a directory; a single object whose
+    key is the prefix itself becomes the file ``dest``); returns the number of files written.
+
+    boto3 finds the node's credentials and endpoint the usual way (environment, profile,
+    instance role; ``AWS_ENDPOINT_URL_S3``)."""
+    from skyward._optional import require
+    from skyward.errors import SkywardError
+
+    errors = require("botocore.exceptions", "file_mounts from S3")
+    BotoCoreError, ClientError = errors.BotoCoreError, errors.ClientError  # noqa: N806
+    try:
+        return _fetch(url, dest)
+    except (BotoCoreError, ClientError) as exc:  # a clear line, not botocore's traceback
+        code = exc.response["Error"].get("Code", "") if isinstance(exc, ClientError) else type(exc).__name__
+        raise SkywardError(f"file_mounts: could not copy {url} to {dest}: {code}: {exc}") from None
+
+
+def _fetch(url: str, dest: str) -> int:
+    from skyward._optional import require
+
+    boto3 = require("boto3", "file_mounts from S3")
+
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    client = boto3.client("s3")
+    target = Path(os.path.expanduser(dest))
+    keys = [item["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for item in page.get("Contents", ())]
+    if prefix and keys == [prefix]:  # one object: the mount is that file
+        target.parent.mkdir(parents=True, exist_ok=True)
+        client.download_file(bucket, prefix, str(target))
+        return 1
+    target.mkdir(parents=True, exist_ok=True)
+    base = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+    written = 0
+    for key in keys:
+        if key.endswith("/") or (prefix and not key.startswith(base)):
+            continue
+        out = target / key[len(base):]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        client.download_file(bucket, key, str(out))
+        written += 1
+    return written
