@@ -57,10 +57,11 @@ if TYPE_CHECKING:
         stderr,
         stdout,
     )
-    from skyward.shell import CommandResult, shell
+    from skyward._shell import CommandResult, shell
 
 # Bound eagerly: ``skyward.compute`` is also the name of a submodule, and importing that
-# submodule would otherwise leave the module (not the decorator) as ``sky.compute``.
+# submodule would otherwise leave the module (not the decorator) as ``sky.compute``. (No other
+# public name is a submodule's: ``sky.shell`` lives in ``skyward._shell`` for that reason.)
 from skyward.compute import compute
 
 from skyward._version import __version__
@@ -80,7 +81,7 @@ _WHERE: dict[str, str] = {
         "skyward.errors",
     ),
     "Image": "skyward.image",
-    **dict.fromkeys(["CommandResult", "shell"], "skyward.shell"),
+    **dict.fromkeys(["CommandResult", "shell"], "skyward._shell"),
     "Secret": "skyward._secrets",
     "PoolInfo": "skyward.plugins._base",
     "Plugin": "skyward.plugins._base",
