@@ -17,7 +17,7 @@ import pytest
 import skyward as sky
 from skyward import events as ev
 from skyward.launch import execute, plan
-from tests.conftest import skyward_workers
+from tests.conftest import parent_of, skyward_workers
 from tests.hosts.conftest_fixture import ssh_provider
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -286,14 +286,6 @@ def test_ctrl_c_tears_everything_down_with_exit_status_130(tmp_path: Path) -> No
     assert proc.returncode == 130, err
     assert "interrupted" in err
     assert wait_gone(pids + workers, 5) == []
-
-
-def parent_of(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[1])
-    except OSError:
-        return -1
 
 
 def test_the_plan_configures_the_provider_it_names(tmp_path: Path) -> None:
