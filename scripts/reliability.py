@@ -25,10 +25,12 @@ PAGE = ROOT / "docs" / "reliability.md"
 sys.path.insert(0, str(ROOT))
 
 from tests.faults import test_clusters as clusters  # noqa: E402
+from tests.faults import test_preemption as preemption  # noqa: E402
 from tests.faults.test_matrix import CASES, IDLE_TIMEOUT, PATHS, SILENT_ENDS_WITHIN, WATCHDOG  # noqa: E402
 
 TEST = "test_every_exit_path_leaves_nothing_and_names_the_node"
 CLUSTER_TEST = "test_a_named_cluster_ends_up_attachable_or_gone"
+PREEMPTION_TEST = "test_a_spot_notice_during_a_task_then_every_exit_path"
 
 
 def outcomes(report: Path, test: str = TEST) -> dict[str, str]:
@@ -93,7 +95,40 @@ def cluster_rows(results: dict[str, str]) -> list[str]:
     return lines
 
 
-def page(results: dict[str, str], cluster_results: dict[str, str] | None = None) -> str:
+def preemption_rows(results: dict[str, str]) -> list[str]:
+    """The spot preemption cases: a notice during a task, then each exit path."""
+    mark = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
+    tried = sum(1 for p in preemption.PATHS if results.get(p) in ("clean", "failed"))
+    clean = sum(1 for p in preemption.PATHS if results.get(p) == "clean")
+    cells = [mark[results.get(p)] + (" (down)" if p == "SIGKILL" and results.get(p) == "clean" else "")
+             for p in preemption.PATHS]
+    return [
+        "## Spot preemption notices",
+        "",
+        "A spot interruption notice reaches node 1 of a 2-node AWS spot pool while a task runs",
+        "(moto's EC2, the instances the SSH test hosts, a stand-in instance metadata service at",
+        "169.254.169.254 in node 1's host), then the program ends by each exit path",
+        "(`tests/faults/test_preemption.py`). Each case checks that the task's `sky.on_preempt`",
+        "callback ran on node 1 (and not on node 0, which had no notice), that the program was",
+        "told (`NodePreempting` for node 1), that the program said what the exit path must say,",
+        "and that nothing of the pool is left on any host or in EC2 (with the client killed, after",
+        "`skyward down --all`, as above).",
+        "",
+        f"**{clean} of {tried} cases clean** ({len(preemption.PATHS)} in the matrix).",
+        "",
+        "| provider | phase | " + " | ".join(preemption.PATHS) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in preemption.PATHS) + " |",
+        "| aws (spot) | notice during a task | " + " | ".join(cells) + " |",
+        "",
+        "*return*: node 1's task returns once its callback has saved a checkpoint; *exception*: it",
+        "raises after saving it (the error names node 1); *SIGINT*, *SIGKILL*: the program is",
+        "interrupted or killed while both tasks still run, after the notice.",
+        "",
+    ]
+
+
+def page(results: dict[str, str], cluster_results: dict[str, str] | None = None,
+         preemption_results: dict[str, str] | None = None) -> str:
     mark = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
     paths = list(dict.fromkeys([*PATHS["running"], *(p for ps in PATHS.values() for p in ps)]))
     tried = sum(1 for c in CASES if results.get(c.id) in ("clean", "failed"))
@@ -166,6 +201,7 @@ def page(results: dict[str, str], cluster_results: dict[str, str] | None = None)
         "  no CUDA fails at start naming the plugin, `tests/test_ddp.py`.)",
         "",
         *cluster_rows(cluster_results or {}),
+        *preemption_rows(preemption_results or {}),
     ]
     return "\n".join(lines)
 
@@ -179,7 +215,7 @@ def main() -> int:
         report = Path(tempfile.mkdtemp()) / "faults.xml"
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/faults",
                         f"--junitxml={report}"], cwd=ROOT, check=False)
-    PAGE.write_text(page(outcomes(report), outcomes(report, CLUSTER_TEST)))
+    PAGE.write_text(page(outcomes(report), outcomes(report, CLUSTER_TEST), outcomes(report, PREEMPTION_TEST)))
     print(f"wrote {PAGE.relative_to(ROOT)}")
     return 0
 

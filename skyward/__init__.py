@@ -46,11 +46,22 @@ if TYPE_CHECKING:
     from skyward.providers.aws import AWS
     from skyward.providers.local import Local
     from skyward.providers.ssh import SSH
-    from skyward.runtime import InstanceInfo, Peer, instance_info, shard, silent, stderr, stdout
-    from skyward.shell import CommandResult, shell
+    from skyward.runtime import (
+        InstanceInfo,
+        Peer,
+        Preemption,
+        instance_info,
+        on_preempt,
+        shard,
+        silent,
+        stderr,
+        stdout,
+    )
+    from skyward._shell import CommandResult, shell
 
 # Bound eagerly: ``skyward.compute`` is also the name of a submodule, and importing that
-# submodule would otherwise leave the module (not the decorator) as ``sky.compute``.
+# submodule would otherwise leave the module (not the decorator) as ``sky.compute``. (No other
+# public name is a submodule's: ``sky.shell`` lives in ``skyward._shell`` for that reason.)
 from skyward.compute import compute
 
 from skyward._version import __version__
@@ -70,7 +81,7 @@ _WHERE: dict[str, str] = {
         "skyward.errors",
     ),
     "Image": "skyward.image",
-    **dict.fromkeys(["CommandResult", "shell"], "skyward.shell"),
+    **dict.fromkeys(["CommandResult", "shell"], "skyward._shell"),
     "Secret": "skyward._secrets",
     "PoolInfo": "skyward.plugins._base",
     "Plugin": "skyward.plugins._base",
@@ -79,7 +90,8 @@ _WHERE: dict[str, str] = {
     "Local": "skyward.providers.local",
     "SSH": "skyward.providers.ssh",
     **dict.fromkeys(
-        ["InstanceInfo", "Peer", "instance_info", "shard", "silent", "stderr", "stdout"], "skyward.runtime"
+        ["InstanceInfo", "Peer", "Preemption", "instance_info", "on_preempt", "shard", "silent", "stderr", "stdout"],
+        "skyward.runtime"
     ),
 }
 _MODULES = {"accelerators", "integrations", "plugins"}

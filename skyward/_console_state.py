@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Literal
 
 from skyward import events as ev
@@ -44,6 +45,16 @@ def readable_log_line(line: str) -> str:
     if line.startswith(_WARM_PREFIX):
         return line[len(_WARM_PREFIX):].strip() or "environment reused"
     return line
+
+
+def preempting_line(event: ev.NodePreempting) -> str:
+    """The one line a preemption notice gets on the console."""
+    when = event.at.astimezone(timezone.utc).strftime("%H:%M:%S UTC")
+    if event.kind == "rebalance":
+        return f"skyward: node {event.node}: EC2 recommends a rebalance (at elevated risk of interruption, since {when})"
+    left = (event.at - datetime.now(timezone.utc)).total_seconds()
+    return (f"skyward: node {event.node}: spot interruption notice: {event.action or 'interruption'} at {when}"
+            f" (in {seconds(left)})")
 
 
 def _carriage(line: str) -> str | None:
@@ -209,6 +220,8 @@ class ConsoleState:
             self.slots = getattr(event, "concurrency", None)
             for n in range(event.nodes):
                 self.node(n, now)
+        elif isinstance(event, ev.NodePreempting):
+            msgs.append(("status", preempting_line(event)))
         elif isinstance(event, ev.PoolReady):
             self.ready_after = event.seconds
             where = f" on {self.provider}" if self.provider else ""

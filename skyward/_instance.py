@@ -10,6 +10,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from skyward import _preempt
 from skyward.errors import ConfigError
 
 __all__ = ["ENV_VAR", "InstanceInfo", "Peer", "instance_info", "node_environment"]
@@ -59,6 +60,17 @@ class InstanceInfo:
         """True on node 0 (whichever of its processes), the node that does the singular work
         (checkpoints, logging)."""
         return self.node == 0
+
+    @property
+    def preempting(self) -> _preempt.Preemption | None:
+        """The preemption notice this process has received (:class:`~skyward.Preemption`:
+        the interruption notice when there is one, else a rebalance recommendation), or None.
+
+        Read anew on every access: a training loop can test ``if info.preempting:`` between
+        steps. Notices reach tasks on nodes rented as spot instances (AWS); elsewhere, and
+        outside a pool, this stays None.
+        """
+        return _preempt.current()
 
     @property
     def rank(self) -> int:

@@ -83,6 +83,8 @@ def stage(task: Any, where: str, name: str, found: Any, flags: Mapping[str, Any]
         found.problem(f"{where}resources.infra", "a cloud Skyward can rent from, or --hosts for ssh", "ssh")
     elif provider == "ssh" and nodes > len(hosts) and hosts:
         found.problem("--num-nodes", f"at most the {len(hosts)} host(s) given with --hosts", nodes)
+    if provider == "local":
+        _local_tools(buckets, found, where)
     first = candidates[0]
     return dict(
         name=name, provider=provider, nodes=nodes, run=task.run, setup=task.setup, hosts=hosts,
@@ -93,6 +95,20 @@ def stage(task: Any, where: str, name: str, found: Any, flags: Mapping[str, Any]
         candidates=candidates,
         buckets=buckets, autostop=task.candidates.autostop, job_recovery=task.candidates.job_recovery,
     )
+
+
+def _local_tools(buckets: Sequence[Any], found: Any, where: str) -> None:
+    """The Local nodes are this machine: a bucket whose store has no copy tool here is refused
+    now, before anything starts, naming the tools."""
+    from skyward._task_stores import find_tool
+
+    for bucket in buckets:
+        store = bucket.where.store
+        if store.scheme != "s3" and not any(find_tool(t) for t in store.copy_tools):
+            tools = " or ".join(store.copy_tools)
+            found.problem(f"{where}file_mounts[{bucket.dest!r}]", f"{bucket.url.split('://')[0]}:// buckets where "
+                          f"{tools} is installed (the Local nodes are this machine)", bucket.url,
+                          f"{tools} is not on this machine's PATH")
 
 
 def describe_stage(self: Any) -> list[str]:
@@ -117,6 +133,8 @@ def describe_stage(self: Any) -> list[str]:
     if self.autostop is not None:
         lines.append(f"  autostop: after {self.autostop.idle_minutes:g} idle minute(s)"
                      + (", then down" if self.autostop.down else ""))
+    if self.job_recovery is not None:
+        lines.append(f"  job recovery: {self.job_recovery.describe()}")
     if self.workdir:
         lines.append(f"  workdir: {self.workdir} (synced to every node; setup and run start there)")
     if self.workdir_git:
@@ -126,7 +144,7 @@ def describe_stage(self: Any) -> list[str]:
     for dest, source in self.file_mounts.items():
         lines.append(f"  file mount: {source} -> {dest}")
     for bucket in self.buckets:
-        lines.append(f"  bucket: {bucket.url} -> {bucket.dest} (copied with boto3 on every node)")
+        lines.append(f"  bucket: {bucket.url} -> {bucket.dest} ({bucket.describe()})")
     for key, value in self.envs.items():
         lines.append(f"  env {key}={value}")
     for key in self.secrets:
@@ -146,7 +164,9 @@ def _machines(self: Any) -> str:
         note = f" (asked: {wanted}; the Local provider runs on this machine as is)" if wanted else ""
         return f"{self.nodes} worker process(es) on this machine, no cost{note}"
     if self.provider == "ssh":
-        return ", ".join(self.hosts[:self.nodes]) + (f" (asked: {wanted})" if wanted else "")
+        spares = self.hosts[self.nodes:] if self.job_recovery is not None else ()
+        return (", ".join(self.hosts[:self.nodes]) + (f" (asked: {wanted})" if wanted else "")
+                + (f"; spare for job recovery: {', '.join(spares)}" if spares else ""))
     return _aws_machine(self)
 
 def _aws_machine(self: Any) -> str:

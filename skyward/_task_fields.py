@@ -17,7 +17,7 @@ from typing import Any
 from skyward._task_check import Findings
 from skyward.accelerators import parse_memory_gb
 
-__all__ = ["DISK_TIERS", "NETWORK_TIERS", "Autostop", "choice", "describe_ports", "disk_size", "flag", "image",
+__all__ = ["DISK_TIERS", "NETWORK_TIERS", "Autostop", "JobRecovery", "choice", "describe_ports", "disk_size", "flag", "image",
            "labels", "minimum", "parse_autostop", "ports", "recovery", "text"]
 
 DISK_TIERS = ("low", "medium", "high", "ultra", "best")
@@ -165,22 +165,74 @@ def parse_autostop(value: Any, where: str, found: Findings) -> Autostop | None:
     return None
 
 
-def recovery(raw: Mapping[str, Any], found: Findings) -> str | None:
+@dataclass(frozen=True)
+class JobRecovery:
+    """SkyPilot's ``resources.job_recovery``, as ``skyward launch`` honours it: a node lost (or
+    preempted) during the run is replaced and the run restarted on every node, each time; a run
+    that fails (a non-zero exit) is restarted up to ``max_restarts_on_errors`` times, and always
+    when its exit code is one of ``recover_on_exit_codes``. ``strategy`` is kept as written."""
+
+    strategy: str | None = None
+    max_restarts_on_errors: int = 0
+    recover_on_exit_codes: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        parts = ["a lost or preempted node is replaced and the run restarted on every node"]
+        if self.max_restarts_on_errors:
+            parts.append(f"a failed run is restarted up to {self.max_restarts_on_errors} time(s)")
+        if self.recover_on_exit_codes:
+            codes = ", ".join(str(c) for c in self.recover_on_exit_codes)
+            parts.append(f"and always on exit code(s) {codes}")
+        return "; ".join(parts)
+
+
+RECOVERY_KEYS = ("max_restarts_on_errors", "recover_on_exit_codes", "strategy")
+RECOVERY_STRATEGIES = ("EAGER_NEXT_REGION", "FAILOVER", "NONE")
+
+
+def recovery(raw: Mapping[str, Any], found: Findings) -> JobRecovery | None:
+    """``job_recovery`` (or its older name ``spot_recovery``): a strategy name, or a mapping
+    {strategy, max_restarts_on_errors, recover_on_exit_codes}."""
     for key in ("job_recovery", "spot_recovery"):
         if key not in raw or raw[key] is None:
             continue
         value = raw[key]
-        if isinstance(value, Mapping):
-            strategy = value.get("strategy")
-        elif isinstance(value, str):
-            strategy = value
-        else:
-            found.problem(f"resources.{key}", "a strategy name (FAILOVER, EAGER_NEXT_REGION) or a mapping "
-                          "{strategy, max_restarts_on_errors}", value)
-            continue
-        found.warn(f"resources.{key}", "not honoured yet by skyward launch: a failed or preempted run is "
-                                       "reported, not restarted")
-        return None if strategy is None else str(strategy)
+        where = f"resources.{key}"
+        if isinstance(value, str):
+            value = {"strategy": value}
+        if not isinstance(value, Mapping):
+            found.problem(where, "a strategy name (FAILOVER, EAGER_NEXT_REGION) or a mapping "
+                          "{strategy, max_restarts_on_errors, recover_on_exit_codes}", value)
+            return None
+        ok = True
+        for unknown in sorted(set(map(str, value)) - set(RECOVERY_KEYS)):
+            found.unknown(f"{where}.", unknown, RECOVERY_KEYS)
+            ok = False
+        strategy = value.get("strategy")
+        if strategy is not None:
+            strategy = str(strategy).upper()
+            if strategy not in RECOVERY_STRATEGIES:
+                found.problem(f"{where}.strategy", "one of " + ", ".join(RECOVERY_STRATEGIES), value["strategy"])
+                ok = False
+            elif strategy == "EAGER_NEXT_REGION":
+                found.warn(f"{where}.strategy", "EAGER_NEXT_REGION: a replacement comes from the pool's own "
+                                                "region (skyward launch does not move a run to another region)")
+        restarts = value.get("max_restarts_on_errors", 0)
+        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+            found.problem(f"{where}.max_restarts_on_errors", "a whole number >= 0", restarts)
+            ok = False
+        codes = value.get("recover_on_exit_codes", ())
+        codes = [codes] if isinstance(codes, int) and not isinstance(codes, bool) else codes
+        if not isinstance(codes, (list, tuple)) or not all(
+                isinstance(c, int) and not isinstance(c, bool) and 0 < c < 256 for c in codes):
+            found.problem(f"{where}.recover_on_exit_codes", "a list of exit codes (1 to 255)",
+                          value.get("recover_on_exit_codes"))
+            ok = False
+        if not ok:
+            return None
+        if strategy == "NONE":
+            return None
+        return JobRecovery(strategy, restarts, tuple(codes))
     return None
 
 

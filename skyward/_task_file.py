@@ -71,7 +71,8 @@ def read_tasks(path: str | os.PathLike[str]) -> tuple[str | None, list[TaskSpec]
         title = str(header.get("name")) if header.get("name") is not None else None
         if "execution" in header and str(header["execution"]).lower() != "serial":
             found.problem("execution", "tasks run one after another (a pipeline)", header["execution"],
-                          "a job group runs its tasks at the same time, which skyward launch does not do")
+                          "a job group runs its tasks at the same time, each reaching the others by name "
+                          "(TASK-0.GROUP), which skyward launch does not do; launch the tasks one by one")
     if len(docs) == 1 and not isinstance(docs[0], dict):
         found.problem("TASK", "a YAML mapping with at least a `run` key", where,
                       f"the file holds a {type(docs[0]).__name__}")

@@ -5,12 +5,12 @@ SkyPilot substitutes the task's ``envs`` into ``workdir`` and ``file_mounts`` (`
 command line's ``--env`` overrides are in. Then:
 
 * a local source (a file or a directory) must exist; it is copied to every node;
-* an ``s3://bucket/prefix`` source, or an entry ``{source, name, store: s3, mode}``, is a
-  :class:`BucketMount`: every node downloads it with boto3 (its own credentials, and
-  ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` where set) before setup. ``mode: MOUNT`` is
-  copied too, with one warning line: the files arrive once, and what the task writes there is
-  not uploaded back;
-* other stores (``gs://``, ``r2://``, Azure, ...) are refused, naming the source.
+* a bucket URL (``s3://``, ``gs://``, ``r2://``, ... see :mod:`skyward._task_stores`), or an
+  entry ``{source, name, store, mode}``, is a :class:`BucketMount`: every node copies it before
+  setup, S3 with boto3 (its own credentials, and ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``
+  where set), other stores with the store's command-line tool. ``mode: MOUNT`` mounts it where
+  the node has a mount tool, and copies it otherwise (one warning line in the plan: what the
+  task writes there is then not uploaded).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from skyward._task_check import Findings
+from skyward._task_stores import STORE_NAMES, STORES, Bucket, is_store_url, parse
 
 __all__ = ["BucketMount", "clone_command", "fetch_bucket", "resolve", "substitute"]
 
@@ -35,20 +36,43 @@ _MODES = ("copy", "mount", "mount_cached")
 
 @dataclass(frozen=True)
 class BucketMount:
-    """``s3://bucket/prefix`` copied to ``dest`` on every node (``mode`` as the file asked)."""
+    """A bucket URL (any store :mod:`skyward._task_stores` knows) copied, or mounted (``mode``
+    MOUNT or MOUNT_CACHED), at ``dest`` on every node."""
 
     dest: str
     url: str
     mode: str = "COPY"
 
     @property
+    def where(self) -> Bucket:
+        return parse(self.url)
+
+    @property
     def bucket(self) -> str:
-        return self.url[len("s3://"):].split("/", 1)[0]
+        return self.where.bucket
 
     @property
     def prefix(self) -> str:
-        rest = self.url[len("s3://"):].split("/", 1)
-        return rest[1] if len(rest) > 1 else ""
+        return self.where.prefix
+
+    def describe(self) -> str:
+        """How the nodes get it, in a plan's words."""
+        store = self.where.store
+        tools = "boto3" if store.scheme == "s3" else _either(store.copy_tools)
+        if self.mode == "COPY":
+            return f"copied with {tools} on every node"
+        if not store.mount_tools:
+            return f"copied with {tools} on every node ({store.title} is not mounted)"
+        return f"mounted with {_either(store.mount_tools)}, whichever the node has; copied with {tools} where it has none"
+
+
+def _placeholder(text: str) -> str:
+    """Why a source is missing, where the file says so: ``<bucket-path>`` is for the user to fill in."""
+    return "the task file holds a placeholder for you to fill in" if re.fullmatch(r"<[^<>]+>", text) else ""
+
+
+def _either(tools: tuple[str, ...]) -> str:
+    return tools[0] if len(tools) == 1 else ", ".join(tools[:-1]) + " or " + tools[-1]
 
 
 def substitute(text: str, envs: Mapping[str, str]) -> str:
@@ -83,26 +107,41 @@ def resolve(workdir: str | None, mounts: Mapping[Any, Any], envs: Mapping[str, s
             if isinstance(bucket, BucketMount):
                 buckets.append(bucket)
             elif bucket is not None:
-                local[dest] = bucket
+                local.update(bucket)
             continue
         if not isinstance(source, str) or not source.strip():
-            found.problem(at, "a local path, an s3:// URL, or a mapping {source, name, store, mode}", source)
+            found.problem(at, "a local path, a bucket URL, or a mapping {source, name, store, mode}", source)
             continue
         text = substitute(source.strip(), envs)
-        if text.startswith("s3://"):
-            buckets.append(BucketMount(dest, text.rstrip("/")))
-        elif "://" in text:
-            found.problem(at, "a local path or an s3:// URL", text,
-                          f"{text.split('://')[0]}:// storage is not supported (Skyward copies from S3)")
+        if is_store_url(text):
+            bucket = _bucket(text, dest, "COPY", found, at)
+            if bucket is not None:
+                buckets.append(bucket)
         elif not Path(text).expanduser().exists():
-            found.problem(at, "a local path that exists", text)
+            found.problem(at, "a local path that exists", text, _placeholder(text))
         else:
             local[dest] = str(Path(text).expanduser().resolve())
     return resolved_workdir, local, tuple(buckets)
 
 
+def _bucket(url: str, dest: str, mode: str, found: Findings, at: str) -> BucketMount | None:
+    try:
+        where = parse(url)
+    except ValueError as exc:
+        found.problem(at, str(exc), url)
+        return None
+    if mode != "COPY" and not where.store.mount_tools:
+        found.warn(at, f"mode {mode} is copied (COPY): Skyward mounts no {where.store.title}; the files reach "
+                       "the node once, and what the task writes there is not uploaded")
+    elif mode != "COPY":
+        found.warn(at, f"mode {mode}: mounted where the node has {_either(where.store.mount_tools)}; a node "
+                       "with none copies it, and then what the task writes there is not uploaded")
+    return BucketMount(dest, where.url, mode)
+
+
 def _storage(entry: Mapping[str, Any], dest: str, envs: Mapping[str, str], found: Findings,
-             at: str) -> BucketMount | str | None:
+             at: str) -> BucketMount | dict[str, str] | None:
+    """A storage entry: a bucket, or the local sources copied to the nodes directly."""
     for key in entry:
         if key not in _STORAGE_KEYS:
             found.unknown(f"{at}.", key, [k for k in _STORAGE_KEYS if not k.startswith("_")])
@@ -112,86 +151,52 @@ def _storage(entry: Mapping[str, Any], dest: str, envs: Mapping[str, str], found
     if mode not in _MODES:
         found.problem(f"{at}.mode", "COPY, MOUNT or MOUNT_CACHED", entry.get("mode"))
         return None
-    if store not in (None, "s3"):
-        found.problem(f"{at}.store", "s3 (Skyward copies from S3 buckets)", store)
+    if store is not None and store not in STORE_NAMES:
+        found.problem(f"{at}.store", "one of " + ", ".join(STORE_NAMES), store,
+                      "SkyPilot's volumes and VAST Data are not stores Skyward reads" if store in ("volume", "vastdata")
+                      else "")
         return None
     source = entry.get("source")
     name = entry.get("name")
-    if isinstance(source, list):
-        found.problem(f"{at}.source", "one local path or s3:// URL", source)
-        return None
+    if isinstance(source, list):  # local paths, each in the bucket's root under its own name
+        paths = [substitute(str(item), envs).strip() for item in source]
+        if not paths or any(is_store_url(text) for text in paths):
+            found.problem(f"{at}.source", "one bucket URL, or local paths (one or a list)", source)
+            return None
+        missing = [text for text in paths if not Path(text).expanduser().exists()]
+        for text in missing:
+            found.problem(f"{at}.source", "a local path that exists", text, _placeholder(text))
+        if missing:
+            return None
+        found.warn(at, "the local sources are copied to every node directly, each under its own name (no bucket "
+                       "is made for them)")
+        return {f"{dest.rstrip('/')}/{Path(text).expanduser().resolve().name}": str(Path(text).expanduser().resolve())
+                for text in paths}
     if source is not None:
         text = substitute(str(source), envs).strip()
-        if text.startswith("s3://"):
-            url = text.rstrip("/")
-        elif "://" in text:
-            found.problem(f"{at}.source", "a local path or an s3:// URL", text,
-                          f"{text.split('://')[0]}:// storage is not supported (Skyward copies from S3)")
+        if is_store_url(text):
+            return _bucket(text, dest, mode.upper(), found, f"{at}.source")
+        if not Path(text).expanduser().exists():
+            found.problem(f"{at}.source", "a local path that exists", text, _placeholder(text))
             return None
-        else:
-            if not Path(text).expanduser().exists():
-                found.problem(f"{at}.source", "a local path that exists", text)
-                return None
-            found.warn(at, "the local source is copied to every node directly (no bucket is made for it)")
-            return str(Path(text).expanduser().resolve())
-    elif isinstance(name, str) and name.strip():
-        bucket = substitute(name, envs).strip()
-        if "$" in bucket:
-            found.problem(f"{at}.name", "a bucket name (its variables set in envs or with --env)", bucket)
-            return None
-        url = f"s3://{bucket}"
-    else:
-        found.problem(at, "a `source` (s3:// URL or local path) or the `name` of an S3 bucket", dict(entry))
+        found.warn(at, "the local source is copied to every node directly (no bucket is made for it)")
+        return {dest: str(Path(text).expanduser().resolve())}
+    if not isinstance(name, str) or not name.strip():
+        found.problem(f"{at}.name" if "name" in entry else at, "a `source` (a bucket URL or a local path) or the "
+                      "`name` of a bucket", name if "name" in entry else dict(entry),
+                      "the task file leaves the bucket's name for you to fill in" if "name" in entry else "")
         return None
-    if mode != "copy":
-        found.warn(at, f"mode {mode.upper()} is copied (COPY): the bucket's files reach the node once, and "
-                       "what the task writes there is not uploaded")
-    return BucketMount(dest, url, mode.upper())
-
-
-def fetch_bucket(url: str, dest: str) -> int:
-    """On a node: download ``s3://bucket/prefix`` to ``dest`` (a directory; a single object whose
-    key is the prefix itself becomes the file ``dest``); returns the number of files written.
-
-    boto3 finds the node's credentials and endpoint the usual way (environment, profile,
-    instance role; ``AWS_ENDPOINT_URL_S3``)."""
-    from skyward._optional import require
-    from skyward.errors import SkywardError
-
-    errors = require("botocore.exceptions", "file_mounts from S3")
-    BotoCoreError, ClientError = errors.BotoCoreError, errors.ClientError  # noqa: N806
-    try:
-        return _fetch(url, dest)
-    except (BotoCoreError, ClientError) as exc:  # a clear line, not botocore's traceback
-        code = exc.response["Error"].get("Code", "") if isinstance(exc, ClientError) else type(exc).__name__
-        raise SkywardError(f"file_mounts: could not copy {url} to {dest}: {code}: {exc}") from None
-
-
-def _fetch(url: str, dest: str) -> int:
-    from skyward._optional import require
-
-    boto3 = require("boto3", "file_mounts from S3")
-
-    bucket, _, prefix = url[len("s3://"):].partition("/")
-    client = boto3.client("s3")
-    target = Path(os.path.expanduser(dest))
-    keys = [item["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-            for item in page.get("Contents", ())]
-    if prefix and keys == [prefix]:  # one object: the mount is that file
-        target.parent.mkdir(parents=True, exist_ok=True)
-        client.download_file(bucket, prefix, str(target))
-        return 1
-    target.mkdir(parents=True, exist_ok=True)
-    base = prefix if not prefix or prefix.endswith("/") else prefix + "/"
-    written = 0
-    for key in keys:
-        if key.endswith("/") or (prefix and not key.startswith(base)):
-            continue
-        out = target / key[len(base):]
-        out.parent.mkdir(parents=True, exist_ok=True)
-        client.download_file(bucket, key, str(out))
-        written += 1
-    return written
+    bucket = substitute(name, envs).strip()
+    if "$" in bucket:
+        found.problem(f"{at}.name", "a bucket name (its variables set in envs or with --env)", bucket)
+        return None
+    scheme = STORE_NAMES[store or "s3"]
+    if scheme in ("az", "cos"):
+        form = "https://ACCOUNT.blob.core.windows.net/CONTAINER" if scheme == "az" else "cos://REGION/BUCKET"
+        found.problem(f"{at}.name", f"a `source` URL ({form}) for {STORES[scheme].title}", bucket,
+                      "a name alone does not say where the bucket is")
+        return None
+    return _bucket(f"{scheme}://{bucket}", dest, mode.upper(), found, at)
 
 
 def clone_command(url: str, ref: str | None, dest: str) -> str:

@@ -13,6 +13,7 @@ cannot honour anywhere) to the file's :class:`~skyward._task_check.Findings`.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -95,7 +96,7 @@ class Candidates:
     options: tuple[Resources, ...] = (Resources(),)
     ordered: bool = True
     autostop: Autostop | None = None
-    job_recovery: str | None = None
+    job_recovery: fields.JobRecovery | None = None
 
 
 def check_resources(raw: Any, found: Findings) -> Candidates:
@@ -226,10 +227,11 @@ def _accelerator(item: Any, where: str, found: Findings) -> str | None:
         if not number > 0:
             found.problem(where, _ACCELERATOR_WORDS, item, "the count must be a positive whole number")
             return None
-        if number != int(number):
-            found.problem(where, "whole devices (a count such as 1 or 2)", item,
-                          f"fractional GPUs ({count} of a {name}) are not supported: a worker has whole devices")
-            return None
+        if number != int(number):  # SkyPilot's way to let jobs of one cluster share a device
+            whole = math.ceil(number)
+            found.warn(where, f"{item.strip()}: a worker has whole devices, so this task gets {whole} "
+                              f"(SkyPilot shares a fraction of one between the jobs of a cluster)")
+            number = float(whole)
     canonical = _CANONICAL.get(name.lower())
     if canonical is None and "-" in name:  # a memory variant of a known model: A100-80GB
         base, _, memory = name.rpartition("-")

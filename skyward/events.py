@@ -8,12 +8,14 @@ reported on stderr and does not disturb the pool.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 __all__ = [
     "Event",
     "NodeAdded",
     "NodeLog",
+    "NodePreempting",
     "NodeRemoved",
     "NodeStage",
     "PoolReady",
@@ -75,6 +77,22 @@ class NodeRemoved:
 
     node: int
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodePreempting:
+    """The cloud is taking ``node`` back (a spot machine; one event per node and kind).
+
+    ``kind`` is ``"interruption"``: the machine will ``action`` (``"terminate"``, ``"stop"``
+    or ``"hibernate"``) at ``at``, about two minutes after the notice; or ``"rebalance"``: EC2
+    recommends moving off it (at elevated risk of interruption, ``action`` None, ``at`` when
+    the recommendation was issued). ``at`` is timezone-aware (UTC).
+    """
+
+    node: int
+    action: str | None
+    at: datetime
+    kind: Literal["interruption", "rebalance"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,4 +160,4 @@ class PoolStopped:
 
 
 Event = (PoolStarting | NodeStage | NodeLog | PoolReady | TaskStarted | TaskFinished | TaskOutput | PoolStopped
-         | NodeAdded | NodeRemoved | TaskRetried)
+         | NodePreempting | NodeAdded | NodeRemoved | TaskRetried)

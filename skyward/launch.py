@@ -28,10 +28,8 @@ task, over the pool's connection) and are never printed: plans and errors show `
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import sys
-import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -42,9 +40,6 @@ from skyward.errors import ConfigError
 
 __all__ = ["LaunchPlan", "execute", "plan"]
 
-#: Refuse to pack a workdir larger than this (it travels in one message to every node).
-MAX_WORKDIR_BYTES = 256 << 20
-_SKIP = frozenset({".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".venv", "node_modules"})
 MASK = "***"
 
 
@@ -80,7 +75,8 @@ class LaunchPlan:
     buckets: tuple[Any, ...] = ()
     #: SkyPilot's resources.autostop, for named clusters (idle minutes and down), or None.
     autostop: Any = None
-    job_recovery: str | None = None
+    #: SkyPilot's resources.job_recovery (lost nodes replaced, failed runs restarted), or None.
+    job_recovery: Any = None
     warnings: tuple[str, ...] = ()
     then: tuple[LaunchPlan, ...] = ()
 
@@ -206,8 +202,8 @@ def make_provider(p: LaunchPlan, candidate: Any = None) -> Any:
 
     if p.provider == "local":
         return sky.Local()
-    if p.provider == "ssh":
-        return sky.SSH(list(p.hosts[:p.nodes]))
+    if p.provider == "ssh":  # (the hosts beyond num_nodes are spares for job recovery)
+        return sky.SSH(list(p.hosts if p.job_recovery is not None else p.hosts[:p.nodes]))
     c = candidate if candidate is not None else (p.candidates[0] if p.candidates else None)
     cpus = parse_minimum(p.cpus if c is None else (c.cpus or p.cpus), "--cpus")
     memory = parse_minimum(p.memory if c is None else (c.memory or p.memory), "--memory")
@@ -242,6 +238,9 @@ def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_eve
     when new or changed (never without ``run_setup``); ``detach_run`` starts the run and returns.
     """
     err = err or sys.stderr
+    if cluster is not None and any(s.job_recovery is not None for s in p.stages):
+        err.write("skyward: resources.job_recovery is not used on a named cluster (-c): a lost node of a cluster "
+                  "is not replaced; launch without -c to have the run recovered\n")
     if cluster is not None and len(p.stages) > 1:
         err.write("skyward: error: a pipeline (several tasks in one file) runs each task on a fresh pool; "
                   "run its tasks one by one to use a cluster (-c)\n")
@@ -267,11 +266,16 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
         for index, candidate in enumerate(attempts):
             accelerator = candidate.accelerator if candidate is not None else p.accelerator
             made = provider or make_provider(p, candidate)
-            # Remote nodes copy buckets with boto3: their environment gets it.
-            image = sky.Image(pip=["boto3"]) if p.buckets and made.name != "local" else None
+            # Remote nodes copy buckets with boto3 (S3) or a store's own tool: their environment gets it.
+            pip = tuple(sorted({name for b in p.buckets for name in b.where.store.pip}))
+            image = sky.Image(pip=pip) if pip and made.name != "local" else None
             shape = {"provider": made, "nodes": p.nodes, "image": image,
                      "accelerator": None if p.provider == "local" else accelerator,
                      "processes_per_node": p.processes_per_node}
+            if p.job_recovery is not None and cluster is None:
+                # A lost node is replaced (the run restarts: _launch_recovery); a pool of (n, n)
+                # nodes also takes its replacements from SSH hosts beyond the first n.
+                shape["nodes"] = (p.nodes, p.nodes)
             if cluster is not None:
                 from skyward.clusters import jobs as clusters
 
@@ -302,10 +306,24 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
 
 def _run_stage(pool: Any, p: LaunchPlan, phase: list[str], *, cluster: Mapping[str, Any] | None = None,
                run_setup: bool = True, detach_run: bool = False, err: IO[str] | None = None) -> None:
+    from skyward._launch_files import unmount_all
+
+    mounted: list[str] = []  # the buckets mounted on the nodes: unmounted on every exit path
+    try:
+        _run_stage_body(pool, p, phase, mounted, cluster=cluster, run_setup=run_setup, detach_run=detach_run,
+                         err=err or sys.stderr)
+    finally:
+        if mounted and not detach_run:
+            unmount_all(pool, mounted, err or sys.stderr)
+
+
+def _run_stage_body(pool: Any, p: LaunchPlan, phase: list[str], mounted: list[str], *,
+                     cluster: Mapping[str, Any] | None, run_setup: bool, detach_run: bool, err: IO[str]) -> None:
     import skyward as sky
+    from skyward._launch_files import sync_files
     from skyward._launch_where import in_container
 
-    cwd = _sync_files(pool, p)
+    cwd = sync_files(pool, p, mounted, err)
     env = dict(p.env)
     if pool.provider.name == "local" and "PATH" not in env:
         # The nodes run this interpreter: its environment's tools (torchrun) come first, as on
@@ -326,86 +344,16 @@ def _run_stage(pool: Any, p: LaunchPlan, phase: list[str], *, cluster: Mapping[s
         (err or sys.stderr).write(f"skyward: the run goes on on cluster {pool.name} (log: {logs[0]} on node 0); "
                                   f"follow it with `skyward logs {pool.name}`\n")
     elif p.run.strip():
-        sky.shell(wrap(p.run), env=env, cwd=cwd) @ pool
+        from skyward._launch_recovery import only_on, run_with_recovery
 
+        def prepare(new_nodes: set[int]) -> None:  # after a replacement: files and setup on the new nodes
+            if not new_nodes:
+                return
+            phase[0] = "setup"
+            sync_files(pool, p, mounted, err, only=frozenset(new_nodes))
+            if p.setup:
+                sky.shell(only_on(new_nodes, wrap(p.setup)), env=env, cwd=cwd) @ pool
+            phase[0] = "run"
 
-def _sync_files(pool: Any, p: LaunchPlan) -> str | None:
-    """Copy the file mounts and the workdir to the nodes; returns the run's directory there
-    (without a workdir: this directory on the Local provider, the home directory elsewhere)."""
-    import skyward as sky
-    from skyward._task_mounts import clone_command, fetch_bucket
-
-    local = pool.provider.name == "local"
-    for bucket in p.buckets:
-        task = sky.compute(name="copy bucket")(fetch_bucket)(bucket.url, bucket.dest)
-        if local:
-            task >> pool
-        else:
-            task @ pool
-    for dest, source in p.file_mounts.items():
-        blob = _pack(source, f"file_mounts[{dest!r}]")
-        task = _unpack(blob, dest, os.path.isdir(source))
-        if local:
-            task >> pool  # the nodes are this machine: once is enough
-        else:
-            task @ pool
-    if p.workdir_git is not None:  # each node clones (on Local, once: the nodes share this machine)
-        dest = f"~/.skyward/workdirs/{pool.task_id}"
-        clone = sky.shell(clone_command(*p.workdir_git, dest), env=p.env)
-        if local:
-            clone >> pool
-        else:
-            clone @ pool
-        return dest
-    if p.workdir is None:
-        return None if local else "~"  # (elsewhere the worker's directory is skyward's own)
-    if local:
-        return p.workdir
-    dest = f"~/.skyward/workdirs/{pool.task_id}"
-    _unpack(_pack(p.workdir, "workdir"), dest, True) @ pool
-    return dest
-
-
-def _pack(source: str, what: str) -> bytes:
-    buffer = io.BytesIO()
-    size = 0
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        root = Path(source)
-        paths = [root] if root.is_file() else sorted(root.rglob("*"))
-        for path in paths:
-            if any(part in _SKIP for part in path.relative_to(root.parent if root.is_file() else root).parts):
-                continue
-            if path.is_file() and not path.is_symlink():
-                size += path.stat().st_size
-                if size > MAX_WORKDIR_BYTES:
-                    raise ConfigError(what, f"a directory of at most {MAX_WORKDIR_BYTES >> 20} MiB", source)
-                arcname = path.name if root.is_file() else str(path.relative_to(root))
-                tar.add(path, arcname=arcname, recursive=False)
-    return buffer.getvalue()
-
-
-def _unpack(blob: bytes, dest: str, is_dir: bool) -> Any:
-    import skyward as sky
-
-    return sky.compute(name="unpack files")(_unpack_here)(blob, dest, is_dir)
-
-
-def _unpack_here(blob: bytes, dest: str, is_dir: bool) -> str:
-    """On a node: write the packed files under ``dest`` (a directory, or the file itself),
-    each file atomically, so two nodes sharing a home directory never see half a file."""
-    import tempfile
-
-    target = Path(os.path.expandvars(os.path.expanduser(dest)))
-    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-        for member in tar.getmembers():
-            if not member.isfile():
-                continue
-            out = target / member.name if is_dir else target
-            out.parent.mkdir(parents=True, exist_ok=True)
-            data = tar.extractfile(member).read()  # type: ignore[union-attr]
-            fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, member.mode & 0o777)
-            os.replace(tmp, out)
-    return str(target)
+        recovery = p.job_recovery if cluster is None else None
+        run_with_recovery(pool, recovery, lambda: sky.shell(wrap(p.run), env=env, cwd=cwd) @ pool, prepare, err)

@@ -51,7 +51,9 @@ class HostEnvironment:
 class Instance:
     """One acquired machine, described: where the other nodes reach it (``private_addr``), how
     the client reaches it (``ssh``; None: this machine) and how its Python environment is made
-    (``environment``; None: the workers run in the client's own interpreter)."""
+    (``environment``; None: the workers run in the client's own interpreter). ``spot``: the
+    provider rents it as a spot instance, which the cloud may take back at short notice (its
+    workers watch for the notice)."""
 
     id: str
     node: int
@@ -60,3 +62,4 @@ class Instance:
     accelerators: int = 0
     ssh: SSHAddress | None = None
     environment: HostEnvironment | None = None
+    spot: bool = False

@@ -45,6 +45,8 @@ class Setup:
     shutdown_grace: float = 3.0  # seconds running tasks get to stop at shutdown
     #: (a named cluster's worker) seconds with no client attached before it ends; None: never.
     autostop: float | None = None
+    #: A spot machine: watch the instance metadata for preemption notices (worker.preemption).
+    watch_preemption: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,9 @@
 
 Everything here also works outside a pool, where the caller is node 0 of 1. This module is
 imported on workers, so it imports nothing heavy. Where am I (:func:`instance_info`) lives in
-:mod:`skyward._instance` and which data is mine (:func:`shard`) in :mod:`skyward._shard`,
-both re-exported here; output control is this module's own.
+:mod:`skyward._instance`, which data is mine (:func:`shard`) in :mod:`skyward._shard`, is this
+machine going away (:func:`on_preempt`) in :mod:`skyward._preempt`, all re-exported here;
+output control is this module's own.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from skyward._instance import ENV_VAR, InstanceInfo, Peer, instance_info
+from skyward._preempt import Preemption, on_preempt
 from skyward._shard import shard
 from skyward.errors import ConfigError
 
@@ -25,7 +27,9 @@ __all__ = [
     "ENV_VAR",
     "InstanceInfo",
     "Peer",
+    "Preemption",
     "instance_info",
+    "on_preempt",
     "shard",
     "silent",
     "stderr",

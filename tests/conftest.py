@@ -84,8 +84,21 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
         time.sleep(0.05)
 
 
+def parent_of(pid: int) -> int:
+    """The parent's pid of ``pid`` (-1 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except OSError:
+        return -1
+
+
 def skyward_workers() -> list[int]:
-    """PIDs of every skyward worker process on this machine."""
+    """PIDs of the skyward worker processes this test process started (its descendants).
+
+    Only this process's own: other pytest processes on the machine (xdist workers, another
+    session) start and stop workers of their own at any moment."""
+    me = os.getpid()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -95,7 +108,12 @@ def skyward_workers() -> list[int]:
                 cmd = f.read()
         except OSError:
             continue
-        if b"skyward.worker" in cmd and pid_alive(int(entry)):
+        if b"skyward.worker" not in cmd or not pid_alive(int(entry)):
+            continue
+        ancestor = parent_of(int(entry))
+        while ancestor > 1 and ancestor != me:
+            ancestor = parent_of(ancestor)
+        if ancestor == me:
             found.append(int(entry))
     return found
 

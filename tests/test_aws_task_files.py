@@ -4,6 +4,7 @@ opened, the zone, and accelerator candidates falling back on capacity errors."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 import uuid
 from io import StringIO
@@ -14,6 +15,7 @@ import pytest
 
 import skyward as sky
 from skyward import events as ev
+from skyward._task_stores import find_tool
 from skyward.accelerators import parse_accelerator
 from skyward.launch import execute, plan
 from skyward.providers.base import PoolSpec
@@ -59,7 +61,9 @@ def test_s3_file_mounts_are_copied_to_every_node_with_boto3(aws, tmp_path: Path)
               cat {tmp_path}/whole/data/a.txt {tmp_path}/whole/data/sub/b.txt {tmp_path}/one.bin
         """)
         p = plan(task)
-        assert "mode MOUNT is copied (COPY)" in "\n".join(p.warnings)
+        assert "mode MOUNT: mounted where the node has mount-s3, goofys, s3fs or rclone" in "\n".join(p.warnings)
+        assert not [t for t in ("mount-s3", "goofys", "s3fs", "rclone") if find_tool(t)], \
+            "this test is of a node without a mount tool"
         lines: list[tuple[int, str]] = []
 
         def on_event(event: ev.Event) -> None:
@@ -73,6 +77,51 @@ def test_s3_file_mounts_are_copied_to_every_node_with_boto3(aws, tmp_path: Path)
             assert [line for n, line in lines if n == node] == ["alpha", "beta", "alpha", "beta", "weights"]
         assert (tmp_path / "whole" / "model.bin").read_text() == "weights\n"
         assert (tmp_path / "one.bin").read_text() == "weights\n"
+        said = [line for line in err.getvalue().splitlines() if "not mounted" in line]
+        assert said == [f"skyward: file_mounts['{tmp_path}/whole']: s3://{bucket} copied, not mounted, on this "
+                        "machine (no mount tool: mount-s3, goofys, s3fs, rclone); what the task writes there is not "
+                        "uploaded"], err.getvalue()
+    finally:
+        for item in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+            s3.delete_object(Bucket=bucket, Key=item["Key"])
+        s3.delete_bucket(Bucket=bucket)
+
+
+def test_r2_and_other_s3_compatible_stores_are_copied_with_the_aws_cli_and_the_stores_profile(
+        aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SkyPilot's R2 setup: an AWS CLI profile named r2 (here pointing at the moto server).
+    Path(os.environ["AWS_CONFIG_FILE"]).write_text(f"[profile r2]\nregion = auto\nendpoint_url = {aws.endpoint}\n")
+    Path(os.environ["AWS_SHARED_CREDENTIALS_FILE"]).write_text(
+        "[r2]\naws_access_key_id = testing\naws_secret_access_key = testing\n")
+    assert find_tool("aws"), "the AWS CLI copies R2 buckets"
+    s3 = aws.client("s3")
+    only_the_profile = monkeypatch.context()  # the nodes find the endpoint and the keys in profile r2 alone
+    bucket = f"skyward-r2-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="data/a.txt", Body=b"alpha\n")
+    s3.put_object(Bucket=bucket, Key="data/sub/b.txt", Body=b"beta\n")
+    s3.put_object(Bucket=bucket, Key="model.bin", Body=b"weights\n")
+    try:
+        with only_the_profile as env:
+            for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+                env.delenv(name)
+            task = write(tmp_path, f"""
+                file_mounts:
+                  {tmp_path}/data: r2://{bucket}/data
+                  {tmp_path}/one.bin: {{source: r2://{bucket}/model.bin, mode: MOUNT}}
+                run: cat {tmp_path}/data/a.txt {tmp_path}/data/sub/b.txt {tmp_path}/one.bin
+            """)
+            p = plan(task)
+            assert f"bucket: r2://{bucket}/data -> {tmp_path}/data (copied with aws on every node)" in p.describe()
+            assert "mode MOUNT is copied (COPY): Skyward mounts no Cloudflare R2" in "\n".join(p.warnings)
+            err = StringIO()
+            assert execute(p, console=False, err=err) == 0, err.getvalue()
+            assert (tmp_path / "data" / "sub" / "b.txt").read_text() == "beta\n"
+            assert (tmp_path / "one.bin").read_text() == "weights\n"
+            missing = write(tmp_path, f"file_mounts: {{{tmp_path}/x: 'r2://{bucket}-gone/data'}}\nrun: echo\n")
+            err = StringIO()
+            assert execute(plan(missing), console=False, err=err) == 1
+            assert f"could not copy r2://{bucket}-gone/data" in err.getvalue() and "with aws" in err.getvalue()
     finally:
         for item in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
             s3.delete_object(Bucket=bucket, Key=item["Key"])

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from rich.console import Console as RichConsole
@@ -146,6 +147,20 @@ def test_plain_mode_says_every_change_of_an_elastic_pool(capsys: pytest.CaptureF
                  "skyward: node 0 added (replacement)"):
         assert line in lines, lines
     assert "lost" not in lines[-1]  # the replacement came up: the pool did not end smaller
+
+
+def test_a_preemption_notice_gets_one_line_with_its_node_action_and_time(capsys: pytest.CaptureFixture[str]) -> None:
+    c = Console(mode="plain")
+    startup(c, logs=False)
+    soon = datetime.now(timezone.utc) + timedelta(seconds=100)
+    c(ev.NodePreempting(1, None, datetime(2026, 5, 1, 12, 0, 3, tzinfo=timezone.utc), "rebalance"))
+    c(ev.NodePreempting(1, "terminate", soon, "interruption"))
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("skyward: node 1:")]
+    assert lines[0] == ("skyward: node 1: EC2 recommends a rebalance (at elevated risk of interruption, "
+                        "since 12:00:03 UTC)")
+    assert re.fullmatch(r"skyward: node 1: spot interruption notice: terminate at \d\d:\d\d:\d\d UTC "
+                        r"\(in (1m3\ds|9\d\.\ds|1m40s)\)", lines[1]), lines[1]
+    assert len(lines) == 2
 
 
 def test_verbose_prints_every_log_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

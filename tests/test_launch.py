@@ -17,7 +17,7 @@ import pytest
 import skyward as sky
 from skyward import events as ev
 from skyward.launch import execute, plan
-from tests.conftest import skyward_workers
+from tests.conftest import parent_of, skyward_workers
 from tests.hosts.conftest_fixture import ssh_provider
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,12 +45,12 @@ def cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.Comple
     ("run: echo\nnum_nodes: 0\n", "num_nodes", "an integer >= 1"),
     ("run: echo\nresources: {cpus: lots}\n", "resources.cpus", '"8+"'),
     ("run: echo\nresources: {accelerators: Z80:2}\n", "resources.accelerators", "H100"),
-    ("run: echo\nresources: {accelerators: T4:0.5}\n", "resources.accelerators", "fractional GPUs"),
+    ("run: echo\nresources: {accelerators: T4:0}\n", "resources.accelerators", "a positive whole number"),
     ("run: echo\nresources: {accelerators: tpu-v2-8}\n", "resources.accelerators", "TPUs"),
     ("run: echo\nresources: {disk: 100}\n", "resources.disk", "use_spot"),
     ("run: echo\nenvs: {9LIVES: x}\n", "envs['9LIVES']", "variable name"),
     ("run: echo\nworkdir: /no/such/dir\n", "workdir", "exists"),
-    ("run: echo\nfile_mounts: {/data: gs://bucket/x}\n", "file_mounts['/data']", "s3:// URL"),
+    ("run: echo\nfile_mounts: {/data: ftp://bucket/x}\n", "file_mounts['/data']", "a bucket URL: s3://, gs://"),
     ("runn: echo\n", "runn", "did you mean 'run'"),  # a misspelt key is named as unknown
     ("run: [echo, hi]\n", "run", "a string"),
     ("- run: echo\n", "TASK", "mapping"),
@@ -286,14 +286,6 @@ def test_ctrl_c_tears_everything_down_with_exit_status_130(tmp_path: Path) -> No
     assert proc.returncode == 130, err
     assert "interrupted" in err
     assert wait_gone(pids + workers, 5) == []
-
-
-def parent_of(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[1])
-    except OSError:
-        return -1
 
 
 def test_the_plan_configures_the_provider_it_names(tmp_path: Path) -> None:

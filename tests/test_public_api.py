@@ -11,8 +11,8 @@ import skyward as sky
 PUBLIC = [
     "AWS", "BootstrapError", "CapacityError", "ClusterBusy", "ClusterError", "PoolInfo", "CommandFailed", "CommandResult", "ComputeFunction", "ComputePool", "ConfigError", "DeviceError",
     "ConnectionLost", "Image", "InstanceInfo", "Local", "PendingCompute", "PendingGather", "Peer",
-    "Plugin", "PluginError", "ProvisionError", "RemoteError", "SSH", "Secret", "SerializationError", "SkywardError",
-    "TaskCancelled", "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "integrations", "plugins",
+    "Plugin", "PluginError", "Preemption", "ProvisionError", "RemoteError", "SSH", "Secret", "SerializationError", "SkywardError",
+    "TaskCancelled", "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "integrations", "on_preempt", "plugins",
     "shard", "shell", "silent", "stderr", "stdout",
 ]
 
@@ -55,3 +55,18 @@ def test_the_worker_imports_only_what_it_needs() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(ast.literal_eval(out.stdout))
     assert {"skyward.pool", "skyward.image", "skyward.integrations", "skyward.console"}.isdisjoint(loaded)
+
+
+def test_no_public_name_is_shadowed_by_a_submodule_of_that_name() -> None:
+    """Importing a submodule sets the package's attribute of that name to the module: a public
+    function named like a submodule (``sky.shell`` and ``skyward/shell.py``) becomes the module
+    once anything imports the submodule first, and ``sky.shell(...)`` then fails with "'module'
+    object is not callable". ``compute`` is bound eagerly for that reason; no other may collide."""
+    import importlib.util
+
+    import skyward
+
+    clashing = [name for name in skyward.__all__
+                if name not in ("accelerators", "integrations", "plugins", "compute")
+                and importlib.util.find_spec(f"skyward.{name}") is not None]
+    assert clashing == []

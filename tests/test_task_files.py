@@ -56,12 +56,24 @@ FIELDS = [
     ("managed_secrets", "managed_secrets: [a]\nrun: echo", R, "managed_secrets: expected secrets given in the file"),
     ("workdir git", "workdir: {url: 'https://x/y.git', ref: v2}\nrun: echo", H, "workdir: git https://x/y.git at v2"),
     ("workdir git bad", "workdir: {ref: v2}\nrun: echo", R, "workdir.url: expected a git repository URL"),
-    ("file_mounts gs", "file_mounts: {/d: 'gs://b/x'}\nrun: echo", R, "gs:// storage is not supported"),
-    ("file_mounts s3", "file_mounts: {/d: 's3://b/x'}\nrun: echo", H, "bucket: s3://b/x -> /d"),
+    ("file_mounts s3", "file_mounts: {/d: 's3://b/x'}\nrun: echo", H, "bucket: s3://b/x -> /d (copied with boto3"),
     ("file_mounts storage", "file_mounts: {/d: {name: b, mode: COPY}}\nrun: echo", H, "bucket: s3://b -> /d"),
     ("file_mounts MOUNT", "file_mounts: {/d: {source: 's3://b', mode: MOUNT}}\nrun: echo", W,
-     "mode MOUNT is copied (COPY)"),
-    ("file_mounts store", "file_mounts: {/d: {name: b, store: gcs}}\nrun: echo", R, ".store: expected s3"),
+     "mode MOUNT: mounted where the node has mount-s3, goofys, s3fs or rclone; a node with none copies it"),
+    ("file_mounts MOUNT r2", "file_mounts: {/d: {source: 'r2://b', mode: MOUNT}}\nrun: echo", W,
+     "mode MOUNT is copied (COPY): Skyward mounts no Cloudflare R2"),
+    ("file_mounts store unknown", "file_mounts: {/d: {name: b, store: volume}}\nrun: echo", R,
+     ".store: expected one of s3, gcs, r2"),
+    ("file_mounts store azure by name", "file_mounts: {/d: {name: b, store: azure}}\nrun: echo", R,
+     ".name: expected a `source` URL (https://ACCOUNT.blob.core.windows.net/CONTAINER)"),
+    ("file_mounts name left empty", "file_mounts: {/d: {name: null, mode: MOUNT}}\nrun: echo", R,
+     "leaves the bucket's name for you to fill in"),
+    ("file_mounts placeholder", "file_mounts: {/d: {source: '<bucket-path-to-your-model>'}}\nrun: echo", R,
+     "got '<bucket-path-to-your-model>' (the task file holds a placeholder for you to fill in)"),
+    ("file_mounts unknown scheme", "file_mounts: {/d: 'ftp://h/x'}\nrun: echo", R,
+     "expected a local path, or a bucket URL: s3://, gs://"),
+    ("file_mounts sources list", "file_mounts: {/d: {source: ['.', '.'], name: b}}\nrun: echo", W,
+     "the local sources are copied to every node directly, each under its own name"),
     ("service", "service: {replicas: 2}\nrun: echo", W, "service: ignored"),
     ("config", "config: {kubernetes: {}}\nrun: echo", W, "config: ignored"),
     ("pool", "pool: {workers: 2}\nrun: echo", W, "pool: ignored"),
@@ -72,7 +84,9 @@ FIELDS = [
     ("accelerators dict", "resources: {accelerators: {A100: 8}}\nrun: echo", H, "standing in for A100:8"),
     ("accelerators set", "resources: {accelerators: {L4:1, A10G:1}}\nrun: echo", W, "the first of 2 candidates"),
     ("accelerators list", "resources: {accelerators: [A100, H100]}\nrun: echo", W, "the first of 2 candidates"),
-    ("accelerators fractional", "resources: {accelerators: T4:0.5}\nrun: echo", R, "fractional GPUs"),
+    ("accelerators fractional", "resources: {accelerators: T4:0.5}\nrun: echo", W,
+     "resources.accelerators: T4:0.5: a worker has whole devices, so this task gets 1"),
+    ("accelerators fractional plan", "resources: {accelerators: {T4: 1.5}}\nrun: echo", H, "standing in for T4:2"),
     ("accelerators tpu", "resources: {accelerators: tpu-v2-8}\nrun: echo", R, "TPUs are Google Cloud's"),
     ("accelerators unknown", "resources: {accelerators: Z80}\nrun: echo", R, "unknown accelerator 'Z80'"),
     ("any_of", "resources: {any_of: [{accelerators: L4:1}, {accelerators: A10G:1}]}\nrun: echo", W,
@@ -108,8 +122,22 @@ FIELDS = [
      "autostop: after 10 idle minute(s), then down"),
     ("autostop time", "resources: {autostop: 2h}\nrun: echo", H, "autostop: after 120 idle minute(s)"),
     ("autostop bad", "resources: {autostop: soon}\nrun: echo", R, "resources.autostop: expected idle minutes"),
-    ("job_recovery", "resources: {job_recovery: FAILOVER}\nrun: echo", W, "job_recovery: not honoured yet"),
-    ("spot_recovery", "resources: {spot_recovery: failover}\nrun: echo", W, "spot_recovery: not honoured yet"),
+    ("job_recovery", "resources: {job_recovery: FAILOVER}\nrun: echo", H,
+     "job recovery: a lost or preempted node is replaced and the run restarted on every node"),
+    ("spot_recovery", "resources: {spot_recovery: failover}\nrun: echo", H, "job recovery: a lost or preempted"),
+    ("job_recovery restarts", "resources: {job_recovery: {max_restarts_on_errors: 3, recover_on_exit_codes: [29]}}"
+     "\nrun: echo", H, "a failed run is restarted up to 3 time(s); and always on exit code(s) 29"),
+    ("job_recovery none", "resources: {job_recovery: none}\nrun: echo", "plan-has-no", "job recovery"),
+    ("job_recovery next region", "resources: {job_recovery: EAGER_NEXT_REGION}\nrun: echo", W,
+     "EAGER_NEXT_REGION: a replacement comes from the pool's own region"),
+    ("job_recovery bad restarts", "resources: {job_recovery: {max_restarts_on_errors: -1}}\nrun: echo", R,
+     "resources.job_recovery.max_restarts_on_errors: expected a whole number >= 0"),
+    ("job_recovery bad codes", "resources: {job_recovery: {recover_on_exit_codes: [0]}}\nrun: echo", R,
+     "resources.job_recovery.recover_on_exit_codes: expected a list of exit codes (1 to 255)"),
+    ("job_recovery bad strategy", "resources: {job_recovery: LATER}\nrun: echo", R,
+     "resources.job_recovery.strategy: expected one of EAGER_NEXT_REGION, FAILOVER, NONE"),
+    ("job_recovery unknown key", "resources: {job_recovery: {max_restart_on_errors: 2}}\nrun: echo", R,
+     "did you mean 'max_restarts_on_errors'"),
     ("accelerator_args", "resources: {accelerator_args: {tpu_vm: true}}\nrun: echo", W,
      "accelerator_args: not honoured"),
     ("priority", "resources: {priority: 5}\nrun: echo", W, "priority: not honoured"),
@@ -117,7 +145,8 @@ FIELDS = [
     ("local_disk", "resources: {local_disk: 'nvme+'}\nrun: echo", W, "local_disk: not honoured"),
     ("ephemeral_storage", "resources: {ephemeral_storage: 10}\nrun: echo", W, "ephemeral_storage: not honoured"),
     ("resources unknown", "resources: {gpus: H100:8}\nrun: echo", R, "resources.gpus: expected a known key"),
-    ("job group", "name: g\nexecution: parallel\n---\nrun: echo\n---\nrun: echo", R, "a job group runs its tasks"),
+    ("job group", "name: g\nexecution: parallel\n---\nrun: echo\n---\nrun: echo", R,
+     "a job group runs its tasks at the same time, each reaching the others by name (TASK-0.GROUP)"),
     ("pipeline", "name: p\n---\nname: a\nrun: echo a\n---\nname: b\nrun: echo b", H, "pipeline stage 2 of 2"),
 ]
 
@@ -136,6 +165,9 @@ def test_every_field_is_honoured_warned_about_or_refused_with_a_line_saying_so(
         p = plan(task)
         said = list(p.warnings) if kind == W else [p.describe()]
     print(f"{case}: {kind}: " + " | ".join(said))
+    if kind == "plan-has-no":  # accepted, and the plan says nothing of it
+        assert not any(line in text_ for text_ in said), said
+        return
     assert any(line in text_ for text_ in said), said
 
 
@@ -144,8 +176,8 @@ def test_every_problem_in_a_file_is_reported_at_once_one_line_each(tmp_path: Pat
         runn: echo
         num_nodes: many
         envs: {9LIVES: x}
-        resources: {accelerators: T4:0.5, disk_tier: fast, disk: 3}
-        file_mounts: {/d: 'gs://b'}
+        resources: {accelerators: tpu-v2-8, disk_tier: fast, disk: 3}
+        file_mounts: {/d: 'ftp://b'}
     """)
     done = cli(str(task), "--dryrun")
     assert done.returncode == 2 and "Traceback" not in done.stderr
@@ -195,6 +227,8 @@ def test_a_pipeline_runs_its_tasks_in_order_and_stops_at_the_first_failure(tmp_p
         num_nodes: 2
         run: |
           cat {tmp_path}/one.txt
+          touch {tmp_path}/ran-$SKYPILOT_NODE_RANK
+          for _ in $(seq 600); do [ -e {tmp_path}/ran-0 ] && [ -e {tmp_path}/ran-1 ] && break; sleep 0.1; done
           exit 4
         ---
         name: evaluate
@@ -211,7 +245,9 @@ def test_a_pipeline_runs_its_tasks_in_order_and_stops_at_the_first_failure(tmp_p
     err = StringIO()
     code = execute(p, console=False, on_event=on_event, err=err)
     assert code == 4, err.getvalue()
-    assert lines.count("prepared") == 2  # the second stage ran on both of its nodes
+    # the second stage ran on both of its nodes (each fails only once both have printed: a
+    # failed node gives the others 2 s, which a node started late on a busy machine can miss)
+    assert lines.count("prepared") == 2
     assert "pipeline stopped at stage 2 of 3 (train)" in err.getvalue()
     assert not (tmp_path / "never.txt").exists()
 

@@ -254,6 +254,10 @@ class NodeConnection:
                 self.ready.set_exception(fatal.error())
         elif kind == Kind.BYE:
             self.said_bye = True
+        elif kind == Kind.PREEMPT:
+            notice = control[1]
+            if self.local_rank == 0:  # (every worker process of the node heard it: one event)
+                self.emit(ev.NodePreempting(self.node, notice.action, notice.at, notice.kind))
 
     def _finish(self, task_id: int, ok: bool) -> _Task | None:
         with self._lock:

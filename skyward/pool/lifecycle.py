@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, InvalidStateError, ThreadPoolExecutor, wait
+from dataclasses import replace
 from typing import Any
 
 from skyward import events as ev
@@ -146,7 +147,10 @@ class Nodes:
                                 head_port=head_port, accelerators=inst.accelerators, peers=peers,
                                 pool_id=self.spec.pool_id, local_rank=conn.local_rank,
                                 processes_per_node=self.processes)
-            conn.setup(self._settings(info), self._plugins)
+            settings = self._settings(info)
+            if getattr(inst, "spot", False):  # (an Instance recorded before spot was known has none)
+                settings = replace(settings, watch_preemption=True)
+            conn.setup(settings, self._plugins)
         # Wait for all at once: a node whose around_app failed must be reported at once, not
         # after the nodes blocked waiting for it in a rendezvous have timed out.
         pending = {conn.ready: conn for conn in connections}

@@ -50,6 +50,7 @@ class Kind:
     RESULT = "result"        # (RESULT, task_id) + payload: the return value
     ERROR = "error"          # (ERROR, task_id, messages.RemoteFailure)
     HEARTBEAT = "heartbeat"  # (HEARTBEAT,)
+    PREEMPT = "preempt"      # (PREEMPT, _preempt.Preemption) - a spot notice, once per kind
     BYE = "bye"              # (BYE,) - clean shutdown finished
 
 

@@ -12,7 +12,9 @@ stream for it and handles everything else. Lifecycle:
    ``COMPUTE_POOL``; enter every plugin's ``around_app`` in order; answer READY (or FATAL,
    a :class:`~skyward.messages.Fatal` naming the plugin).
 3. Start the executor; its threads ask :meth:`Agent.next_task` for tasks, which handles
-   PING, CANCEL and SHUTDOWN on the way. Heartbeats go out every ``heartbeat_interval``.
+   PING, CANCEL and SHUTDOWN on the way. Heartbeats go out every ``heartbeat_interval``. On a
+   spot machine (``Setup.watch_preemption``) a thread watches for preemption notices
+   (:mod:`skyward.worker.preemption`): each goes to the tasks and to the client (PREEMPT).
 4. Stop on SHUTDOWN (clean: hooks exited, BYE sent), on end of input or when the client has
    been silent for ``idle_timeout`` seconds (dead man's switch): then everything the tasks
    started is killed (by the keeper, or with the process group), so nothing outlives the
@@ -34,7 +36,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
-from skyward import runtime
+from skyward import _preempt, runtime
 from skyward._procs import group_members
 from skyward.messages import Fatal, Setup
 from skyward.plugins._base import Plugin
@@ -158,6 +160,10 @@ class Agent:
                          name="skyward-heartbeat", daemon=True).start()
         threading.Thread(target=self.watch_client, args=(min(setup.heartbeat_interval, 1.0), setup.idle_timeout),
                          name="skyward-watchdog", daemon=True).start()
+        if setup.watch_preemption:  # a spot machine: the cloud may take it back at short notice
+            from skyward.worker import preemption
+
+            preemption.watch(self._preempted, self.stopping)
 
         with contextlib.ExitStack() as app:
             with self._listening():  # the client's pings count while the hooks run
@@ -174,6 +180,8 @@ class Agent:
                         app.close()
                         return 5
             self.executor = make_executor(setup.executor, setup.concurrency, plugins, self.send, self.send_output)
+            for notice in _preempt.notices():  # (one that came while the executor was being made)
+                self.executor.preempting(notice)
             self.send((Kind.READY, os.getpid()))
             clean = self.serve(setup.spin)
             self.stopping.set()
@@ -229,6 +237,13 @@ class Agent:
             thread.join()
             os.close(wake_r)
             os.close(wake_w)
+
+    def _preempted(self, notice: _preempt.Preemption) -> None:
+        """A preemption notice: to this process's tasks, the executor's processes, the client."""
+        if _preempt.deliver(notice):
+            if self.executor is not None:
+                self.executor.preempting(notice)
+            self.send((Kind.PREEMPT, notice))
 
     # -- serving ---------------------------------------------------------------------------
     def serve(self, spin_seconds: float) -> bool:
@@ -290,6 +305,8 @@ class Agent:
             elif kind == Kind.SETUP and self.resident is not None:
                 self.resident.autostop = control[1].autostop  # (the cluster's policy may have changed)
                 self.send((Kind.READY, os.getpid()))  # a client attaching: this worker is set up
+                for notice in _preempt.notices():  # ... on a machine that may be about to go
+                    self.send((Kind.PREEMPT, notice))
             else:
                 _log(f"unknown message {kind!r}")
         return None

@@ -23,14 +23,15 @@ NODES = 2
 
 
 def _factory(request: pytest.FixtureRequest) -> Callable[..., sky.ComputePool]:
+    """Makes a pool of this provider; ``ssh={...}`` are options for the SSH provider alone."""
     if request.param == "local":
-        return lambda **kw: sky.ComputePool(**{"nodes": NODES, "console": False, **kw})
+        return lambda ssh=None, **kw: sky.ComputePool(**{"nodes": NODES, "console": False, **kw})
     hosts = request.getfixturevalue("test_hosts")[:NODES]
     wheelhouse = request.getfixturevalue("wheelhouse")
 
-    def make(**kw) -> sky.ComputePool:
+    def make(ssh: dict | None = None, **kw) -> sky.ComputePool:
         # numpy comes from the hosts' own Python (the wheelhouse has only skyward's dependencies)
-        provider = ssh_provider(hosts, wheelhouse, system_site_packages=["numpy"])
+        provider = ssh_provider(hosts, wheelhouse, system_site_packages=["numpy"], **(ssh or {}))
         image = kw.pop("image", sky.Image())
         extra = venv_site_env("numpy")  # pytest in a fresh venv: numpy is there, not in the base
         return sky.ComputePool(provider=provider, nodes=NODES, console=False,

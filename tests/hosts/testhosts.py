@@ -9,8 +9,8 @@ Each test host is a real OpenSSH ``sshd`` running
   ``.(10+N)``) and a default route via the bridge address;
 * inside its own mount and UTS namespaces, where a per-host directory is
   bind-mounted over ``/root`` (the home of the login user) and another over a
-  work directory (``/opt/skyward-work``), a per-host ``/etc/hosts`` is
-  mounted, and the hostname is the host's name.
+  work directory (``/opt/skyward-work``), a per-host ``/etc/hosts`` and
+  ``/etc/resolv.conf`` are mounted, and the hostname is the host's name.
 
 Everything else (``/usr``, ``/tmp``, the Python install, this repository) is
 shared with this machine, so a host has the same interpreter at the same path
@@ -23,6 +23,13 @@ same interpreter the tests run with.
 Nothing is forwarded or NATed to the outside: hosts reach the bridge address
 (this machine) and each other, nothing else.  ``with host.behind(bastion):``
 leaves a host only a private link to another one (a host behind a jump host).
+
+So no DNS server either: a host's resolver asks its own loopback, where nothing
+listens, and a name or address that ``/etc/hosts`` lacks fails at once, as on a
+machine whose DNS server answers "no such name".  (With this machine's
+nameserver, which a host cannot reach, each such lookup waited out the
+resolver's timeouts, 10 s: torch's c10d store looks up its peers' IPv4-mapped
+IPv6 addresses, and a 2-node torchrun on the hosts took 30 s longer.)
 
 Use as a module::
 
@@ -70,6 +77,8 @@ WORK_MOUNT = "/opt/skyward-work"
 SSH_PORT = 22
 HOST_OFFSET = 10  # host N gets <network> + 10 + N
 SSHD = "/usr/sbin/sshd"
+#: A host's resolver: its own loopback, where no DNS server listens (see the module docstring).
+RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 # The private link of TestHost.behind: a /30 inside two hosts' namespaces, never in the root one.
 _BEHIND_NET = "10.214.0"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -510,6 +519,7 @@ def _start_script(
         f"mount --rbind {home} {q(host.home_mount)}",
         f"mount --bind {q(host.workdir)} {q(host.work_mount)}",
         f"mount --bind {q(str(hostdir / 'hosts'))} /etc/hosts",
+        f"mount --bind {q(str(hostdir / 'resolv.conf'))} /etc/resolv.conf",
         f"cd {q(host.home_mount)}",
         f"exec {SSHD} -f {q(str(hostdir / 'sshd_config'))} -E {q(str(hostdir / 'sshd.log'))}",
     ]
@@ -679,6 +689,7 @@ def up(
         for host in hosts:
             hostdir = Path(host.dir)
             _write(hostdir / "hosts", etc_hosts)
+            _write(hostdir / "resolv.conf", RESOLV_CONF)
             script = _start_script(host, hostdir, shared, readonly_shared)
             _write(hostdir / "start.sh", script, 0o755)
             proc = _sh(

@@ -411,7 +411,8 @@ class AWS(Provider):
                 accelerators=min(itype.gpu_count, pool.plan.accelerators or itype.gpu_count),
                 ssh=SSHAddress(address, self.user, key=pool.key_path, known_hosts=known,
                                connect_timeout=self.connect_timeout),
-                environment=replace(environment, note=f"{pool.summary}: {item['InstanceId']} at {private_ip}")))
+                environment=replace(environment, note=f"{pool.summary}: {item['InstanceId']} at {private_ip}"),
+                spot=item.get("InstanceLifecycle") == "spot"))
         return instances
 
     def _connect_address(self, instance_id: str, private_ip: str, public_ip: str | None) -> str:

@@ -10,8 +10,8 @@ only through this interface, never by import:
 2. Results, errors and output go back through the ``send`` / ``send_output`` callables the
    executor was built with (a failed send ends the worker: nothing is raised to the task).
 3. The agent asks :meth:`Executor.idle` whether it may poll for the next frame without taking
-   a CPU from a running task, passes CANCEL on as :meth:`Executor.cancel`, and ends with
-   :meth:`Executor.shutdown`.
+   a CPU from a running task, passes CANCEL on as :meth:`Executor.cancel`, spot preemption
+   notices as :meth:`Executor.preempting`, and ends with :meth:`Executor.shutdown`.
 
 A task's answer is exactly one RESULT or one ERROR frame (:func:`run_task`).
 """
@@ -55,6 +55,10 @@ class Executor(Protocol):
 
     def shutdown(self, grace: float) -> None:
         """Drop tasks that have not started, stop running ones, give them ``grace`` seconds."""
+
+    def preempting(self, notice: Any) -> None:
+        """A preemption notice the worker took (:func:`skyward._preempt.deliver`): hand it to
+        every other process that runs tasks, now and later (their tasks' ``on_preempt``)."""
 
 
 class StopTask(BaseException):

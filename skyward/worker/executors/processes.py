@@ -3,7 +3,9 @@
 One reader thread queues the tasks the agent reads; one thread per slot hands them to its
 child over a pipe and relays the child's frames (OUTPUT, then RESULT or ERROR) to the client.
 A cancelled task's child is killed and replaced. ``around_app`` state lives in the agent's
-process, not in the children; ``around_task`` hooks run in the children.
+process, not in the children; ``around_task`` hooks run in the children. Spot preemption
+notices reach each child on a pipe of its own, read by a thread of the child (its tasks'
+``on_preempt`` callbacks run there); a child started later gets the notices taken so far.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import cloudpickle
 
-from skyward import runtime
+from skyward import _preempt, runtime
 from skyward.messages import RemoteFailure
 from skyward.plugins._base import Plugin
 from skyward.protocol import Kind, Payload
@@ -83,6 +85,7 @@ class ProcessExecutor:
                 with self._lock:
                     cancelled = child.task_id is None
                     child.task_id = None
+                    child.forget_notices()
                     if not self._stopping:
                         self._children[index] = _Child(self._ctx, self._blob)
                 if not cancelled:
@@ -91,6 +94,12 @@ class ProcessExecutor:
             else:
                 with self._lock:
                     child.task_id = None
+
+    def preempting(self, notice: Any) -> None:
+        with self._lock:
+            children = list(self._children)
+        for child in children:
+            child.tell(notice)
 
     def shutdown(self, grace: float) -> None:
         self._stopping = True
@@ -115,21 +124,54 @@ class ProcessExecutor:
 class _Child:
     def __init__(self, ctx: Any, plugins_blob: bytes):
         self.conn, child_conn = ctx.Pipe()
+        notices_in, self._notices = ctx.Pipe(duplex=False)
         env = {runtime.ENV_VAR: os.environ.get(runtime.ENV_VAR, "")}
-        self.process = ctx.Process(target=_child_main, args=(child_conn, plugins_blob, env), daemon=True)
+        self.process = ctx.Process(target=_child_main, args=(child_conn, plugins_blob, env, notices_in,
+                                                             _preempt.notices()), daemon=True)
         self.process.start()
         child_conn.close()
+        notices_in.close()
+        self._tell_lock = threading.Lock()
         self.task_id: int | None = None
+
+    def tell(self, notice: Any) -> None:
+        """Pass a preemption notice on to the child (a child that is gone needs none)."""
+        with self._tell_lock:
+            try:
+                self._notices.send(notice)
+            except (OSError, ValueError):
+                pass
 
     def kill(self) -> None:
         self.process.kill()
         self.process.join(5)
+        self.forget_notices()
+
+    def forget_notices(self) -> None:
+        """Close the notices' pipe (the child is gone)."""
+        with self._tell_lock:
+            self._notices.close()
 
 
-def _child_main(conn: Any, plugins_blob: bytes, env: dict[str, str]) -> None:
+def _take_notices(notices: Any) -> None:
+    """(A child's thread) Take each preemption notice the worker passes on, until it is gone."""
+    while True:
+        try:
+            notice = notices.recv()
+        except (EOFError, OSError):
+            return
+        _preempt.deliver(notice)
+
+
+def _child_main(conn: Any, plugins_blob: bytes, env: dict[str, str], notices: Any = None,
+                taken: tuple[Any, ...] = ()) -> None:
     """A slot's child process: run the tasks its slot thread sends, until None or EOF."""
     os.environ.update(env)
     plugins = cloudpickle.loads(plugins_blob)
+    for notice in taken:
+        _preempt.deliver(notice)
+    if notices is not None:
+        threading.Thread(target=_take_notices, args=(notices,), name="skyward-preemption", daemon=True).start()
 
     def send(control: tuple, payload: Payload | None) -> None:
         parts = [] if payload is None else [bytes(p) for p in payload.parts]

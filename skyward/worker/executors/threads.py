@@ -138,6 +138,9 @@ class ThreadExecutor:
         except StopTask:
             pass  # arrived just after the task ended; nothing to report
 
+    def preempting(self, notice: Any) -> None:
+        pass  # the tasks run in the worker's own process, which has taken the notice
+
     # -- stopping --------------------------------------------------------------------------
     def cancel(self, task_id: int) -> None:
         with self._lock:
