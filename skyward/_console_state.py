@@ -212,6 +212,8 @@ class ConsoleState:
                 node.failed += 1
             if node.progress and node.progress_task == event.task_id:
                 msgs += self.progress_line(event.node, node, now, final=True)
+        elif isinstance(event, (ev.NodeAdded, ev.NodeRemoved, ev.TaskRetried)):
+            msgs += self.membership(event, now)
         elif isinstance(event, ev.PoolStarting):
             self.reset(now)
             self.pool_id, self.provider, self.expected = event.pool_id, event.provider, event.nodes
@@ -238,6 +240,27 @@ class ConsoleState:
             else:
                 msgs.append(("status", self.summary(event, now)))
         return msgs
+
+    def membership(self, event: ev.NodeAdded | ev.NodeRemoved | ev.TaskRetried, now: float) -> list[Msg]:
+        """An elastic pool's changes: one line each. A node number may come back after its
+        node was removed (its counts go on)."""
+        t = f"({seconds(now - self.started)})"
+        if isinstance(event, ev.TaskRetried):
+            return [("status", f"skyward: task {event.name} retried after node {event.lost_node} was lost "
+                               f"(attempt {event.attempt} of {event.attempts}) {t}")]
+        node = self.node(event.node, now)
+        if isinstance(event, ev.NodeAdded):
+            text = f"skyward: node {event.node} added ({event.reason}) {t}"
+        else:
+            self.stopping = False  # (its "stopping" stage was this node's, not the pool's)
+            node.stage, node.detail, node.since = "removed", event.reason, now
+            if event.reason.startswith("lost: "):
+                text = f"skyward: node {event.node} lost" + ("; replacing" if event.reason.endswith("; replacing")
+                                                              else "; removed") + f" {t}"
+            else:
+                text = f"skyward: node {event.node} removed ({event.reason}) {t}"
+        self.expected = sum(1 for nd in self.nodes.values() if nd.stage != "removed")
+        return [("status", text)]
 
     def progress_line(self, n: int, node: NodeState, now: float, *, final: bool = False) -> list[Msg]:
         """The node's progress line, to print now (once more at the end, if it changed)."""

@@ -40,6 +40,20 @@ def _plugins(value: Any) -> Any:
     return tuple(value)
 
 
+NODES = "an integer >= 1, or (min, max) with 1 <= min <= max for an elastic pool"
+
+
+def _nodes(value: Any) -> Any:
+    def count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+    if count(value):
+        return value
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(count(v) for v in value) and value[0] <= value[1]:
+        return (value[0], value[1])
+    reject(NODES, value)
+
+
 def _plugin(value: Any) -> Plugin:
     if not isinstance(value, Plugin):
         reject("a sky.Plugin, e.g. sky.plugins.torch()", value)
@@ -53,7 +67,10 @@ class PoolOptions(BaseModel):
 
     provider: Annotated[InstanceOf[Provider], BeforeValidator(_provider),
                         Field(description="a provider such as sky.Local(), sky.SSH(...) or sky.AWS(...)")]
-    nodes: Count = 1
+    nodes: Annotated[int | tuple[int, int], BeforeValidator(_nodes), Field(description=NODES)] = 1
+    scale_up_after: Seconds = 5.0
+    scale_down_after: Seconds = 60.0
+    replace_lost: Annotated[bool | None, Field(description="True, False or None (True for a (min, max) pool)")] = None
     concurrency: Count = 1
     executor: Annotated[Literal["thread", "process"], Field(description="'thread' or 'process'")] = "thread"
     idle_timeout: Seconds = 30.0
@@ -71,6 +88,21 @@ class PoolOptions(BaseModel):
     processes_per_node: Annotated[Count | None,
                                   Field(description="an integer >= 1, or None (one per GPU with the torch "
                                                     "plugin on GPU nodes, else 1)")] = None
+
+    @property
+    def elastic(self) -> bool:
+        """``nodes`` was given as ``(min, max)``."""
+        return isinstance(self.nodes, tuple)
+
+    @property
+    def limits(self) -> tuple[int, int]:
+        """(min, max) nodes: both the count for a fixed pool."""
+        return self.nodes if isinstance(self.nodes, tuple) else (self.nodes, self.nodes)
+
+    @property
+    def replacing(self) -> bool:
+        """Whether a lost node is replaced (``replace_lost``; None means: for an elastic pool)."""
+        return self.elastic if self.replace_lost is None else self.replace_lost
 
     @property
     def processes(self) -> int:

@@ -19,6 +19,7 @@ Mind Python's precedence: ``>>`` binds tighter than ``&``, so write ``(p1 & p2) 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
 from collections.abc import Callable, Iterator
@@ -60,6 +61,8 @@ class TaskOptions:
     #: A broadcast runs it once per node (on each node's first worker process), not once per
     #: process: a shell command such as torchrun starts the node's processes itself.
     per_node: bool = False
+    #: Times a task whose node was lost is run again on another node (``@sky.compute(retries=N)``).
+    retries: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,6 +115,25 @@ class PendingCompute(Generic[T]):
     def local(self) -> T:
         """Run here and now."""
         return self.fn(*self.args, **self.kwargs)
+
+    def with_options(self, *, retries: int | None = None, timeout: float | None = None) -> PendingCompute[T]:
+        """This call with other task options (for this call only; the function keeps its own).
+
+        >>> @sky.compute
+        ... def step(i: int) -> int:
+        ...     return i
+        >>> step(1).with_options(retries=2).options.retries
+        2
+
+        ``retries``: times the call runs again on another node when its node is lost (see
+        ``@sky.compute``); ``timeout``: seconds, as there. Raises ConfigError for bad values.
+        """
+        changes: dict[str, Any] = {}
+        if retries is not None:
+            changes["retries"] = _checked_retries(retries)
+        if timeout is not None:
+            changes["timeout"] = _checked_timeout(timeout)
+        return dataclasses.replace(self, options=dataclasses.replace(self.options, **changes))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The decorated function is usually not reachable by its name (the name now holds the
@@ -205,16 +227,17 @@ class ComputeFunction(Generic[P, T]):
     the function itself; ``f.fn`` is the undecorated function.
     """
 
-    def __init__(self, fn: Callable[P, T], *, name: str | None = None, timeout: float | None = None):
+    def __init__(self, fn: Callable[P, T], *, name: str | None = None, timeout: float | None = None,
+                 retries: int = 0):
         if not callable(fn):
             raise ConfigError("compute", "a function", fn)
-        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
-                                    or not 0 < timeout < float("inf")):  # nan fails both comparisons
-            raise ConfigError("timeout", "a positive number of seconds (not inf or nan) or None", timeout)
+        if timeout is not None:
+            timeout = _checked_timeout(timeout)
         if name is not None and (not isinstance(name, str) or not name):
             raise ConfigError("name", "a non-empty string or None", name)
         self.fn = fn
-        self.options = TaskOptions(name or getattr(fn, "__name__", "task"), float(timeout) if timeout else None)
+        self.options = TaskOptions(name or getattr(fn, "__name__", "task"), timeout,
+                                   retries=_checked_retries(retries))
         functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> PendingCompute[T]:
@@ -228,11 +251,25 @@ class ComputeFunction(Generic[P, T]):
         return f"<sky.compute {self.options.name}>"
 
 
+def _checked_timeout(timeout: Any) -> float:
+    if (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+            or not 0 < timeout < float("inf")):  # nan fails both comparisons
+        raise ConfigError("timeout", "a positive number of seconds (not inf or nan) or None", timeout)
+    return float(timeout)
+
+
+def _checked_retries(retries: Any) -> int:
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ConfigError("retries", "an integer >= 0 (times a task runs again when its node is lost)", retries)
+    return retries
+
+
 @overload
 def compute(fn: Callable[P, T], /) -> ComputeFunction[P, T]: ...
 @overload
-def compute(*, name: str | None = None, timeout: float | None = None) -> Callable[[Callable[P, T]], ComputeFunction[P, T]]: ...
-def compute(fn: Any = None, /, *, name: str | None = None, timeout: float | None = None) -> Any:
+def compute(*, name: str | None = None, timeout: float | None = None,
+            retries: int = 0) -> Callable[[Callable[P, T]], ComputeFunction[P, T]]: ...
+def compute(fn: Any = None, /, *, name: str | None = None, timeout: float | None = None, retries: int = 0) -> Any:
     """Make a function lazy: calling it returns a ``PendingCompute`` to send to a pool.
 
     >>> import skyward as sky
@@ -246,11 +283,14 @@ def compute(fn: Any = None, /, *, name: str | None = None, timeout: float | None
     ...     add(1, 2) @ pool           # [3, 3], one per node
 
     ``timeout`` (seconds) bounds each run on a pool (:class:`~skyward.TaskTimeout`); ``name``
-    is what logs and errors call the task.
+    is what logs and errors call the task. ``retries`` (>= 0) runs a task whose node was lost
+    (:class:`~skyward.WorkerLost`) again on another node, up to that many times; a task that
+    raised in user code, timed out or was cancelled is never run again. Per call:
+    ``f(x).with_options(retries=2)``.
     """
     if fn is None:
-        return lambda f: ComputeFunction(f, name=name, timeout=timeout)
-    return ComputeFunction(fn, name=name, timeout=timeout)
+        return lambda f: ComputeFunction(f, name=name, timeout=timeout, retries=retries)
+    return ComputeFunction(fn, name=name, timeout=timeout, retries=retries)
 
 
 _blobs: weakref.WeakKeyDictionary[Callable[..., Any], bytes] = weakref.WeakKeyDictionary()

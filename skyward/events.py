@@ -13,8 +13,10 @@ from typing import Literal
 
 __all__ = [
     "Event",
+    "NodeAdded",
     "NodeLog",
     "NodePreempting",
+    "NodeRemoved",
     "NodeStage",
     "PoolReady",
     "PoolStarting",
@@ -22,6 +24,7 @@ __all__ = [
     "Stage",
     "TaskFinished",
     "TaskOutput",
+    "TaskRetried",
     "TaskStarted",
 ]
 
@@ -54,6 +57,26 @@ class NodeLog:
 
     node: int
     line: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAdded:
+    """An open pool gained node ``node`` (its workers are ready): ``reason`` is
+    ``"scale-up: N tasks waiting"`` or ``"replacement"``. A node number comes back after its
+    node was removed (a replacement takes the lost node's number)."""
+
+    node: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRemoved:
+    """Node ``node`` left an open pool, its workers stopped and its machine released (or, when
+    ``reason`` starts with ``"replacement failed"``, a lost node could not be replaced).
+    ``reason``: ``"idle 60s"``, ``"lost: ..."`` or ``"replacement failed: ..."``."""
+
+    node: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +138,17 @@ class TaskOutput:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskRetried:
+    """Task ``name`` lost its node (``lost_node``) and is sent again: ``attempt`` of
+    ``attempts`` (``@sky.compute(retries=N)``: N + 1 attempts in all)."""
+
+    name: str
+    lost_node: int
+    attempt: int
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
 class PoolStopped:
     """The pool is down: ``clean`` when every worker and machine was confirmed released;
     ``interrupted`` when it was stopped by Ctrl-C (KeyboardInterrupt)."""
@@ -126,4 +160,4 @@ class PoolStopped:
 
 
 Event = (PoolStarting | NodeStage | NodeLog | PoolReady | TaskStarted | TaskFinished | TaskOutput | PoolStopped
-         | NodePreempting)
+         | NodePreempting | NodeAdded | NodeRemoved | TaskRetried)

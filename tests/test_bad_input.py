@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import pytest
 
 import skyward as sky
+from skyward.providers import Provider
 from tests.aws_conftest import aws, moto_server  # noqa: F401  (fixtures)
 
 
@@ -265,9 +266,44 @@ DECORATORS_AND_PLUGINS = [
     Bad("keras-backend", lambda: sky.plugins.keras(backend="theano"), "backend", "'theano'", '"jax", "torch"'),
     Bad("jax-port-offset", lambda: sky.plugins.jax(port_offset=0), "port_offset", "0", "an integer from 1 to 1000"),
     Bad("shard-nothing", lambda: sky.shard(), "arrays", "()", "at least one array"),
+    Bad("compute-retries-negative", lambda: sky.compute(retries=-1)(lambda: 1), "retries", "-1", "an integer >= 0"),
+    Bad("compute-retries-bool", lambda: sky.compute(retries=True)(lambda: 1), "retries", "True", "an integer >= 0"),
+    Bad("with-options-retries", lambda: one().with_options(retries=1.5), "retries", "1.5", "an integer >= 0"),
+    Bad("with-options-timeout", lambda: one().with_options(timeout=0), "timeout", "0", "a positive number"),
 ]
 
-LOCAL_ROWS = POOL + IMAGE + SSH + OPERATORS + DECORATORS_AND_PLUGINS
+
+class _FixedOnly(Provider):
+    """A provider that cannot add machines to a running pool (no ``acquire``)."""
+
+    name = "fixed-only"
+
+    def provision(self, spec: Any) -> list[Any]:
+        raise AssertionError("never reached")
+
+    def terminate(self, instances: list[Any]) -> None:
+        return None
+
+
+ELASTIC = [
+    Bad("nodes-min-above-max", pool(nodes=(3, 1)), "nodes", "(3, 1)", "(min, max) with 1 <= min <= max"),
+    Bad("nodes-min-zero", pool(nodes=(0, 2)), "nodes", "(0, 2)", "(min, max) with 1 <= min <= max"),
+    Bad("nodes-three", pool(nodes=(1, 2, 3)), "nodes", "(1, 2, 3)", "(min, max)"),
+    Bad("nodes-tuple-float", pool(nodes=(1, 2.0)), "nodes", "(1, 2.0)", "(min, max)"),
+    Bad("scale-up-after-zero", pool(nodes=(1, 2), scale_up_after=0), "scale_up_after", "0", "positive number"),
+    Bad("scale-down-after-inf", pool(nodes=(1, 2), scale_down_after=float("inf")), "scale_down_after", "inf",
+        "not inf or nan"),
+    Bad("replace-lost-string", pool(replace_lost="yes"), "replace_lost", "'yes'", "True, False or None"),
+    Bad("elastic-named-cluster", pool(nodes=(1, 2), name="dev"), "nodes", "(1, 2)", "not supported yet"),
+    Bad("ssh-elastic-above-hosts", lambda: sky.ComputePool(provider=sky.SSH(["10.0.0.1"]), nodes=(1, 2),
+                                                           console=False), "nodes", "(1, 2)", "max <= 1"),
+    Bad("provider-cannot-grow", pool(provider=_FixedOnly(), nodes=(1, 2)), "nodes", "(1, 2)",
+        "cannot add machines"),
+    Bad("provider-cannot-replace", pool(provider=_FixedOnly(), replace_lost=True), "replace_lost", "True",
+        "cannot add machines"),
+]
+
+LOCAL_ROWS = POOL + IMAGE + SSH + OPERATORS + DECORATORS_AND_PLUGINS + ELASTIC
 
 
 def children() -> set[int]:

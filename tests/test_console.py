@@ -126,6 +126,29 @@ def test_plain_mode_shows_the_log_of_a_node_that_never_came_up(capsys: pytest.Ca
     assert err.splitlines()[-1].startswith("skyward: pool p2 stopped: no tasks")
 
 
+def test_plain_mode_says_every_change_of_an_elastic_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    c = Console(mode="plain")
+    startup(c, nodes=1, logs=False)
+    for stage in ("provisioning", "starting", "ready"):
+        c(ev.NodeStage(1, stage))
+    c(ev.NodeAdded(1, "scale-up: 12 tasks waiting"))
+    c(ev.NodeStage(1, "stopping"))
+    c(ev.NodeStage(1, "stopped"))
+    c(ev.NodeRemoved(1, "idle 60s"))
+    c(ev.NodeStage(0, "lost", "worker exited (killed by SIGKILL)"))
+    c(ev.TaskRetried("f", 0, 2, 3))
+    c(ev.NodeRemoved(0, "lost: worker exited (killed by SIGKILL); replacing"))
+    c(ev.NodeStage(0, "ready"))  # the replacement, under the same number
+    c(ev.NodeAdded(0, "replacement"))
+    c(ev.PoolStopped("p1", 0.1, True))
+    lines = [re.sub(r" \(\d+\.\ds\)$", "", ln) for ln in capsys.readouterr().err.splitlines()]
+    for line in ("skyward: node 1 added (scale-up: 12 tasks waiting)", "skyward: node 1 removed (idle 60s)",
+                 "skyward: node 0 lost; replacing", "skyward: task f retried after node 0 was lost (attempt 2 of 3)",
+                 "skyward: node 0 added (replacement)"):
+        assert line in lines, lines
+    assert "lost" not in lines[-1]  # the replacement came up: the pool did not end smaller
+
+
 def test_a_preemption_notice_gets_one_line_with_its_node_action_and_time(capsys: pytest.CaptureFixture[str]) -> None:
     c = Console(mode="plain")
     startup(c, logs=False)

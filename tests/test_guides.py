@@ -22,6 +22,7 @@ EXPECT = {
     "data_sharding.py": "same as the fit on all rows: True",
     "ddp_basic.py": "same weights on every rank: True",
     "ddp_distributed.py": "global val accuracy",
+    "elastic_map.py": "the retried task returned 49: True",
     "hf_tiny_gpt.py": "loss fell and the ranks agree: True",
     "jax_linear_regression.py": "matches the least-squares fit: True",
     "keras_classifier.py": "the weights score the same here: True",

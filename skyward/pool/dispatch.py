@@ -4,6 +4,11 @@ A call is serialized once (also for a broadcast) and sent to the least busy live
 (round-robin among equals); a broadcast goes to every node. Waiting for several futures stops
 at the first failure and cancels the rest; a failed broadcast also stops the other nodes'
 copies, since they may be blocked in a collective operation waiting for the failed one.
+
+An elastic pool (``nodes=(min, max)``) sends its calls through its client-side queue
+(:mod:`skyward.pool.queue`) instead; broadcasts go straight to the nodes it has at that
+moment. A call with ``retries`` is wrapped by :func:`skyward.pool.retry.retrying`; a call
+without takes exactly the fixed pool's path.
 """
 
 from __future__ import annotations
@@ -12,12 +17,18 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from skyward import events as ev
 from skyward.compute import PendingCompute
 from skyward.compute import _iter_results as iter_results
-from skyward.errors import ConfigError
+from skyward.errors import ConfigError, ConnectionLost
 from skyward.pool.connection import NodeConnection
+from skyward.pool.retry import retrying
+
+if TYPE_CHECKING:
+    from skyward.pool.elastic import Elastic
+    from skyward.pool.queue import TaskQueue
 
 T = TypeVar("T")
 #: Seconds the other nodes of a failed broadcast get to stop before their workers are replaced.
@@ -28,12 +39,20 @@ class Dispatcher:
     """Sends calls to the connections ``connections()`` returns (the open pool's, or raises)."""
 
     def __init__(self, connections: Callable[[], list[NodeConnection]],
-                 restart: Callable[[], None], close: Callable[[], None]):
+                 restart: Callable[[], None], close: Callable[[], None], *, queue: TaskQueue | None = None,
+                 elastic: Elastic | None = None, emit: Callable[[ev.Event], None] = lambda e: None,
+                 is_open: Callable[[], bool] = lambda: True):
         self._connections = connections
         self._restart = restart  # replace every worker (after a broadcast left nodes stuck)
         self._close = close  # give up on the pool (when even that fails)
         self._rr = 0
         self._pick_lock = threading.Lock()
+        #: An elastic pool's queue (None: tasks go straight to the least busy worker).
+        self.queue = queue
+        self._elastic = elastic  # lost nodes replaced / scaling (None: the pool never changes)
+        self._emit = emit
+        self._is_open = is_open
+        self._generation: Callable[[], int] = lambda: elastic.nodes.generation if elastic is not None else 0
 
     def least_busy(self) -> NodeConnection:
         conns = self._connections()
@@ -53,32 +72,106 @@ class Dispatcher:
         return best
 
     def submit(self, pending: PendingCompute[T]) -> Future[T]:
-        conn = self.least_busy()
-        return conn.submit(pending.payload(), pending.options.name, pending.options.timeout)
+        if self.queue is None and not pending.options.retries:  # the fast path
+            conn = self.least_busy()
+            return conn.submit(pending.payload(), pending.options.name, pending.options.timeout)
+        return self._submit(pending)[0]
 
     def run(self, pending: PendingCompute[T]) -> T:
-        conn = self.least_busy()
-        return conn.call(pending.payload(), pending.options.name, pending.options.timeout)
+        if self.queue is None and not pending.options.retries:  # the fast path
+            conn = self.least_busy()
+            return conn.call(pending.payload(), pending.options.name, pending.options.timeout)
+        return self._submit(pending)[0].result()
+
+    def _submit(self, pending: PendingCompute[Any]) -> tuple[Future[Any], NodeConnection | None]:
+        """Send through the queue and/or with retries; (future, the worker when known)."""
+        self._connections()  # (raises when the pool is not open)
+        if self._elastic is not None:
+            self._elastic.raise_error()
+        payload, options = pending.payload(), pending.options
+        if self.queue is not None:
+            queue = self.queue
+            if not options.retries:
+                return queue.submit(payload, options.name, options.timeout), None
+            first = [True]
+
+            def queued() -> Future[Any]:
+                again, first[0] = not first[0], False
+                return queue.submit(payload, options.name, options.timeout, first=again)
+
+            return retrying(queued, options.retries, options.name, self._emit, self._is_open), None
+        if not options.retries:
+            conn = self.least_busy()
+            return conn.submit(payload, options.name, options.timeout), conn
+
+        def direct() -> Future[Any]:
+            if self._elastic is not None and not any(c.alive for c in self._connections()):
+                self._elastic.wait_ready()  # every node lost: wait for a replacement
+            return self.least_busy().submit(payload, options.name, options.timeout)
+
+        return retrying(direct, options.retries, options.name, self._emit, self._is_open), None
 
     def broadcast(self, pending: PendingCompute[T]) -> list[T]:
-        conns = self._connections()
-        if pending.options.per_node:  # once per node: each node's first worker process
-            conns = [c for c in conns if c.local_rank == 0]
+        if not pending.options.retries:
+            return self._broadcast(pending, self._recover_from_failed_broadcast)
+        return self._broadcast_with_retries(pending)
+
+    def _broadcast(self, pending: PendingCompute[T], on_failure: Callable[..., None]) -> list[T]:
+        conns = self._targets(pending)
         for c in conns:
             if not c.alive:
                 raise c.loss()
         payload = pending.payload()
         futures = [c.submit(payload, pending.options.name, pending.options.timeout) for c in conns]
-        return collect(futures, conns, on_failure=self._recover_from_failed_broadcast)
+        return collect(futures, conns, on_failure=on_failure)
+
+    def _targets(self, pending: PendingCompute[Any]) -> list[NodeConnection]:
+        conns = self._connections()
+        if pending.options.per_node:  # once per node: each node's first worker process
+            conns = [c for c in conns if c.local_rank == 0]
+        return conns
+
+    def _broadcast_with_retries(self, pending: PendingCompute[T]) -> list[T]:
+        """A broadcast whose node is lost runs again as a whole: the other copies stopped, the
+        lost node's replacement awaited (``replace_lost``; without it the loss is raised),
+        every worker restarted (plugins' ``around_app`` runs again with the new peers: torch's
+        process group re-forms, node 0's address as MASTER_ADDR), up to ``retries`` times.
+
+        A failure counts as a loss when a node of the broadcast was lost, whichever error came
+        first: the other nodes' copies often fail too (a collective whose peer is gone)."""
+        options = pending.options
+        attempts = options.retries + 1
+        for attempt in range(1, attempts + 1):
+            conns = self._targets(pending)
+            generation = self._generation()
+            try:
+                return self._broadcast(pending, _stop_the_others)
+            except Exception:
+                lost = next((c for c in conns if not c.alive), None)
+                elastic = self._elastic
+                if (lost is None or attempt == attempts or not self._is_open() or elastic is None
+                        or not elastic.replace_lost):
+                    raise
+                elastic.wait_ready()
+                if self._generation() == generation:  # (a replacement may have restarted them all)
+                    with self._pick_lock:
+                        self._restart()
+                self._emit(ev.TaskRetried(options.name, lost.node, attempt + 1, attempts))
+        raise AssertionError("unreachable")
 
     def gather(self, pending: tuple[PendingCompute[Any], ...], stream: bool, ordered: bool) -> Any:
         self._connections()
-        owners: list[NodeConnection] = []
+        owners: list[NodeConnection | None] = []
         futures: list[Future[Any]] = []
         for p in pending:
-            conn = self.least_busy()
-            futures.append(conn.submit(p.payload(), p.options.name, p.options.timeout))
-            owners.append(conn)
+            if self.queue is None and not p.options.retries:  # the fast path
+                conn = self.least_busy()
+                futures.append(conn.submit(p.payload(), p.options.name, p.options.timeout))
+                owners.append(conn)
+            else:
+                future, owner = self._submit(p)
+                futures.append(future)
+                owners.append(owner)
         if stream:
             return _stream(futures, owners, ordered)
         return collect(futures, owners)
@@ -100,6 +193,19 @@ class Dispatcher:
         silent = sorted({c.node for c in conns if not c.alive and c.went_silent})
         if not stuck and not lost:
             return
+        elastic = self._elastic
+        if lost and elastic is not None and elastic.replace_lost:
+            # The pool replaces the lost node itself (restarting now would race with that):
+            # wait for it, then restart only if other nodes are stuck.
+            try:
+                elastic.wait_ready()
+            except Exception as exc:
+                _note(error, f"skyward: node(s) {lost} were lost and could not be replaced ({exc})")
+                return
+            if not stuck:
+                _note(error, f"skyward: node(s) {lost} were lost and replaced; the pool is usable")
+                return
+            lost = []
         if silent and not stuck:
             # Its host may be cut off: a restart would wait on it, then fail. As with a future,
             # the error is raised now and the pool goes on with the other nodes.
@@ -121,8 +227,19 @@ class Dispatcher:
         _note(error, f"skyward: {' and '.join(why)}; every worker was restarted and the pool is usable")
 
 
-def collect(futures: list[Future[Any]], owners: list[NodeConnection],
-            on_failure: Callable[[list[Future[Any]], list[NodeConnection], BaseException], None] | None = None,
+def _stop_the_others(futures: list[Future[Any]], conns: list[NodeConnection], error: BaseException) -> None:
+    """A broadcast that may run again: its other copies are asked to stop and given
+    ``BROADCAST_GRACE`` seconds (a loss among them shows by then); their workers are restarted
+    before it runs again."""
+    for f, conn in zip(futures, conns, strict=True):
+        if not f.done():
+            conn.interrupt(f)
+    wait(futures, timeout=BROADCAST_GRACE)
+    cancel(futures, conns)
+
+
+def collect(futures: list[Future[Any]], owners: list[NodeConnection] | list[NodeConnection | None],
+            on_failure: Callable[[list[Future[Any]], Any, BaseException], None] | None = None,
             ) -> list[Any]:
     """Wait for every future; at the first failure stop the rest and raise that failure."""
     try:
@@ -140,17 +257,20 @@ def collect(futures: list[Future[Any]], owners: list[NodeConnection],
     return [f.result() for f in futures]
 
 
-def _stream(futures: list[Future[Any]], owners: list[NodeConnection], ordered: bool) -> Iterator[Any]:
+def _stream(futures: list[Future[Any]], owners: list[NodeConnection | None], ordered: bool) -> Iterator[Any]:
     try:
         yield from iter_results(futures, ordered)
     finally:
         cancel(futures, owners)
 
 
-def cancel(futures: list[Future[Any]], owners: list[NodeConnection]) -> None:
+def cancel(futures: list[Future[Any]], owners: list[NodeConnection] | list[NodeConnection | None]) -> None:
+    """Stop the futures not done yet (a future with no known worker: a queued or retried one,
+    which cancels itself on its worker)."""
     for f, conn in zip(futures, owners, strict=True):
         if not f.done():
-            conn.cancel(f)
+            if conn is not None:
+                conn.cancel(f)
             f.cancel()
 
 

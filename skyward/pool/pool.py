@@ -30,6 +30,7 @@ from skyward.messages import Setup
 from skyward.plugins._base import PoolInfo, Plugin
 from skyward.pool.connection import NodeConnection
 from skyward.pool.dispatch import Dispatcher, check_pending
+from skyward.pool.elastic import check_provider, elastic_parts
 from skyward.pool.guards import (
     install_exit_signals,
     not_pending,
@@ -44,6 +45,9 @@ from skyward.providers.base import Instance, PoolSpec, Provider
 from skyward.runtime import InstanceInfo
 
 __all__ = ["ComputePool"]
+
+#: Plugins whose ``around_app`` forms a group of every worker of the pool at once.
+GROUP_PLUGINS = frozenset({"torch", "jax"})
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -65,7 +69,18 @@ class ComputePool:
     Parameters:
         provider: where the nodes come from; :class:`~skyward.Local` (default) runs them as
             processes on this machine.
-        nodes: number of nodes (>= 1; default 1, or a named cluster's own).
+        nodes: number of nodes (>= 1; default 1, or a named cluster's own), or ``(min, max)``
+            for an elastic pool: it starts ``min`` nodes, adds nodes (up to ``max``) when tasks
+            have waited ``scale_up_after`` seconds for a free slot, and releases a node idle
+            for ``scale_down_after`` seconds while above ``min`` (see the Elastic pools page).
+            ``pool.nodes`` is the number of nodes now; ``pool.min_nodes``/``pool.max_nodes``
+            the limits.
+        scale_up_after: (elastic pools) seconds a task waits for a slot before nodes are added.
+        scale_down_after: (elastic pools) seconds a node is idle before it is released.
+        replace_lost: provision a replacement (same node number) for a node whose worker is
+            lost, so that the pool keeps its size. Default: True for ``(min, max)``, False
+            for a number (a lost node's tasks raise :class:`~skyward.WorkerLost` and the pool
+            goes on smaller).
         name: make this a named cluster (see the Clusters page): the first pool of that name
             creates it, later ones (any process) attach to the same workers; leaving the block
             detaches, :meth:`down` ends it. A shape that disagrees with the cluster's raises
@@ -107,6 +122,9 @@ class ComputePool:
         processes_per_node: int | None = None,
         executor: Executor = "thread",
         accelerator: Any = None,
+        scale_up_after: float = 5.0,
+        scale_down_after: float = 60.0,
+        replace_lost: bool | None = None,
         idle_timeout: float = 30.0,
         heartbeat_interval: float = 1.0,
         start_timeout: float = 120.0,
@@ -116,6 +134,9 @@ class ComputePool:
         from skyward._options import pool_options
 
         self.name = name
+        if name is not None and isinstance(nodes, (tuple, list)):
+            raise ConfigError("nodes", "a number of nodes for a named cluster (an elastic named cluster, "
+                              "nodes=(min, max) with name=, is not supported yet)", tuple(nodes))
         self._image_given = image is not None
         shape = {"provider": provider, "nodes": nodes, "accelerator": accelerator,
                  "processes_per_node": processes_per_node}
@@ -128,12 +149,15 @@ class ComputePool:
             shape["provider"], shape["nodes"], shape["accelerator"], shape["processes_per_node"])
         options = pool_options(
             provider=provider, nodes=1 if nodes is None else nodes, image=image, plugins=plugins, concurrency=concurrency,
-            processes_per_node=processes_per_node,
+            processes_per_node=processes_per_node, scale_up_after=scale_up_after,
+            scale_down_after=scale_down_after, replace_lost=replace_lost,
             executor=executor, accelerator=accelerator, idle_timeout=idle_timeout,
             heartbeat_interval=heartbeat_interval, start_timeout=start_timeout, console=console, on_event=on_event,
         )
         self.provider = options.provider
-        self.nodes = options.nodes
+        self.min_nodes, self.max_nodes = options.limits
+        self.elastic, self.replace_lost = options.elastic, options.replacing
+        check_provider(options)
         self.concurrency = options.concurrency
         self.processes_per_node = options.processes
         self.executor = options.executor
@@ -147,7 +171,8 @@ class ComputePool:
         self.id = uuid.uuid4().hex[:8]
         #: ``SKYWARD_TASK_ID`` on every node: the same everywhere, unique per pool.
         self.task_id = f"skyward-{time.strftime('%Y%m%d-%H%M%S')}-{self.id}"
-        self.spec = PoolSpec(self.id, self.nodes, self.accelerator, self.concurrency)
+        self.spec = PoolSpec(self.id, self.min_nodes, self.accelerator, self.concurrency,
+                             max_nodes=self.max_nodes if self.elastic else None)
         self.provider.validate(self.spec)
 
         self._subscribers: list[Callable[[ev.Event], None]] = []
@@ -161,7 +186,13 @@ class ComputePool:
         self._state: Literal["new", "starting", "open", "closed"] = "new"
         self._plugins_payload = dumps_payload(list(self.plugins))
         self._nodes = self._make_nodes(Nodes)
-        self._dispatch = Dispatcher(self._require_open, self.restart_workers, lambda: self._stop(clean=False))
+        # A plugin whose around_app joins every worker in one group (torch's process group,
+        # jax.distributed): a new node joins by restarting every worker with it.
+        self._nodes.join_by_restart = any(p.name in GROUP_PLUGINS for p in self.plugins)
+        self._elastic, queue = elastic_parts(options, self._nodes, self._emit)
+        self._dispatch = Dispatcher(self._require_open, self.restart_workers, lambda: self._stop(clean=False),
+                                    queue=queue, elastic=self._elastic, emit=self._emit,
+                                    is_open=lambda: self._state == "open")
         self._client_stack = contextlib.ExitStack()
         #: Called first when the pool stops (remote torch devices close here).
         self._on_stop: list[Callable[[], None]] = []
@@ -224,6 +255,8 @@ class ComputePool:
                 with plugin_hook(plugin, "around_client"):
                     self._client_stack.enter_context(plugin.around_client(self))
         self._state = "open"
+        if self._elastic is not None:
+            self._elastic.start()
         self._emit(ev.PoolReady(self.id, self.nodes, time.monotonic() - started))
 
     def _settings(self, info: InstanceInfo) -> Setup:
@@ -248,6 +281,31 @@ class ComputePool:
         self._require_open()
         self._nodes.restart(self.start_timeout)
 
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until the pool has no lost node waiting for its replacement (``replace_lost``)
+        and no replacement under way; raise the error of a replacement that failed, or
+        TimeoutError after ``timeout`` seconds. Returns at once for a pool that replaces
+        nothing. Which nodes are new: the :class:`~skyward.events.NodeAdded` events (reason
+        ``"replacement"`` or ``"scale-up: ..."``) and :class:`~skyward.events.NodeRemoved`.
+
+        >>> with sky.ComputePool(nodes=(2, 2)) as pool:  # doctest: +SKIP
+        ...     try:
+        ...         step() @ pool
+        ...     except sky.WorkerLost:
+        ...         pool.wait_ready(timeout=600)   # the lost node's replacement is up
+        ...         step() @ pool
+        """
+        self._require_open()
+        if self._elastic is not None:
+            self._elastic.wait_ready(timeout)
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes the pool has now (``min_nodes`` before it starts)."""
+        if self._state in ("new", "starting") or self._cluster is not None:
+            return self.min_nodes
+        return len(self._nodes.instances)
+
     def down(self) -> None:
         """End a named cluster: stop its workers (confirmed gone) and release its machines, as
         ``skyward down NAME`` does. Leaving the ``with`` block afterwards does nothing more.
@@ -268,6 +326,11 @@ class ComputePool:
             self._client_stack.close()
         except Exception as exc:
             problems.append(f"around_client exit failed: {exc!r}")
+        if self._elastic is not None:  # nothing changes the pool from now on
+            problems += self._elastic.stop(self.start_timeout + 30.0)
+            if self._dispatch.queue is not None:
+                self._dispatch.queue.fail_all(ConfigError("pool", "an open ComputePool", "a closed pool",
+                                                          detail="the pool closed before the task was sent"))
         if self._cluster is not None:  # a named cluster: detach (or end it, when asked)
             problems += self._cluster.close(self, down=down, failed=not was_open)
         else:
@@ -432,4 +495,5 @@ class ComputePool:
         return [c.pid for c in self._nodes.connections]
 
     def __repr__(self) -> str:
-        return f"ComputePool(provider={self.provider!r}, nodes={self.nodes}, state={self._state})"
+        shown = f"({self.min_nodes}, {self.max_nodes})" if self.elastic else str(self.nodes)
+        return f"ComputePool(provider={self.provider!r}, nodes={shown}, state={self._state})"

@@ -9,6 +9,13 @@ the same way for every provider (skyward.pool.prepare). Guarantees:
 2. ``terminate`` releases every instance it is given and returns only once the release is
    confirmed (or raises saying which instances are not confirmed).
 3. ``validate`` rejects a spec this provider cannot serve before anything is acquired.
+4. ``acquire`` (providers that can grow a pool: ``can_acquire`` is True) returns one more
+   machine per node number asked for while the pool runs, or raises
+   :class:`~skyward.errors.ProvisionError` (:class:`~skyward.errors.CapacityError` when
+   there is no capacity left) having released whatever it acquired. *Capacity* is what the
+   provider can still hand out: Local, unbounded; SSH, the hosts of its list the pool does
+   not hold; a cloud, what the region's quota and the market give. ``release`` gives back
+   some of those machines while the pool runs.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ class PoolSpec:
         cluster: the named cluster this pool provisions (its machines outlive the client),
             or None for an ordinary pool.
         cluster_down: with ``cluster``: its autostop ends it (machines released), not only stops it.
+        max_nodes: an elastic pool (``nodes=(min, max)``): the most machines it may hold at
+            once (``nodes`` is then ``min``, what ``provision`` acquires); None for a fixed pool.
     """
 
     pool_id: str
@@ -44,6 +53,7 @@ class PoolSpec:
     concurrency: int = 1
     cluster: str | None = None
     cluster_down: bool = False
+    max_nodes: int | None = None
 
 
 class Provider(ABC):
@@ -67,6 +77,26 @@ class Provider(ABC):
     @abstractmethod
     def terminate(self, instances: list[Instance]) -> None:
         """Release ``instances`` and confirm they are gone; raise if that cannot be confirmed."""
+
+    #: Whether :meth:`acquire` is implemented: only such a provider serves an elastic pool
+    #: (``nodes=(min, max)``, or ``replace_lost=True``).
+    can_acquire: bool = False
+
+    def acquire(self, spec: PoolSpec, nodes: list[int], exclude: frozenset[str]) -> list[Instance]:
+        """Acquire one more machine for each of the node numbers ``nodes`` while the pool runs,
+        in that order, never one whose instance id is in ``exclude`` (those the pool holds, and
+        those it lost). Raise :class:`~skyward.errors.CapacityError` when there is no capacity
+        left, having released whatever was acquired."""
+        from skyward.errors import ConfigError
+
+        raise ConfigError("nodes", f"a fixed number of nodes with {self.name} (it cannot add machines to a "
+                          "running pool)", "an elastic pool")
+
+    def release(self, instances: list[Instance]) -> None:
+        """Release some machines of a running pool (an elastic pool's node, released or lost)
+        and confirm it; what the pool shares (a cloud's key pair, firewall rules) stays until
+        :meth:`terminate`. Default: :meth:`terminate` them."""
+        self.terminate(instances)
 
     def rendezvous_port(self, spec: PoolSpec) -> int:
         """The port node 0 offers for framework rendezvous (``head_port``)."""

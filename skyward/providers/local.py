@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import uuid
 
 from skyward.errors import ConfigError
 from skyward.providers.base import Instance, PoolSpec, Provider
@@ -35,6 +36,13 @@ class Local(Provider):
 
     def provision(self, spec: PoolSpec) -> list[Instance]:
         return [Instance(id=f"local-{spec.pool_id}-{i}", node=i, private_addr="127.0.0.1") for i in range(spec.nodes)]
+
+    can_acquire = True
+
+    def acquire(self, spec: PoolSpec, nodes: list[int], exclude: frozenset[str]) -> list[Instance]:
+        # Always capacity: each new node is one more process here (its own id, never reused).
+        return [Instance(id=f"local-{spec.pool_id}-{n}-{uuid.uuid4().hex[:6]}", node=n, private_addr="127.0.0.1")
+                for n in nodes]
 
     def terminate(self, instances: list[Instance]) -> None:
         # Nothing to release: the pool stops (and confirms gone) each worker's process group.

@@ -203,23 +203,44 @@ class SSH(Provider):
 
     # -- the provider contract --------------------------------------------------------------------
     def validate(self, spec: PoolSpec) -> None:
-        if spec.nodes != len(self.hosts):
+        if spec.max_nodes is not None:  # elastic: the host list is the capacity
+            if spec.max_nodes > len(self.hosts):
+                raise ConfigError("nodes", f"(min, max) with max <= {len(self.hosts)} (the hosts given to sky.SSH "
+                                  "are the pool's capacity)", (spec.nodes, spec.max_nodes))
+        elif spec.nodes != len(self.hosts):
             raise ConfigError("nodes", f"{len(self.hosts)} (one node per host given to sky.SSH)", spec.nodes)
 
     def provision(self, spec: PoolSpec) -> list[Instance]:
         self.validate(spec)
+        return [self._instance(spec, i, i) for i in range(spec.nodes)]
+
+    can_acquire = True
+
+    def acquire(self, spec: PoolSpec, nodes: list[int], exclude: frozenset[str]) -> list[Instance]:
+        # The first hosts of the list that the pool neither holds nor lost, one per node.
+        free = [i for i in range(len(self.hosts)) if self._id(i) not in exclude]
+        if len(free) < len(nodes):
+            from skyward.errors import CapacityError
+
+            raise CapacityError(f"sky.SSH has {len(free)} host(s) free for {len(nodes)} more node(s) (every host "
+                                "of its list is held by the pool, or was lost)", provider=self.name)
+        return [self._instance(spec, host, node) for host, node in zip(free, nodes, strict=False)]
+
+    def _id(self, host: int) -> str:
+        u, h, p = self.hosts[host]
+        return f"ssh:{u}@{h}:{p}"
+
+    def _instance(self, spec: PoolSpec, host: int, node: int) -> Instance:
         count = getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0
         environment = HostEnvironment(root=self.root, find_links=self.find_links, no_index=self.no_index,
                                       system_site_packages=self.system_site_packages,
                                       bootstrap_timeout=self.bootstrap_timeout)
-        return [
-            Instance(id=f"ssh:{u}@{h}:{p}", node=i, private_addr=self.private_addrs[i], public_addr=h,
-                     accelerators=count, environment=environment,
-                     ssh=SSHAddress(h, u, p, key=self.keys[i], known_hosts=self.known_hosts,
-                                    verify_host_keys=self.verify_host_keys, connect_timeout=self.connect_timeout,
-                                    jump=self.jumps[i], proxy_command=self.proxy_commands[i]))
-            for i, (u, h, p) in enumerate(self.hosts)
-        ]
+        u, h, p = self.hosts[host]
+        return Instance(id=self._id(host), node=node, private_addr=self.private_addrs[host], public_addr=h,
+                        accelerators=count, environment=environment,
+                        ssh=SSHAddress(h, u, p, key=self.keys[host], known_hosts=self.known_hosts,
+                                       verify_host_keys=self.verify_host_keys, connect_timeout=self.connect_timeout,
+                                       jump=self.jumps[host], proxy_command=self.proxy_commands[host]))
 
     def terminate(self, instances: list[Instance]) -> None:
         # The hosts are yours: nothing to release. The pool has already stopped every worker

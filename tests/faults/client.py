@@ -36,6 +36,9 @@ def hold_plugin(tag: str, marker: str, phase: str, path: str) -> sky.Plugin:
     @contextlib.contextmanager
     def around_app(info):
         os.environ["SKYWARD_FAULT_TAG"] = tag  # for every process a task starts
+        if phase == "scaling" and info.node == 1:  # the node a scale-up adds: its start holds
+            reached(marker, "scaling")
+            time.sleep(3600)
         if phase == "starting":
             reached(marker, "starting")
             if path == "exception" and info.node == 1:
@@ -63,6 +66,62 @@ def run_then_hold(marker: str, phase: str, path: str) -> int:
     return node
 
 
+@sky.compute
+def hold_on_node_0(marker: str) -> int:
+    """An elastic pool's queued work: on node 0 (the only one) it starts a daemon and a
+    process in a session of its own, says so and holds."""
+    subprocess.Popen([sys.executable, "-c", DAEMON], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL).wait()
+    subprocess.Popen(["sleep", "3600"], start_new_session=True, stdin=subprocess.DEVNULL)
+    reached(marker, "scaling")
+    time.sleep(3600)
+    return 0
+
+
+@sky.compute(retries=1)
+def lose_node_1_then_hold(marker: str, path: str) -> int:
+    """A broadcast whose node 1 is lost the first time (its worker killed); run again once
+    the replacement is up, it starts a daemon and a process in a session of its own on
+    every node, says so and holds (returns at once for ``return``; node 1 raises for
+    ``exception``)."""
+    node = sky.instance_info().node
+    if node == 1 and not os.path.exists(f"{marker}-killed"):
+        open(f"{marker}-killed", "w").close()
+        os.kill(os.getpid(), 9)
+    subprocess.Popen([sys.executable, "-c", DAEMON], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL).wait()
+    subprocess.Popen(["sleep", "3600"], start_new_session=True, stdin=subprocess.DEVNULL)
+    reached(marker, "replaced")
+    if path == "exception" and node == 1:
+        raise ValueError("node 1 fails")
+    if path != "return":
+        time.sleep(3600)
+    return node
+
+
+def elastic(provider, image, cfg) -> None:
+    """The elastic phases: ``scaling`` (a scale-up's new node is starting while node 0 runs
+    the queued work) and ``replaced`` (a broadcast runs on a lost node's replacement)."""
+    phase, path, marker = cfg["phase"], cfg["path"], cfg["marker"]
+    plugins = [hold_plugin(cfg["tag"], marker, phase, path)]
+    nodes = (1, 2) if phase == "scaling" else (2, 2)
+    with sky.ComputePool(provider=provider, nodes=nodes, image=image, plugins=plugins, idle_timeout=3,
+                         scale_up_after=0.5, console=False) as pool:
+        print("open", flush=True)
+        if phase == "scaling":
+            held = [hold_on_node_0(marker) > pool for _ in range(3)]
+            while not all(os.path.exists(f"{marker}-scaling-{n}") for n in (0, 1)):
+                time.sleep(0.05)
+            if path == "exception":
+                raise RuntimeError("the program fails while the pool scales up")
+            if path != "return":  # (a signal comes from outside)
+                time.sleep(3600)
+            del held  # return: leave the block with the scale-up under way
+        else:
+            assert lose_node_1_then_hold(marker, path) @ pool == [0, 1]
+    print("closed", flush=True)
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     phase, path, marker = cfg["phase"], cfg["path"], cfg["marker"]
@@ -77,6 +136,9 @@ def main() -> None:
         ssh = cfg["ssh"]
         provider = sky.SSH(ssh["hosts"], user=ssh["user"], key=ssh["key"], known_hosts=ssh["known_hosts"],
                            find_links=[ssh["wheelhouse"]], no_index=True, connect_timeout=5)
+    if phase in ("scaling", "replaced"):
+        elastic(provider, image, cfg)
+        return
     if phase == "preparing" and provider is not None:  # the image's setup holds (its command line
         image = image.with_setup(f"touch {marker}-preparing-$(hostname)",  # carries the tag)
                                  f"python3 -c 'import time; time.sleep(3600)' {cfg['tag']}")

@@ -45,6 +45,11 @@ class PoolState:
     instances: list[Instance] = field(default_factory=list)
     summary: str = ""  # "spot g5.xlarge in us-east-1a"
     launch_in_flight: bool = False  # a RunInstances whose outcome is unknown
+    #: What a later launch for the same pool (an elastic pool's scale-up) reuses.
+    group_id: str = ""
+    user_data: str = ""
+    host_key: Any = None
+    known_addrs: list[str] = field(default_factory=list)  # in the pool's known_hosts file
 
 
 # -- the pool's way in ------------------------------------------------------------------------------
@@ -160,8 +165,10 @@ def launch(ec2: api.EC2, pool: PoolState, *, group_id: str, user_data: str, disk
 
 def _give_up_attempt(ec2: api.EC2, pool: PoolState, ids: Sequence[str], timeout: float) -> None:
     """Terminate a failed attempt's instances: those EC2 named, and any other of the pool's
-    (an answer may have been incomplete); nothing of the pool runs before the next attempt."""
-    tagged = [i.id for i in inventory.list_resources(ec2, pool.pool_id).live_instances]
+    (an answer may have been incomplete) but those the pool already runs (``pool.instances``:
+    a scale-up's launch); nothing of the attempt runs before the next one."""
+    running = {i.id for i in pool.instances}
+    tagged = [i.id for i in inventory.list_resources(ec2, pool.pool_id).live_instances if i.id not in running]
     left = inventory.terminate(ec2, list(dict.fromkeys([*ids, *tagged])), timeout=timeout)
     if left:
         raise ProvisionError(f"could not confirm the termination of {', '.join(left)}", provider="aws")

@@ -334,27 +334,66 @@ class AWS(Provider):
                            public_ip=self.public_ip, allocation=self.allocation, boot_timeout=self.boot_timeout,
                            teardown_timeout=self.teardown_timeout, shutdown_behavior=shutdown,
                            disk_tier=self.disk_tier, labels=self.labels)
-        instances = self._describe(pool, described, host_key)
+        pool.group_id, pool.user_data, pool.host_key = group_id, user_data, host_key
+        return self._adopt(pool, self._describe(pool, described, host_key))
+
+    def _adopt(self, pool: PoolState, instances: list[Instance]) -> list[Instance]:
+        """Tag each new instance with its node and count it as the pool's."""
+        ec2 = self._ec2()
         for inst in instances:
             ec2.call("create_tags", {"Resources": [inst.id], "Tags": [{"Key": api.TAG_NODE, "Value": str(inst.node)}]})
-        pool.instances = instances
+        pool.instances = pool.instances + instances
         with self._lock:
             for inst in instances:
                 self._owner[inst.id] = pool.pool_id
         return instances
 
+    can_acquire = True
+
+    def acquire(self, spec: PoolSpec, nodes: list[int], exclude: frozenset[str]) -> list[Instance]:
+        """One RunInstances for ``len(nodes)`` more instances of the running pool (its plan's
+        types, zones and markets: the same spot fallback as :meth:`provision`; its key, security
+        group and user data), tagged with the pool and each its node number. An attempt that
+        fails terminates only its own instances. (New instances never have an id in
+        ``exclude``.)"""
+        with self._lock:
+            pool = self._pools.get(spec.pool_id)
+        if pool is None:
+            raise ProvisionError(f"pool {spec.pool_id} was not provisioned by this provider", provider="aws")
+        more = PoolState(pool.pool_id, replace(pool.plan, nodes=len(nodes)), directory=pool.directory,
+                         key_path=pool.key_path, instances=list(pool.instances), known_addrs=pool.known_addrs)
+        described = launch(self._ec2(), more, group_id=pool.group_id, user_data=pool.user_data,
+                           disk_gb=self.disk_gb, public_ip=self.public_ip, allocation=self.allocation,
+                           boot_timeout=self.boot_timeout, teardown_timeout=self.teardown_timeout,
+                           disk_tier=self.disk_tier, labels=self.labels)
+        try:
+            instances = self._describe(more, described, pool.host_key, nodes)
+        except BaseException:
+            inventory.terminate(self._ec2(), [i["InstanceId"] for i in described], timeout=self.teardown_timeout)
+            raise
+        pool.known_addrs = more.known_addrs
+        return self._adopt(pool, instances)
+
     # -- 4. describe ------------------------------------------------------------------------------
     def _describe(self, pool: PoolState, described: Sequence[Mapping[str, Any]],
-                  host_key: watchdog.HostKey | None) -> list[Instance]:
+                  host_key: watchdog.HostKey | None, nodes: Sequence[int] | None = None) -> list[Instance]:
         """The running instances as the pool reaches them: SSH address (with the pool's
-        known_hosts file when it has a host key) and environment settings, by node."""
+        known_hosts file when it has a host key: every address the pool has had) and
+        environment settings, as nodes ``nodes`` (default 0, 1, ...) in that order."""
         itype = next(t for t in pool.plan.candidates if t.name == described[0]["InstanceType"])
         known: tuple[str, ...] = self.known_hosts or ()
         if host_key is not None:
             addrs = [self._connect_address(i["InstanceId"], i.get("PrivateIpAddress") or "",
                                            i.get("PublicIpAddress") or None) for i in described]
-            lines = "".join(f"{addr} {host_key.public}\n" for addr in dict.fromkeys(addrs))
-            known = (write_private(pool.directory, "known_hosts", lines),)
+            first = not pool.known_addrs
+            pool.known_addrs = list(dict.fromkeys(pool.known_addrs + addrs))
+            lines = "".join(f"{addr} {host_key.public}\n" for addr in pool.known_addrs)
+            if first:
+                known = (write_private(pool.directory, "known_hosts", lines),)
+            else:  # a scale-up: the file grows by the new addresses, replaced whole (never half written)
+                staged = write_private(pool.directory, f"known_hosts.{len(pool.known_addrs)}", lines)
+                known = (os.path.join(pool.directory, "known_hosts"),)
+                os.replace(staged, known[0])
         environment = HostEnvironment(
             root=self.root, find_links=self.find_links, no_index=self.no_index,
             bootstrap_timeout=self.bootstrap_timeout, reach_timeout=self.boot_timeout,
@@ -362,7 +401,7 @@ class AWS(Provider):
             # the image says otherwise).
             env={"UV_PYTHON_DOWNLOADS": "automatic"})
         instances = []
-        for node, item in enumerate(described):
+        for node, item in zip(range(len(described)) if nodes is None else nodes, described, strict=True):
             private_ip = item.get("PrivateIpAddress") or ""
             public_ip = item.get("PublicIpAddress") or None
             address = self._connect_address(item["InstanceId"], private_ip, public_ip)
@@ -403,6 +442,19 @@ class AWS(Provider):
                 problems.append(str(exc))
         if problems:
             raise ProvisionError("; ".join(problems), provider="aws")
+
+    def release(self, instances: list[Instance]) -> None:
+        """Terminate just ``instances`` (an elastic pool's node, released or lost) and confirm
+        it; the pool's key pair, security group and other instances stay."""
+        left = inventory.terminate(self._ec2(), [i.id for i in instances], timeout=self.teardown_timeout)
+        if left:
+            raise ProvisionError(f"could not confirm the termination of {', '.join(left)}", provider="aws")
+        gone = {i.id for i in instances}
+        with self._lock:
+            for pool in self._pools.values():
+                pool.instances = [i for i in pool.instances if i.id not in gone]
+            for inst in instances:
+                self._owner.pop(inst.id, None)
 
     def release_pool(self, pool_id: str) -> None:
         """Destroy everything tagged with ``pool_id`` (instances, key pair, security group),
