@@ -75,16 +75,16 @@ class Dispatcher:
         if self.queue is None and not pending.options.retries:  # the fast path
             conn = self.least_busy()
             return conn.submit(pending.payload(), pending.options.name, pending.options.timeout)
-        return self._submit(pending)[0]
+        return self._submit(pending)
 
     def run(self, pending: PendingCompute[T]) -> T:
         if self.queue is None and not pending.options.retries:  # the fast path
             conn = self.least_busy()
             return conn.call(pending.payload(), pending.options.name, pending.options.timeout)
-        return self._submit(pending)[0].result()
+        return self._submit(pending).result()
 
-    def _submit(self, pending: PendingCompute[Any]) -> tuple[Future[Any], NodeConnection | None]:
-        """Send through the queue and/or with retries; (future, the worker when known)."""
+    def _submit(self, pending: PendingCompute[Any]) -> Future[Any]:
+        """Send through the queue and/or with retries (the calls the fast path does not take)."""
         self._connections()  # (raises when the pool is not open)
         if self._elastic is not None:
             self._elastic.raise_error()
@@ -92,24 +92,22 @@ class Dispatcher:
         if self.queue is not None:
             queue = self.queue
             if not options.retries:
-                return queue.submit(payload, options.name, options.timeout), None
-            first = [True]
+                return queue.submit(payload, options.name, options.timeout)
+            sent = 0
 
             def queued() -> Future[Any]:
-                again, first[0] = not first[0], False
-                return queue.submit(payload, options.name, options.timeout, first=again)
+                nonlocal sent
+                sent += 1  # (a retry goes ahead of the waiting tasks)
+                return queue.submit(payload, options.name, options.timeout, first=sent > 1)
 
-            return retrying(queued, options.retries, options.name, self._emit, self._is_open), None
-        if not options.retries:
-            conn = self.least_busy()
-            return conn.submit(payload, options.name, options.timeout), conn
+            return retrying(queued, options.retries, options.name, self._emit, self._is_open)
 
         def direct() -> Future[Any]:
             if self._elastic is not None and not any(c.alive for c in self._connections()):
                 self._elastic.wait_ready()  # every node lost: wait for a replacement
             return self.least_busy().submit(payload, options.name, options.timeout)
 
-        return retrying(direct, options.retries, options.name, self._emit, self._is_open), None
+        return retrying(direct, options.retries, options.name, self._emit, self._is_open)
 
     def broadcast(self, pending: PendingCompute[T]) -> list[T]:
         if not pending.options.retries:
@@ -168,10 +166,9 @@ class Dispatcher:
                 conn = self.least_busy()
                 futures.append(conn.submit(p.payload(), p.options.name, p.options.timeout))
                 owners.append(conn)
-            else:
-                future, owner = self._submit(p)
-                futures.append(future)
-                owners.append(owner)
+            else:  # (queued or retried: the future cancels itself on its worker)
+                futures.append(self._submit(p))
+                owners.append(None)
         if stream:
             return _stream(futures, owners, ordered)
         return collect(futures, owners)

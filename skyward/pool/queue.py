@@ -116,6 +116,8 @@ class TaskQueue:
                 self._busy_until[conn.node] = time.monotonic()
             inner = conn.submit(item.payload, item.name, item.timeout)
             item.inner = inner
+            if item.future.cancelled():  # (cancelled between leaving the queue and being sent)
+                inner.cancel()
             inner.add_done_callback(functools.partial(self._finished, conn, item))
 
     def _finished(self, conn: NodeConnection, item: _Item, inner: Future[Any]) -> None:
