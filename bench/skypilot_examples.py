@@ -59,7 +59,7 @@ def users_part(problem) -> bool:  # noqa: ANN001
 
 
 def plan_as(path: Path, root: Path, as_told: bool, user_files: bool = False):  # noqa: ANN201
-    from skyward._task_check import TaskFileError
+    from skyward.launch.taskfile.check import TaskFileError
 
     if not user_files:
         return _plan_as(path, root, as_told)
@@ -83,7 +83,7 @@ def plan_as(path: Path, root: Path, as_told: bool, user_files: bool = False):  #
 
 
 def _plan_as(path: Path, root: Path, as_told: bool):  # noqa: ANN202
-    from skyward._task_check import TaskFileError
+    from skyward.launch.taskfile.check import TaskFileError
     from skyward.launch import plan
 
     if not as_told:

@@ -65,6 +65,25 @@ if TYPE_CHECKING:
 from skyward.compute import compute
 
 from skyward._version import __version__
+from skyward._features import features as _features
+
+
+def _open_named(name: Any, idle_minutes: Any, down: Any, shape: dict[str, Any]) -> Any:
+    from skyward.clusters.session import open_named
+
+    return open_named(name, idle_minutes, down, shape)
+
+
+def _open_device(pool: Any, kind: str, node: int) -> Any:
+    from skyward.torch._device import open_device
+
+    return open_device(pool, kind, node)
+
+
+# Named clusters and the remote device are built on pools, which may not import them: the
+# public face, which every import of skyward runs first, hands them to the pool.
+_features.open_named = _open_named
+_features.open_device = _open_device
 
 # public name -> the module that defines it (a module itself when the value is None)
 _WHERE: dict[str, str] = {

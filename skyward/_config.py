@@ -1,6 +1,6 @@
 """Validating what users type (pool options, ``Image``, provider options) with pydantic.
 
-Each option model lives beside what it configures (:mod:`skyward._options` for the pool,
+Each option model lives beside what it configures (:mod:`skyward.pool.options` for the pool,
 :mod:`skyward._image_fields`, :mod:`skyward.providers._ssh_options`,
 :mod:`skyward.providers.aws._options`); this module holds what they share:
 

@@ -9,10 +9,10 @@ a :class:`~skyward.PendingCompute`, and the operators decide where the command r
 ...     sky.shell("echo hi") >> pool                           # one node
 ...     (sky.shell("make data") & prepare()) >> pool           # with Python tasks
 
-The task's function is :func:`skyward.worker.command.run_command` and its argument a
+The task's function is :func:`skyward.runtime.command.run_command` and its argument a
 :class:`ShellCommand` value, so a command travels, is dispatched, cancelled, timed out and
 reported exactly like any task: one code path. On the node, the command runs under a small
-guardian process that owns its whole process tree (see :mod:`skyward.worker.command`).
+guardian process that owns its whole process tree (see :mod:`skyward.runtime.command`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from skyward.compute import PendingCompute, TaskOptions
 from skyward.errors import ConfigError
-from skyward.worker.command import CommandResult, Only, ShellCommand, run_command
+from skyward.runtime.command import CommandResult, Only, ShellCommand, run_command
 
 __all__ = ["CommandResult", "ShellCommand", "shell"]
 

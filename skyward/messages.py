@@ -22,7 +22,7 @@ from typing import Literal
 
 import cloudpickle
 
-from skyward._instance import InstanceInfo
+from skyward.runtime.instance import InstanceInfo
 from skyward.errors import PluginError, RemoteError
 
 __all__ = ["Fatal", "RemoteFailure", "Setup"]

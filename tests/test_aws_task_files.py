@@ -15,7 +15,7 @@ import pytest
 
 import skyward as sky
 from skyward import events as ev
-from skyward._task_stores import find_tool
+from skyward.launch.taskfile.stores import find_tool
 from skyward.accelerators import parse_accelerator
 from skyward.launch import execute, plan
 from skyward.providers.base import PoolSpec

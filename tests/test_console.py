@@ -661,7 +661,7 @@ class _SlowTerminal(io.StringIO):
 
 
 def test_live_view_holds_a_bounded_backlog_and_loses_no_line(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import skyward.console as console_module
+    import skyward.console.view as console_module
 
     monkeypatch.setattr(console_module, "MAX_PENDING_BYTES", 256 << 10)
     terminal = _SlowTerminal()
@@ -718,7 +718,7 @@ class _StalledTerminal(io.StringIO):
 
 
 def test_a_stalled_terminal_costs_lines_counted_on_screen_not_the_worker_or_its_results(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import skyward.console as console_module
+    import skyward.console.view as console_module
 
     monkeypatch.setattr(console_module, "MAX_PENDING_BYTES", 256 << 10)
     terminal = _StalledTerminal()

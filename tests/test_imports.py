@@ -140,37 +140,90 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 
 def test_the_graph_counts_imports_inside_functions() -> None:
-    # skyward.pool.pool imports the remote device only when pool.device() is called
-    assert "skyward.torch._device" not in import_graph(lazy=False)["skyward.pool.pool"]
-    assert "skyward.torch._device" in import_graph()["skyward.pool.pool"]
+    # skyward.clusters.session imports skyward.pool.lifecycle only inside a function, if at all;
+    # a planted module shows both kinds apart
+    tree = ast.parse("import skyward.errors\ndef f():\n    import skyward.events\n")
+    assert [n.names[0].name for n in _top_level(tree.body)] == ["skyward.errors"]
+    assert [n.names[0].name for n in _lazy(tree)] == ["skyward.events"]
+    assert "skyward.clusters.session" in import_graph(lazy=True)["skyward"]
+    assert "skyward.clusters.session" not in import_graph(lazy=False)["skyward"]
 
 
 def test_skyward_has_no_import_cycle() -> None:
     assert cycles(import_graph()) == []
 
 
-#: Layers the design promises (docs/architecture.md): (modules under, what they never import).
-#: A transport reaches what an Instance says, never the providers that make instances; a
-#: plugin sees a PoolInfo and the pool its around_client hook is given, never the pool module.
-LAYERS = [
-    ("skyward.transport", ("skyward.providers",)),
-    ("skyward.plugins", ("skyward.pool",)),
+#: The package's units, top layer first (docs/architecture.md draws the same): a unit is a
+#: folder of skyward/ or a module at its top (``skyward`` is the public face, __init__.py).
+#: A unit imports only units of lower layers, at module level or inside functions; so no two
+#: folders import each other, and nothing imports the public face or the command line.
+TIERS: list[set[str]] = [
+    {"skyward", "cli"},
+    {"launch"},
+    {"clusters"},
+    {"torch"},
+    {"pool", "integrations", "worker"},
+    {"console", "plugins", "providers", "bootstrap", "_shell", "_ship"},
+    {"transport", "image", "messages", "accelerators"},
+    {"runtime", "_image_fields"},
+    {"compute", "_config", "_secrets"},
+    {"protocol", "_optional"},
+    {"errors", "events", "machine", "_version", "_files", "_procs", "_retry", "_signals", "_home", "_features"},
 ]
+RANK = {unit: tier for tier, units in enumerate(TIERS) for unit in units}
+#: The worker's side: imported by nothing but itself (``python -m skyward.worker`` is its door).
+#: What the client and the worker both need lives lower: runtime/, protocol/, messages.
+WORKER = "worker"
 
 
-def _under(module: str, package: str) -> bool:
-    return module == package or module.startswith(package + ".")
+def unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
-def test_the_layers_hold() -> None:
+def climbs(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that does not go down the layers, or reaches the worker from outside it."""
+    found = []
+    for module, targets in graph.items():
+        for target in targets:
+            here, there = unit(module), unit(target)
+            if here == there:
+                continue
+            if there == WORKER:
+                found.append(f"{module} -> {target} (the worker's side)")
+            elif RANK[here] >= RANK[there]:
+                found.append(f"{module} -> {target}")
+    return sorted(found)
+
+
+def test_every_unit_has_a_layer() -> None:
+    units = {unit(m) for m in import_graph()}
+    assert sorted(units - set(RANK)) == []
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    assert climbs(import_graph()) == []
+
+
+def test_the_layer_check_catches_a_climb_and_the_worker() -> None:
+    assert climbs({"skyward.pool.pool": {"skyward.clusters.session"}}) == [
+        "skyward.pool.pool -> skyward.clusters.session"]
+    assert climbs({"skyward.clusters.nodes": {"skyward.worker.resident"}}) == [
+        "skyward.clusters.nodes -> skyward.worker.resident (the worker's side)"]
+    assert climbs({"skyward.launch.run": {"skyward"}}) == ["skyward.launch.run -> skyward"]
+    assert climbs({"skyward.worker.agent": {"skyward.worker.keeper", "skyward.runtime"}}) == []
+
+
+def test_no_two_units_import_each_other() -> None:
     graph = import_graph()
-    crossings = sorted(
-        f"{module} -> {target}"
-        for package, forbidden in LAYERS
-        for module, targets in graph.items() if _under(module, package)
-        for target in targets if any(_under(target, f) for f in forbidden)
-    )
-    assert crossings == []
+    pairs = {(unit(m), unit(t)) for m, targets in graph.items() for t in targets if unit(m) != unit(t)}
+    assert sorted(f"{a} <-> {b}" for a, b in pairs if (b, a) in pairs and a < b) == []
+
+
+def test_the_architecture_page_names_every_folder() -> None:
+    page = (ROOT.parent / "docs" / "architecture.md").read_text()
+    folders = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").exists())
+    assert [f for f in folders if f"{f}/" not in page] == []
 
 
 if __name__ == "__main__":

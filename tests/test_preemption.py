@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import skyward as sky
-from skyward import _preempt
+from skyward.runtime import preemption as _preempt
 from skyward.worker import preemption
 from tests.hosts import imds
 

@@ -2,7 +2,7 @@
 here with ``.local()``, its errors pickle, and the guardian stops the whole tree when the
 caller is interrupted (the contract suite covers pools: tests/contract/test_shell.py).
 
-One internal on purpose: ``skyward._instance.node_environment``, for node shapes (GPUs per
+One internal on purpose: ``skyward.runtime.instance.node_environment``, for node shapes (GPUs per
 node, peers on other hosts) that a Local pool on this machine cannot make."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_ctrl_c_during_local_kills_the_whole_tree_including_a_daemon_in_its_own_
 
 
 def test_node_environment_counts_gpus_or_worker_processes_and_aliases_every_name() -> None:
-    from skyward._instance import InstanceInfo, Peer, node_environment
+    from skyward.runtime.instance import InstanceInfo, Peer, node_environment
 
     peers = (Peer(0, "10.0.0.1"), Peer(1, "10.0.0.2"), Peer(2, "10.0.0.3"))
     gpu = node_environment(InstanceInfo(node=2, total_nodes=3, head_addr="10.0.0.1", accelerators=4,

@@ -361,7 +361,7 @@ def test_aws_resources_configure_the_provider_the_run_uses(tmp_path: Path) -> No
 
 
 def test_autostop_is_on_the_parsed_task_for_named_clusters(tmp_path: Path) -> None:
-    from skyward._task_file import read_tasks
+    from skyward.launch.taskfile.file import read_tasks
 
     _, tasks, found = read_tasks(write(tmp_path, "resources: {autostop: {idle_minutes: 30, down: true}}\nrun: x\n"))
     assert not found.problems and (tasks[0].autostop.idle_minutes, tasks[0].autostop.down) == (30.0, True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import skyward as sky
-from skyward._task_stores import Bucket, copy_commands, find_tool, mount_command, parse, unmount
+from skyward.launch.taskfile.stores import Bucket, copy_commands, find_tool, mount_command, parse, unmount
 from skyward.launch import plan
 
 SSH = {"provider": "ssh", "hosts": ["me@192.0.2.1"]}

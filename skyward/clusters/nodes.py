@@ -30,7 +30,7 @@ from skyward.pool.lifecycle import Nodes, _write_files
 from skyward.protocol import Kind
 from skyward.providers.base import Instance
 from skyward.transport import Transport, WorkerLaunch, reach
-from skyward.worker.resident import BRIDGE
+from skyward.protocol.bridge import BRIDGE
 
 #: Seconds a worker that was asked to stop gets before its tree is killed.
 STOP_GRACE = 5.0

@@ -52,7 +52,7 @@ def check_provider(options: Any) -> None:
 
 def elastic_parts(options: Any, nodes: Nodes, emit: Callable[[ev.Event], None]
                   ) -> tuple[Elastic | None, TaskQueue | None]:
-    """What a pool with ``options`` (:class:`~skyward._options.PoolOptions`) needs: its queue
+    """What a pool with ``options`` (:class:`~skyward.pool.options.PoolOptions`) needs: its queue
     (elastic pools) and its :class:`Elastic` (elastic or ``replace_lost``); (None, None) for
     a plain pool, which then takes exactly the fixed pool's paths."""
     queue = TaskQueue(lambda: nodes.connections, options.concurrency) if options.elastic else None

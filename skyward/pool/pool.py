@@ -23,7 +23,8 @@ from concurrent.futures import Future
 from typing import Any, Literal, TypeVar, overload
 
 from skyward import events as ev
-from skyward._instance import node_environment
+from skyward._features import NamedSession, features
+from skyward.runtime.instance import node_environment
 from skyward.compute import ComputeFunction, PendingCompute, TaskOptions
 from skyward.errors import ConfigError, SkywardError
 from skyward.messages import Setup
@@ -131,7 +132,7 @@ class ComputePool:
         console: bool = True,
         on_event: Callable[[ev.Event], None] | None = None,
     ):
-        from skyward._options import pool_options
+        from skyward.pool.options import pool_options
 
         self.name = name
         if name is not None and isinstance(nodes, (tuple, list)):
@@ -140,11 +141,9 @@ class ComputePool:
         self._image_given = image is not None
         shape = {"provider": provider, "nodes": nodes, "accelerator": accelerator,
                  "processes_per_node": processes_per_node}
-        self._cluster: Any = None
+        self._cluster: NamedSession | None = None
         if name is not None or idle_minutes is not None or down:
-            from skyward.clusters.session import open_named
-
-            self._cluster, shape = open_named(name, idle_minutes, down, shape)
+            self._cluster, shape = features.named()(name, idle_minutes, down, shape)
         provider, nodes, accelerator, processes_per_node = (
             shape["provider"], shape["nodes"], shape["accelerator"], shape["processes_per_node"])
         options = pool_options(
@@ -264,7 +263,7 @@ class ComputePool:
         # breakpoint() in a task explains itself instead of reading the protocol as a terminal;
         # an image that names its own PYTHONBREAKPOINT (a remote debugger) keeps it.
         env = node_environment(info, self.task_id)
-        env["PYTHONBREAKPOINT"] = "skyward.runtime._no_terminal_breakpoint"
+        env["PYTHONBREAKPOINT"] = "skyward.runtime.output.no_terminal_breakpoint"
         env.update(self.image.env)
         record = self._cluster.record if self._cluster is not None else None
         autostop = None if record is None or record.idle_minutes is None else record.idle_minutes * 60
@@ -417,9 +416,7 @@ class ComputePool:
         closes with the pool. Raises :class:`~skyward.DeviceError` listing the node's devices
         when it has no ``kind``.
         """
-        from skyward.torch._device import open_device
-
-        return open_device(self, kind, node)
+        return features.device()(self, kind, node)
 
     def _connection(self, node: int) -> NodeConnection:
         """Node ``node``'s first worker process."""

@@ -36,7 +36,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
-from skyward import _preempt, runtime
+from skyward.runtime import instance as runtime_instance, preemption as _preempt
 from skyward._procs import group_members
 from skyward.messages import Fatal, Setup
 from skyward.plugins._base import Plugin
@@ -153,7 +153,7 @@ class Agent:
         if self.resident is not None:
             self.resident.autostop = setup.autostop
         info = setup.info
-        os.environ[runtime.ENV_VAR] = info.to_json()
+        os.environ[runtime_instance.ENV_VAR] = info.to_json()
         os.environ.update(setup.env)
 
         threading.Thread(target=self.heartbeat_loop, args=(setup.heartbeat_interval,),

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from skyward import runtime
+from skyward.runtime import output as runtime_output
 from skyward.protocol import MAX_LINE, cut_marker
 
 SendOutput = Callable[[int | None, str, str], None]  # (task id or None, stream, line)
@@ -100,5 +100,5 @@ class _WorkerStream:
 def route_output(send_output: SendOutput) -> None:
     """Route this process's sys.stdout/sys.stderr: a task's writes go to its own sink (set per
     task by :func:`skyward.worker.executors.base.run_task`), anything else is sent as worker output."""
-    sys.stdout = runtime._Router("stdout", _WorkerStream("stdout", LineSink(send_output, None)))
-    sys.stderr = runtime._Router("stderr", _WorkerStream("stderr", LineSink(send_output, None)))
+    sys.stdout = runtime_output.Router("stdout", _WorkerStream("stdout", LineSink(send_output, None)))
+    sys.stderr = runtime_output.Router("stderr", _WorkerStream("stderr", LineSink(send_output, None)))

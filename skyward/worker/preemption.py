@@ -9,7 +9,7 @@ rents as spot; the worker then runs :func:`watch` on a thread of its own. Every
 * ``events/recommendations/rebalance``: 404 until EC2 recommends a rebalance (the machine is
   at elevated risk), then ``{"noticeTime": "...Z"}``.
 
-Each kind is reported once, as a :class:`~skyward._preempt.Preemption`. IMDSv2 is used (a
+Each kind is reported once, as a :class:`~skyward.runtime.preemption.Preemption`. IMDSv2 is used (a
 session token from ``PUT /latest/api/token``, asked again before it expires or when refused),
 with the IMDSv1 fallback (plain GETs) when the token request is answered with an HTTP error.
 ``AWS_EC2_METADATA_SERVICE_ENDPOINT`` moves the endpoint, as it does for AWS's own SDKs. When
@@ -32,7 +32,7 @@ import urllib.parse
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
-from skyward._preempt import Preemption
+from skyward.runtime.preemption import Preemption
 
 __all__ = ["ENDPOINT_VAR", "POLL_INTERVAL", "MetadataClient", "PreemptionWatcher", "watch"]
 

@@ -10,7 +10,7 @@ instead:
 2. listens on a Unix socket, ``SOCKET``, in a directory only its user can open (mode 0700,
    the socket 0600): no port on any interface, and reaching it from another machine takes
    the SSH login that reaches the user's files. A client attaches through a bridge process
-   (:data:`BRIDGE`, started through the pool's transport like any worker) that copies the
+   (:data:`~skyward.protocol.bridge.BRIDGE`, started through the pool's transport like any worker) that copies the
    client's stream to the socket and back;
 3. serves one client at a time (:class:`Resident`). A client that leaves (DETACH), whose
    stream ends, or that goes silent for the pool's ``idle_timeout`` ends its session: the
@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from skyward.runtime.cluster import CLUSTER_DIR, running_jobs
+
 #: Task ids on the wire are a session's own; inside the worker they carry the session number
 #: above this bit, so that an old session's late results can be told apart.
 _SESSION_SHIFT = 40
@@ -47,46 +49,6 @@ LISTEN_TIMEOUT = 60.0
 #: Seconds between touches of the heartbeat file (the AWS watchdog's idle limit is minutes).
 TOUCH_INTERVAL = 10.0
 
-#: What a client's bridge runs (``python -I -c BRIDGE SOCKET``): copy stdin to the socket and
-#: the socket to stdout until either ends. The standard library only, so it starts in tens of
-#: milliseconds; stdin's end (the client is gone) closes the socket's sending side, which ends
-#: the worker's session.
-BRIDGE = r"""
-import os, socket, sys, threading
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-try:
-    s.connect(sys.argv[1])
-except OSError as e:
-    sys.stderr.write("skyward: no cluster worker at %s: %s\n" % (sys.argv[1], e.strerror))
-    sys.exit(17)
-def up():
-    try:
-        while True:
-            b = os.read(0, 1 << 20)
-            if not b:
-                break
-            s.sendall(b)
-    except OSError:
-        pass
-    try:
-        s.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-threading.Thread(target=up, daemon=True).start()
-try:
-    while True:
-        b = s.recv(1 << 20)
-        if not b:
-            break
-        v = memoryview(b)
-        while v:
-            v = v[os.write(1, v):]
-except OSError:
-    pass
-os._exit(0)
-"""
-#: The bridge's exit code when nothing listens on the socket (the cluster's worker is gone).
-NO_WORKER = 17
 
 
 @dataclass(eq=False)
@@ -225,39 +187,6 @@ class Resident:
             time.sleep(TOUCH_INTERVAL)
 
 
-#: The environment variable naming the directory of the cluster worker's socket (on the node).
-CLUSTER_DIR = "SKYWARD_CLUSTER_DIR"
-
-
-def jobs_dir(node: int) -> str:
-    """Where node ``node``'s detached runs keep their logs and pid files
-    (``<socket dir>/jobs/<node>``: the nodes of a Local cluster share one machine)."""
-    base = os.environ.get(CLUSTER_DIR)
-    if not base:
-        raise RuntimeError("not in a named cluster's worker: detached runs need a cluster (-c NAME)")
-    path = os.path.join(base, "jobs", str(node))
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    return path
-
-
-def running_jobs() -> list[int]:
-    """The pids of this cluster's detached runs still running on this machine."""
-    import glob
-
-    base = os.environ.get(CLUSTER_DIR)
-    if not base:
-        return []
-    alive = []
-    for pid_file in glob.glob(os.path.join(glob.escape(base), "jobs", "*", "*.pid")):
-        try:
-            with open(pid_file) as f:
-                pid = int(f.read().strip())
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[0] != b"Z":
-                    alive.append(pid)
-        except (OSError, ValueError, IndexError):
-            continue
-    return alive
 
 
 def _log(msg: str) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import cloudpickle
 
-from skyward import runtime
+from skyward.runtime import instance as runtime_instance, output as runtime_output
 from skyward.errors import SerializationError, TaskCancelled
 from skyward.messages import RemoteFailure
 from skyward.plugins._base import Plugin, wrap_task
@@ -57,7 +57,7 @@ class Executor(Protocol):
         """Drop tasks that have not started, stop running ones, give them ``grace`` seconds."""
 
     def preempting(self, notice: Any) -> None:
-        """A preemption notice the worker took (:func:`skyward._preempt.deliver`): hand it to
+        """A preemption notice the worker took (:func:`skyward.runtime.preemption.deliver`): hand it to
         every other process that runs tasks, now and later (their tasks' ``on_preempt``)."""
 
 
@@ -94,14 +94,14 @@ def run_task(
     lines (and their silencing) apart.
     """
     sink = LineSink(send_output, task_id)
-    token = runtime._sink.set(sink)
+    token = runtime_output.task_sink.set(sink)
     try:
         try:
             blob, args, kwargs = loads_payload(parts)
             result = wrap_task(plugins, resolve_function(blob))(*args, **kwargs)
         except StopTask:
             sink.close()
-            stopped = TaskCancelled(name, node=runtime.instance_info().node)
+            stopped = TaskCancelled(name, node=runtime_instance.instance_info().node)
             send((Kind.ERROR, task_id, RemoteFailure.of(stopped)), None)
             return
         except BaseException as exc:
@@ -120,4 +120,4 @@ def run_task(
             return
         send((Kind.RESULT, task_id), payload)
     finally:
-        runtime._sink.reset(token)
+        runtime_output.task_sink.reset(token)

@@ -18,7 +18,7 @@ from typing import Any
 
 import cloudpickle
 
-from skyward import _preempt, runtime
+from skyward.runtime import instance as runtime_instance, preemption as _preempt
 from skyward.messages import RemoteFailure
 from skyward.plugins._base import Plugin
 from skyward.protocol import Kind, Payload
@@ -125,7 +125,7 @@ class _Child:
     def __init__(self, ctx: Any, plugins_blob: bytes):
         self.conn, child_conn = ctx.Pipe()
         notices_in, self._notices = ctx.Pipe(duplex=False)
-        env = {runtime.ENV_VAR: os.environ.get(runtime.ENV_VAR, "")}
+        env = {runtime_instance.ENV_VAR: os.environ.get(runtime_instance.ENV_VAR, "")}
         self.process = ctx.Process(target=_child_main, args=(child_conn, plugins_blob, env, notices_in,
                                                              _preempt.notices()), daemon=True)
         self.process.start()

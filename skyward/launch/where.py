@@ -1,6 +1,6 @@
 """Where a task's nodes come from: the provider, the machine candidates, and what stands in.
 
-:func:`choose` turns a task's candidate :class:`~skyward._task_resources.Resources` and the
+:func:`choose` turns a task's candidate :class:`~skyward.launch.taskfile.resources.Resources` and the
 command line into the provider and the ordered candidates a launch tries, adding a warning
 for every field that provider cannot honour:
 
@@ -21,8 +21,8 @@ import shlex
 import shutil
 from collections.abc import Sequence
 
-from skyward._task_check import Findings
-from skyward._task_resources import Candidates, Resources
+from skyward.launch.taskfile.check import Findings
+from skyward.launch.taskfile.resources import Candidates, Resources
 
 __all__ = ["choose", "in_container", "runtime_of"]
 

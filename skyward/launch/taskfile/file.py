@@ -1,9 +1,9 @@
 """Task files: reading SkyPilot's task YAML, one task or a pipeline of several.
 
 :func:`read_tasks` parses a file with PyYAML (imported here, on use) and checks every
-document with :func:`skyward._task_schema.check_task`, gathering every problem and warning in
-one :class:`~skyward._task_check.Findings`; nothing is raised until the caller has added its
-own (flags, variables, paths) and calls :meth:`~skyward._task_check.Findings.raise_problems`.
+document with :func:`skyward.launch.taskfile.schema.check_task`, gathering every problem and warning in
+one :class:`~skyward.launch.taskfile.check.Findings`; nothing is raised until the caller has added its
+own (flags, variables, paths) and calls :meth:`~skyward.launch.taskfile.check.Findings.raise_problems`.
 
 A file of several YAML documents is a pipeline: its tasks run one after another, each on its
 own pool. A first document holding only ``name`` (SkyPilot's pipeline header) names the
@@ -19,8 +19,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from skyward._task_check import Findings
-from skyward._task_schema import TaskSpec, check_task
+from skyward.launch.taskfile.check import Findings
+from skyward.launch.taskfile.schema import TaskSpec, check_task
 from skyward.errors import ConfigError, SkywardError
 
 __all__ = ["parse_minimum", "read_tasks"]

@@ -32,9 +32,10 @@ def sync_files(pool: Any, p: Any, mounted: list[str], err: IO[str],
 
     ``only``: the nodes that need them (replacements, for job recovery); the others are left as
     they are. On Local a replacement is this machine, which has them already."""
-    import skyward as sky
-    from skyward._task_mounts import clone_command
-    from skyward._task_stores import fetch_bucket, fetch_store, mount_store
+    from skyward._shell import shell
+    from skyward.compute import compute
+    from skyward.launch.taskfile.mounts import clone_command
+    from skyward.launch.taskfile.stores import fetch_bucket, fetch_store, mount_store
 
     local = pool.provider.name == "local"
     if only is not None and local:
@@ -42,8 +43,8 @@ def sync_files(pool: Any, p: Any, mounted: list[str], err: IO[str],
 
     def on_nodes(name: str, fn: Any, *args: Any) -> Any:
         if only is None:
-            return sky.compute(name=name)(fn)(*args)
-        return sky.compute(name=name)(_on_nodes)(sorted(only), fn, *args)
+            return compute(name=name)(fn)(*args)
+        return compute(name=name)(_on_nodes)(sorted(only), fn, *args)
 
     for bucket in p.buckets:
         task: Any
@@ -69,10 +70,10 @@ def sync_files(pool: Any, p: Any, mounted: list[str], err: IO[str],
         else:
             task @ pool
     if p.workdir_git is not None:  # each node clones (on Local, once: the nodes share this machine)
-        from skyward._launch_recovery import only_on
+        from skyward.launch.recovery import only_on
 
         command = clone_command(*p.workdir_git, f"~/.skyward/workdirs/{pool.task_id}")
-        clone = sky.shell(command if only is None else only_on(only, command), env=p.env)
+        clone = shell(command if only is None else only_on(only, command), env=p.env)
         if local:
             clone >> pool
         else:
@@ -102,11 +103,11 @@ def _on_nodes(nodes: list[int], fn: Any, *args: Any) -> Any:
 def unmount_all(pool: Any, mounted: list[str], err: IO[str]) -> None:
     """Undo the task's mounts on every node (on Local, once), on every exit path; a node that
     cannot is named, and the pool's teardown goes on."""
-    import skyward as sky
-    from skyward._task_stores import unmount
+    from skyward.compute import compute
+    from skyward.launch.taskfile.stores import unmount
 
     for dest in mounted:
-        task = sky.compute(name="unmount bucket")(unmount)(dest)
+        task = compute(name="unmount bucket")(unmount)(dest)
         try:
             task >> pool if pool.provider.name == "local" else task @ pool
         except Exception as exc:  # noqa: BLE001 - teardown continues; the user is told

@@ -37,7 +37,7 @@ def only_on(nodes: set[int], script: str) -> str:
 def run_with_recovery(pool: Any, recovery: Any, run: Callable[[], None], prepare: Callable[[set[int]], None],
                       err: IO[str]) -> None:
     """Run ``run()`` (the task's run block on every node) as ``recovery`` (a
-    :class:`~skyward._task_fields.JobRecovery`, or None: once) says; ``prepare(new_nodes)``
+    :class:`~skyward.launch.taskfile.fields.JobRecovery`, or None: once) says; ``prepare(new_nodes)``
     syncs files and runs setup on the nodes a replacement brought."""
     from skyward import events as ev
     from skyward.errors import CommandFailed, ConnectionLost

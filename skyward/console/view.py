@@ -40,8 +40,8 @@ line (normally shown only for a node that fails).
 ``rich`` is imported only when a live view is actually shown.
 
 This module chooses the mode, writes plain lines and queues lines for the live view; what the
-console knows of the pool (and the summary) is :mod:`skyward._console_state`, and the drawing
-of the live view is :mod:`skyward._console_live`.
+console knows of the pool (and the summary) is :mod:`skyward.console.state`, and the drawing
+of the live view is :mod:`skyward.console.live`.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ import time
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from skyward import events as ev
-from skyward._console_live import REFRESH_PER_SECOND, Batch, render, restore_logging, route_logging
-from skyward._console_state import ConsoleState, Msg
+from skyward.console.live import REFRESH_PER_SECOND, Batch, render, restore_logging, route_logging
+from skyward.console.state import ConsoleState, Msg
 
 if TYPE_CHECKING:
     from rich.console import Console as RichConsole

@@ -1,10 +1,7 @@
-"""Helpers that user code calls inside a task: where am I, which data is mine, who may print.
+"""Who may print: :func:`stdout`, :func:`stderr` and :func:`silent` (re-exported by
+:mod:`skyward.runtime`), and the router that sends a task's writes to its own sink.
 
-Everything here also works outside a pool, where the caller is node 0 of 1. This module is
-imported on workers, so it imports nothing heavy. Where am I (:func:`instance_info`) lives in
-:mod:`skyward._instance`, which data is mine (:func:`shard`) in :mod:`skyward._shard`, is this
-machine going away (:func:`on_preempt`) in :mod:`skyward._preempt`, all re-exported here;
-output control is this module's own.
+Imported on workers: nothing heavy.
 """
 
 from __future__ import annotations
@@ -18,23 +15,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
-from skyward._instance import ENV_VAR, InstanceInfo, Peer, instance_info
-from skyward._preempt import Preemption, on_preempt
-from skyward._shard import shard
 from skyward.errors import ConfigError
+from skyward.runtime.instance import InstanceInfo, instance_info
 
-__all__ = [
-    "ENV_VAR",
-    "InstanceInfo",
-    "Peer",
-    "Preemption",
-    "instance_info",
-    "on_preempt",
-    "shard",
-    "silent",
-    "stderr",
-    "stdout",
-]
+__all__ = ["Router", "no_terminal_breakpoint", "silent", "stderr", "stdout", "task_sink"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,7 +36,7 @@ Stream = Literal["stdout", "stderr"]
 #: Per-task (per-context) set of silenced streams.
 _silenced: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("skyward_silenced", default=frozenset())
 #: Per-task sink: ``sink(stream, text)`` receives the task's output (set by the worker).
-_sink: contextvars.ContextVar[Callable[[str, str], None] | None] = contextvars.ContextVar("skyward_sink", default=None)
+task_sink: contextvars.ContextVar[Callable[[str, str], None] | None] = contextvars.ContextVar("skyward_sink", default=None)
 
 
 class _SharedStream:
@@ -76,7 +60,7 @@ class _SharedStream:
         return True
 
 
-class _Router(_SharedStream, io.TextIOBase):
+class Router(_SharedStream, io.TextIOBase):
     """A text stream that forwards to the current task's sink, drops silenced output, or
     falls through to the original stream.
 
@@ -96,14 +80,14 @@ class _Router(_SharedStream, io.TextIOBase):
     def write(self, text: str) -> int:
         if self._name in _silenced.get():
             return len(text)
-        sink = _sink.get()
+        sink = task_sink.get()
         if sink is not None:
             sink(self._name, text)
             return len(text)
         return self._original.write(text)
 
     def flush(self) -> None:
-        sink = _sink.get()
+        sink = task_sink.get()
         if sink is not None:
             sink(self._name, "")
             return
@@ -156,7 +140,7 @@ class _BinaryRouter(_SharedStream, io.BufferedIOBase):
     """``sys.stdout.buffer`` on a worker: bytes, decoded as UTF-8 (a character split across
     writes is kept whole), written to the text router."""
 
-    def __init__(self, text: _Router):
+    def __init__(self, text: Router):
         super().__init__()
         self._text = text
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -187,10 +171,10 @@ _router_lock = threading.Lock()
 def _install_routers() -> None:
     """Make sure sys.stdout/sys.stderr are routers (idempotent, thread-safe)."""
     with _router_lock:
-        if not isinstance(sys.stdout, _Router):
-            sys.stdout = _Router("stdout", sys.stdout)
-        if not isinstance(sys.stderr, _Router):
-            sys.stderr = _Router("stderr", sys.stderr)
+        if not isinstance(sys.stdout, Router):
+            sys.stdout = Router("stdout", sys.stdout)
+        if not isinstance(sys.stderr, Router):
+            sys.stderr = Router("stderr", sys.stderr)
 
 
 Only = Literal["head"] | Callable[[InstanceInfo], bool] | None
@@ -289,7 +273,7 @@ def silent(fn=None):
     return deco if fn is None else deco(fn)
 
 
-def _no_terminal_breakpoint(*args: Any, **kwargs: Any) -> None:
+def no_terminal_breakpoint(*args: Any, **kwargs: Any) -> None:
     """``breakpoint()`` inside a task (the pool sets ``PYTHONBREAKPOINT`` to this on workers)."""
     node = instance_info().node
     raise RuntimeError(

@@ -7,7 +7,7 @@ not a task key at all (``runn``) is named, with the keys there are.
 
 The result still holds ``workdir`` and ``file_mounts`` as written: they may refer to
 ``${VAR}`` from ``envs``, which the command line can override, so they are resolved by
-:func:`skyward._task_mounts.resolve` once the variables are final.
+:func:`skyward.launch.taskfile.mounts.resolve` once the variables are final.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyward._task_check import Findings
-from skyward._task_fields import Autostop
-from skyward._task_resources import Candidates, check_resources
+from skyward.launch.taskfile.check import Findings
+from skyward.launch.taskfile.fields import Autostop
+from skyward.launch.taskfile.resources import Candidates, check_resources
 
 __all__ = ["TASK_KEYS", "TaskSpec", "check_task"]
 

@@ -57,10 +57,10 @@ def run_detached(pool: Any, command: str, env: dict[str, str], cwd: str | None) 
     """Start ``command`` on every node of a cluster, detached from this client: it goes on when
     the client leaves (still inside the cluster worker's process tree, so it ends with the
     cluster), its output goes to a log next to the worker's socket. Returns the log paths."""
-    import skyward as sky
+    from skyward.compute import compute
 
     job = time.strftime("%Y%m%d-%H%M%S")
-    logs = sky.compute(name="start detached run")(_start_job)(command, env, cwd, job) @ pool
+    logs = compute(name="start detached run")(_start_job)(command, env, cwd, job) @ pool
     return [log for log in logs if log]
 
 
@@ -69,10 +69,10 @@ def _start_job(command: str, env: dict[str, str], cwd: str | None, job: str) -> 
     import subprocess
     import threading
 
-    import skyward as sky
-    from skyward.worker.resident import jobs_dir
+    from skyward.runtime import instance_info
+    from skyward.runtime.cluster import jobs_dir
 
-    info = sky.instance_info()
+    info = instance_info()
     if info.local_rank:  # once per node, as the run block runs
         return ""
     directory = jobs_dir(info.node)

@@ -2,7 +2,7 @@
 
 :func:`run_command` is an ordinary task function (the executors run it like any other), so
 a command is dispatched, streamed, cancelled and timed out through the same code path as a
-Python task. It starts the command under a guardian process (:mod:`skyward.worker._reaper`,
+Python task. It starts the command under a guardian process (:mod:`skyward.runtime._reaper`,
 a script run with ``python -I -S``, in a session of its own) and reads its output line by
 line into the task's output (``OUTPUT`` frames, prefixed by node on the console).
 
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from skyward import runtime
+from skyward.runtime import instance as runtime_instance, output as runtime_output
 from skyward.errors import CommandFailed, ConfigError
 
 __all__ = ["KILL_GRACE", "CommandResult", "ShellCommand", "run_command"]
@@ -87,7 +87,7 @@ _REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
 
 def run_command(spec: ShellCommand) -> CommandResult:
     """Run ``spec`` on this node; see the module docstring. Raises CommandFailed (check)."""
-    info = runtime.instance_info()
+    info = runtime_instance.instance_info()
     cwd = None
     if spec.cwd is not None:
         cwd = os.path.expandvars(os.path.expanduser(spec.cwd))
@@ -129,7 +129,7 @@ def run_command(spec: ShellCommand) -> CommandResult:
     return result
 
 
-def _printing(only: Any, info: runtime.InstanceInfo) -> bool:
+def _printing(only: Any, info: runtime_instance.InstanceInfo) -> bool:
     if only == "all":
         return True
     if only is None:
@@ -169,7 +169,7 @@ class _Lines:
         self.tail.append(line)
         if not self.printing:
             return
-        sink = runtime._sink.get()
+        sink = runtime_output.task_sink.get()
         if sink is not None:
             sink(stream, line + "\n")
         else:  # run here (``.local()``): our own stdout/stderr

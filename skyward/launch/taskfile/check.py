@@ -1,7 +1,7 @@
 """Collecting every problem in a task file, so that one run reports them all.
 
-A task file is checked field by field (:mod:`skyward._task_schema`,
-:mod:`skyward._task_resources`); each check adds a :class:`Problem` (the file cannot run as
+A task file is checked field by field (:mod:`skyward.launch.taskfile.schema`,
+:mod:`skyward.launch.taskfile.resources`); each check adds a :class:`Problem` (the file cannot run as
 written) or a warning (a field is accepted but not honoured where the task runs) to one
 :class:`Findings`, and keeps going. Only when every field has been seen does
 :meth:`Findings.raise_problems` raise one :class:`TaskFileError` listing them all, one line each:

@@ -182,10 +182,10 @@ def _each(names: list[str], what: str, out: IO[str], err: IO[str], *, ask: bool)
 
 
 def _start(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    import skyward as sky
+    from skyward.pool import ComputePool
 
     for name in args.names:
-        with sky.ComputePool(name=name, idle_minutes=args.idle_minutes, down=args.autostop_down, console=False):
+        with ComputePool(name=name, idle_minutes=args.idle_minutes, down=args.autostop_down, console=False):
             pass
         out.write(f"cluster {name} is up\n")
     return 0

@@ -13,7 +13,7 @@
     skyward down --all [--yes] [--region R] [--profile P] [--timeout S]
 
 Named clusters (``launch -c``, ``exec``, ``status``, ``stop``, ``start``, ``down NAME``,
-``logs``) are :mod:`skyward.clusters.cli`'s.
+``logs``) are :mod:`skyward.cli.clusters`'s.
 
 ``ls`` lists every skyward-tagged EC2 instance (not yet terminated), key pair and security
 group in a region, with its pool id, type, state, age and approximate on-demand price per
@@ -45,7 +45,7 @@ _COLUMNS = ("POOL", "RESOURCE", "ID", "TYPE", "MARKET", "STATE", "AGE", "PRICE/H
 
 
 def _parser() -> argparse.ArgumentParser:
-    from skyward import __version__
+    from skyward._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="skyward",
@@ -108,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="set a secret (never shown); K alone: take it from this environment; repeatable")
     launch.add_argument("--dryrun", action="store_true", help="print the plan and start nothing")
     launch.add_argument("--yes", "-y", action="store_true", help="do not ask before renting machines")
-    from skyward.clusters import cli as clusters
+    from skyward.cli import clusters
 
     clusters.add_cluster_flags(launch)
     clusters.add_commands(commands)
@@ -205,7 +205,7 @@ def _ls(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _down(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    from skyward.clusters.cli import down_names
+    from skyward.cli.clusters import down_names
 
     code, rest = down_names(args.pools, args.all, args.yes, out, err)
     not_pools = [n for n in rest if not _POOL_ID.fullmatch(n)]
@@ -264,7 +264,7 @@ def _down_pool(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 
 def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    from skyward.clusters.cli import cluster_pool_args
+    from skyward.cli.clusters import cluster_pool_args
     from skyward.errors import ConfigError, SkywardError
     from skyward.launch import execute, plan
 
@@ -314,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "launch":
         return _launch(args, sys.stdout, sys.stderr)
-    from skyward.clusters import cli as clusters
+    from skyward.cli import clusters
 
     try:
         if args.command in clusters.COMMANDS:

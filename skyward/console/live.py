@@ -1,6 +1,6 @@
 """The live view: a header and one row per node, redrawn about 8 times a second at the bottom of
 the terminal, and the batches of output lines printed above it (see :mod:`skyward.console` for
-what is shown when). Drawing only: the state comes from :mod:`skyward._console_state`.
+what is shown when). Drawing only: the state comes from :mod:`skyward.console.state`.
 
 rich is imported inside the functions, when a view is actually drawn.
 """
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from skyward._console_state import ConsoleState, Msg, plural, seconds
+from skyward.console.state import ConsoleState, Msg, plural, seconds
 
 if TYPE_CHECKING:
     from rich.console import Console as RichConsole

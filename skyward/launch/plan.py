@@ -1,7 +1,7 @@
 """Planning a launch: the command line checked, each task of the file turned into a stage, and
 a stage described as ``--dryrun`` prints it (see :mod:`skyward.launch`).
 
-Every problem goes to the file's :class:`~skyward._task_check.Findings`, so the flags' and the
+Every problem goes to the file's :class:`~skyward.launch.taskfile.check.Findings`, so the flags' and the
 file's are reported together.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from skyward._task_fields import describe_ports
+from skyward.launch.taskfile.fields import describe_ports
 from skyward.errors import ConfigError
 
 __all__ = ["PROVIDERS", "check_flags", "describe_stage", "stage"]
@@ -26,7 +26,7 @@ def _indent(text: str) -> str:
 def check_flags(found: Any, provider: str | None, num_nodes: int | None, gpus: str | None, cpus: str | None,
                  memory: str | None, hosts: Sequence[str]) -> dict[str, Any]:
     """The command line's values, each bad one added to ``found``."""
-    from skyward._task_file import parse_minimum
+    from skyward.launch.taskfile.file import parse_minimum
     from skyward.accelerators import parse_accelerator
 
     def check(fn: Any, *args: Any, flag: str = "") -> Any:
@@ -60,8 +60,8 @@ def stage(task: Any, where: str, name: str, found: Any, flags: Mapping[str, Any]
           given_secrets: Mapping[str, str]) -> dict[str, Any]:
     """One task of the file, with the command line applied, as the fields of its
     :class:`~skyward.launch.LaunchPlan`; problems go to ``found``."""
-    from skyward._launch_where import choose
-    from skyward._task_mounts import resolve
+    from skyward.launch.where import choose
+    from skyward.launch.taskfile.mounts import resolve
 
     envs: dict[str, str | None] = {**task.envs, **overrides}
     for key in [k for k, v in envs.items() if v is None]:
@@ -100,7 +100,7 @@ def stage(task: Any, where: str, name: str, found: Any, flags: Mapping[str, Any]
 def _local_tools(buckets: Sequence[Any], found: Any, where: str) -> None:
     """The Local nodes are this machine: a bucket whose store has no copy tool here is refused
     now, before anything starts, naming the tools."""
-    from skyward._task_stores import find_tool
+    from skyward.launch.taskfile.stores import find_tool
 
     for bucket in buckets:
         store = bucket.where.store
@@ -179,7 +179,7 @@ def _aws_machine(self: Any) -> str:
         known = next((t for t in types if t.name == self.instance_type), None)
         what = known.describe() if known else f"{self.instance_type} (price unknown)"
     else:
-        from skyward._task_file import parse_minimum
+        from skyward.launch.taskfile.file import parse_minimum
         from skyward.providers.aws import catalog
 
         cpus = parse_minimum(self.cpus, "--cpus")

@@ -3,7 +3,7 @@ its tasks and its progress line, and the lines each event makes visible (stage l
 output, a failing node's log tail, the summary when the pool stops).
 
 No I/O and no rich: :mod:`skyward.console` decides where the lines go and when, and the live
-view (:mod:`skyward._console_live`) draws this state. Every method is called under the
+view (:mod:`skyward.console.live`) draws this state. Every method is called under the
 console's lock.
 """
 

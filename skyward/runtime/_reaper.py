@@ -2,7 +2,7 @@
 
 Run as a script, never imported by skyward (``python -I -S _reaper.py GRACE SHELL COMMAND STATUS_FD``),
 so it starts in a few milliseconds and depends on the standard library alone. The worker
-(:mod:`skyward.worker.command`) starts it in a session of its own, with:
+(:mod:`skyward.runtime.command`) starts it in a session of its own, with:
 
 * stdin: a pipe from the worker. End of input means "stop the command": the worker closes it
   to cancel, and the kernel closes it when the worker dies, however it dies (SIGKILL too).

@@ -5,7 +5,7 @@ SkyPilot substitutes the task's ``envs`` into ``workdir`` and ``file_mounts`` (`
 command line's ``--env`` overrides are in. Then:
 
 * a local source (a file or a directory) must exist; it is copied to every node;
-* a bucket URL (``s3://``, ``gs://``, ``r2://``, ... see :mod:`skyward._task_stores`), or an
+* a bucket URL (``s3://``, ``gs://``, ``r2://``, ... see :mod:`skyward.launch.taskfile.stores`), or an
   entry ``{source, name, store, mode}``, is a :class:`BucketMount`: every node copies it before
   setup, S3 with boto3 (its own credentials, and ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``
   where set), other stores with the store's command-line tool. ``mode: MOUNT`` mounts it where
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skyward._task_check import Findings
-from skyward._task_stores import STORE_NAMES, STORES, Bucket, is_store_url, parse
+from skyward.launch.taskfile.check import Findings
+from skyward.launch.taskfile.stores import STORE_NAMES, STORES, Bucket, is_store_url, parse
 
 __all__ = ["BucketMount", "clone_command", "fetch_bucket", "resolve", "substitute"]
 
@@ -36,7 +36,7 @@ _MODES = ("copy", "mount", "mount_cached")
 
 @dataclass(frozen=True)
 class BucketMount:
-    """A bucket URL (any store :mod:`skyward._task_stores` knows) copied, or mounted (``mode``
+    """A bucket URL (any store :mod:`skyward.launch.taskfile.stores` knows) copied, or mounted (``mode``
     MOUNT or MOUNT_CACHED), at ``dest`` on every node."""
 
     dest: str

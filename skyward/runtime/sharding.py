@@ -12,7 +12,7 @@ import random
 import sys
 from typing import Any, overload
 
-from skyward._instance import instance_info
+from skyward.runtime.instance import instance_info
 from skyward.errors import ConfigError
 
 __all__ = ["shard"]

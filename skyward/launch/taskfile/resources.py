@@ -8,7 +8,7 @@ tuple of :class:`Resources`, each a single machine shape with every shared field
 
 What each field does on each provider is in ``docs/task-files.md``; the checks here only say
 whether a value is well formed, adding a problem (or a warning, for fields Skyward accepts but
-cannot honour anywhere) to the file's :class:`~skyward._task_check.Findings`.
+cannot honour anywhere) to the file's :class:`~skyward.launch.taskfile.check.Findings`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from skyward._task_check import Findings
-from skyward import _task_fields as fields
-from skyward._task_fields import DISK_TIERS, NETWORK_TIERS, Autostop
+from skyward.launch.taskfile.check import Findings
+from skyward.launch.taskfile import fields
+from skyward.launch.taskfile.fields import DISK_TIERS, NETWORK_TIERS, Autostop
 from skyward.accelerators import KNOWN, parse_memory_gb
 
 __all__ = ["Candidates", "OTHER_ACCELERATORS", "RESOURCE_KEYS", "Resources", "check_resources"]

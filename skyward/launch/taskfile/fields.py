@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from skyward._task_check import Findings
+from skyward.launch.taskfile.check import Findings
 from skyward.accelerators import parse_memory_gb
 
 __all__ = ["DISK_TIERS", "NETWORK_TIERS", "Autostop", "JobRecovery", "choice", "describe_ports", "disk_size", "flag", "image",

@@ -2,10 +2,10 @@
 
 Two steps, as everywhere a plan can be checked without I/O:
 
-* :func:`plan` reads the task file (:mod:`skyward._task_file`), applies the command line's
+* :func:`plan` reads the task file (:mod:`skyward.launch.taskfile.file`), applies the command line's
   overrides and resolves every variable into a frozen :class:`LaunchPlan`; nothing is started.
   Every problem in the file and the flags is raised at once
-  (:class:`~skyward._task_check.TaskFileError`); fields accepted but not honoured where the
+  (:class:`~skyward.launch.taskfile.check.TaskFileError`); fields accepted but not honoured where the
   task runs are the plan's ``warnings``. ``--dryrun`` prints :meth:`LaunchPlan.describe`
   (warnings first) and stops there; a run prints the same plan first.
 * :func:`execute` opens a :class:`~skyward.ComputePool` for the plan (trying its machine
@@ -17,7 +17,7 @@ Two steps, as everywhere a plan can be checked without I/O:
   exit code (128 + N for a signal N), 1 for any other error, 130 when interrupted.
 
 On Local an accelerator is stood in for: ``L4:2`` gives each node 2 worker processes and
-``SKYPILOT_NUM_GPUS_PER_NODE=2`` (see :mod:`skyward._launch_where`).
+``SKYPILOT_NUM_GPUS_PER_NODE=2`` (see :mod:`skyward.launch.where`).
 
 The workdir is used in place on the Local provider (the nodes are this machine); on other
 providers it is packed once, sent to every node as a task argument and unpacked into
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from skyward._launch_plan import PROVIDERS  # noqa: F401  (the --provider choices)
+from skyward.launch.plan import PROVIDERS  # noqa: F401  (the --provider choices)
 from skyward.errors import ConfigError
 
 __all__ = ["LaunchPlan", "execute", "plan"]
@@ -70,7 +70,7 @@ class LaunchPlan:
     file_mounts: Mapping[str, str] = field(default_factory=dict)
     #: Worker processes per node: on Local, the accelerator count asked for (they stand in for it).
     processes_per_node: int = 1
-    #: The machine shapes to try, in order (the first is the one above); see skyward._launch_where.
+    #: The machine shapes to try, in order (the first is the one above); see skyward.launch.where.
     candidates: tuple[Any, ...] = ()
     buckets: tuple[Any, ...] = ()
     #: SkyPilot's resources.autostop, for named clusters (idle minutes and down), or None.
@@ -96,7 +96,7 @@ class LaunchPlan:
 
     def describe(self) -> str:
         """The plan in a few lines (secrets masked), warnings first."""
-        from skyward._launch_plan import describe_stage
+        from skyward.launch.plan import describe_stage
 
         lines = [f"warning: {w}" for w in self.warnings]
         for number, stage in enumerate(self.stages, 1):
@@ -125,11 +125,11 @@ def plan(
     ``os.environ``); ``env_file`` holds ``K=V`` lines (``#`` comments, blank lines); ``secrets``
     items are ``K=V`` or ``K`` likewise. A variable the file leaves null must be given.
     ``provider`` None: the one the file's ``infra`` names, else Local.
-    Raises :class:`~skyward._task_check.TaskFileError` (a :class:`~skyward.ConfigError`) listing
+    Raises :class:`~skyward.launch.taskfile.check.TaskFileError` (a :class:`~skyward.ConfigError`) listing
     every problem in the file and the flags at once.
     """
-    from skyward._launch_plan import check_flags, stage
-    from skyward._task_file import read_tasks
+    from skyward.launch.plan import check_flags, stage
+    from skyward.launch.taskfile.file import read_tasks
 
     environ = os.environ if environ is None else environ
     title, tasks, found = read_tasks(path)
@@ -197,13 +197,15 @@ def _indent(text: str) -> str:
 def make_provider(p: LaunchPlan, candidate: Any = None) -> Any:
     """The provider a plan names, configured from its resources (``candidate``: one of
     ``p.candidates``, default the first)."""
-    import skyward as sky
-    from skyward._task_file import parse_minimum
+    from skyward.launch.taskfile.file import parse_minimum
+    from skyward.providers.aws import AWS
+    from skyward.providers.local import Local
+    from skyward.providers.ssh import SSH
 
     if p.provider == "local":
-        return sky.Local()
+        return Local()
     if p.provider == "ssh":  # (the hosts beyond num_nodes are spares for job recovery)
-        return sky.SSH(list(p.hosts if p.job_recovery is not None else p.hosts[:p.nodes]))
+        return SSH(list(p.hosts if p.job_recovery is not None else p.hosts[:p.nodes]))
     c = candidate if candidate is not None else (p.candidates[0] if p.candidates else None)
     cpus = parse_minimum(p.cpus if c is None else (c.cpus or p.cpus), "--cpus")
     memory = parse_minimum(p.memory if c is None else (c.memory or p.memory), "--memory")
@@ -216,10 +218,10 @@ def make_provider(p: LaunchPlan, candidate: Any = None) -> Any:
         if c.disk_size:
             extra["disk_gb"] = max(8, c.disk_size)
         extra.update(disk_tier=c.disk_tier, ports=c.ports, zone=c.zone, labels=dict(c.labels))
-        return sky.AWS(region=region, instance_type=c.instance_type, vcpus=cpus[0] if cpus else None,
+        return AWS(region=region, instance_type=c.instance_type, vcpus=cpus[0] if cpus else None,
                        memory_gb=memory[0] if memory else None,
                        allocation="spot" if c.use_spot else "on-demand", **extra)
-    return sky.AWS(region=p.region, instance_type=p.instance_type, vcpus=cpus[0] if cpus else None,
+    return AWS(region=p.region, instance_type=p.instance_type, vcpus=cpus[0] if cpus else None,
                    memory_gb=memory[0] if memory else None,
                    allocation="spot" if p.use_spot else "on-demand")
 
@@ -234,7 +236,7 @@ def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_eve
 
     ``provider`` replaces the one the plan names (e.g. an ``sky.SSH`` with options the command
     line has no flags for); ``console`` and ``on_event`` are the pool's. ``cluster`` (see
-    :func:`skyward.clusters.jobs.pool_args`) runs it on a named cluster that stays up: setup only
+    :func:`skyward.launch.cluster.pool_args`) runs it on a named cluster that stays up: setup only
     when new or changed (never without ``run_setup``); ``detach_run`` starts the run and returns.
     """
     err = err or sys.stderr
@@ -257,8 +259,9 @@ def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_eve
 
 def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any, err: IO[str],
                    cluster: Mapping[str, Any] | None = None, run_setup: bool = True, detach_run: bool = False) -> int:
-    import skyward as sky
     from skyward.errors import CapacityError, CommandFailed, SkywardError
+    from skyward.image import Image
+    from skyward.pool import ComputePool
 
     attempts = list(p.candidates) or [None]
     phase = ["setup"]
@@ -268,7 +271,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
             made = provider or make_provider(p, candidate)
             # Remote nodes copy buckets with boto3 (S3) or a store's own tool: their environment gets it.
             pip = tuple(sorted({name for b in p.buckets for name in b.where.store.pip}))
-            image = sky.Image(pip=pip) if pip and made.name != "local" else None
+            image = Image(pip=pip) if pip and made.name != "local" else None
             shape = {"provider": made, "nodes": p.nodes, "image": image,
                      "accelerator": None if p.provider == "local" else accelerator,
                      "processes_per_node": p.processes_per_node}
@@ -277,12 +280,12 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
                 # nodes also takes its replacements from SSH hosts beyond the first n.
                 shape["nodes"] = (p.nodes, p.nodes)
             if cluster is not None:
-                from skyward.clusters import jobs as clusters
+                from skyward.launch import cluster as clusters
 
                 shape = clusters.pool_args(dict(cluster), shape)
             with contextlib.ExitStack() as stack:
                 try:  # entering provisions: a refusal for capacity moves on to the next candidate
-                    pool = stack.enter_context(sky.ComputePool(**shape, console=console, on_event=on_event))
+                    pool = stack.enter_context(ComputePool(**shape, console=console, on_event=on_event))
                 except CapacityError as exc:
                     if index + 1 == len(attempts):
                         raise
@@ -306,7 +309,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
 
 def _run_stage(pool: Any, p: LaunchPlan, phase: list[str], *, cluster: Mapping[str, Any] | None = None,
                run_setup: bool = True, detach_run: bool = False, err: IO[str] | None = None) -> None:
-    from skyward._launch_files import unmount_all
+    from skyward.launch.files import unmount_all
 
     mounted: list[str] = []  # the buckets mounted on the nodes: unmounted on every exit path
     try:
@@ -319,9 +322,9 @@ def _run_stage(pool: Any, p: LaunchPlan, phase: list[str], *, cluster: Mapping[s
 
 def _run_stage_body(pool: Any, p: LaunchPlan, phase: list[str], mounted: list[str], *,
                      cluster: Mapping[str, Any] | None, run_setup: bool, detach_run: bool, err: IO[str]) -> None:
-    import skyward as sky
-    from skyward._launch_files import sync_files
-    from skyward._launch_where import in_container
+    from skyward._shell import shell
+    from skyward.launch.files import sync_files
+    from skyward.launch.where import in_container
 
     cwd = sync_files(pool, p, mounted, err)
     env = dict(p.env)
@@ -333,9 +336,9 @@ def _run_stage_body(pool: Any, p: LaunchPlan, phase: list[str], mounted: list[st
     wrap = (lambda cmd: in_container(cmd, image[len("docker:"):], list(env), cwd)) \
         if image.startswith("docker:") else (lambda cmd: cmd)
     if cluster is not None:
-        from skyward.clusters import jobs as clusters
+        from skyward.launch import cluster as clusters
     if p.setup and run_setup and (cluster is None or clusters.setup_needed(pool, p)):
-        sky.shell(wrap(p.setup), env=env, cwd=cwd) @ pool
+        shell(wrap(p.setup), env=env, cwd=cwd) @ pool
         if cluster is not None:
             clusters.setup_done(pool, p)
     phase[0] = "run"
@@ -344,7 +347,7 @@ def _run_stage_body(pool: Any, p: LaunchPlan, phase: list[str], mounted: list[st
         (err or sys.stderr).write(f"skyward: the run goes on on cluster {pool.name} (log: {logs[0]} on node 0); "
                                   f"follow it with `skyward logs {pool.name}`\n")
     elif p.run.strip():
-        from skyward._launch_recovery import only_on, run_with_recovery
+        from skyward.launch.recovery import only_on, run_with_recovery
 
         def prepare(new_nodes: set[int]) -> None:  # after a replacement: files and setup on the new nodes
             if not new_nodes:
@@ -352,8 +355,8 @@ def _run_stage_body(pool: Any, p: LaunchPlan, phase: list[str], mounted: list[st
             phase[0] = "setup"
             sync_files(pool, p, mounted, err, only=frozenset(new_nodes))
             if p.setup:
-                sky.shell(only_on(new_nodes, wrap(p.setup)), env=env, cwd=cwd) @ pool
+                shell(only_on(new_nodes, wrap(p.setup)), env=env, cwd=cwd) @ pool
             phase[0] = "run"
 
         recovery = p.job_recovery if cluster is None else None
-        run_with_recovery(pool, recovery, lambda: sky.shell(wrap(p.run), env=env, cwd=cwd) @ pool, prepare, err)
+        run_with_recovery(pool, recovery, lambda: shell(wrap(p.run), env=env, cwd=cwd) @ pool, prepare, err)

@@ -1,6 +1,6 @@
 """Where am I: :class:`InstanceInfo` and :func:`instance_info` (re-exported by :mod:`skyward.runtime`).
 
-A module of its own so that :mod:`skyward._shard` can ask which node it runs on without
+A module of its own so that :mod:`skyward.runtime.sharding` can ask which node it runs on without
 importing :mod:`skyward.runtime`, which imports it. Imported on workers: nothing heavy.
 """
 
@@ -10,7 +10,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from skyward import _preempt
+from skyward.runtime import preemption as _preempt
 from skyward.errors import ConfigError
 
 __all__ = ["ENV_VAR", "InstanceInfo", "Peer", "instance_info", "node_environment"]

@@ -1,0 +1,44 @@
+"""What a task on a named cluster's node finds there: the folder of the cluster's worker
+(``SKYWARD_CLUSTER_DIR``), and in it the logs and pid files of its detached runs. The worker
+sets the variable; the tasks that start detached runs and the worker's autostop read it.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["CLUSTER_DIR", "jobs_dir", "running_jobs"]
+
+#: The environment variable naming the directory of the cluster worker's socket (on the node).
+CLUSTER_DIR = "SKYWARD_CLUSTER_DIR"
+
+
+def jobs_dir(node: int) -> str:
+    """Where node ``node``'s detached runs keep their logs and pid files
+    (``<socket dir>/jobs/<node>``: the nodes of a Local cluster share one machine)."""
+    base = os.environ.get(CLUSTER_DIR)
+    if not base:
+        raise RuntimeError("not in a named cluster's worker: detached runs need a cluster (-c NAME)")
+    path = os.path.join(base, "jobs", str(node))
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def running_jobs() -> list[int]:
+    """The pids of this cluster's detached runs still running on this machine."""
+    import glob
+
+    base = os.environ.get(CLUSTER_DIR)
+    if not base:
+        return []
+    alive = []
+    for pid_file in glob.glob(os.path.join(glob.escape(base), "jobs", "*", "*.pid")):
+        try:
+            with open(pid_file) as f:
+                pid = int(f.read().strip())
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] != b"Z":
+                    alive.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return alive
