@@ -7,7 +7,8 @@ copies, since they may be blocked in a collective operation waiting for the fail
 
 An elastic pool (``nodes=(min, max)``) sends its calls through its client-side queue
 (:mod:`skyward.pool.queue`) instead; broadcasts go straight to the nodes it has at that
-moment. A call with ``retries`` is wrapped by :func:`skyward.pool.retry.retrying`; a call
+moment, except that a pool below its ``min`` while a lost node is replaced waits for the
+replacement first. A call with ``retries`` is wrapped by :func:`skyward.pool.retry.retrying`; a call
 without takes exactly the fixed pool's path.
 """
 
@@ -115,6 +116,8 @@ class Dispatcher:
         return self._broadcast_with_retries(pending)
 
     def _broadcast(self, pending: PendingCompute[T], on_failure: Callable[..., None]) -> list[T]:
+        if self._elastic is not None:  # a pool below its size while replacing a node: wait
+            self._elastic.wait_full()
         conns = self._targets(pending)
         for c in conns:
             if not c.alive:

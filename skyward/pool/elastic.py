@@ -7,13 +7,15 @@ pools only) reads the :class:`~skyward.pool.queue.TaskQueue`:
   ``min(max - current - adding, ceil(waiting / slots per node) - adding)`` nodes in one
   provider call (``adding``: nodes already on their way, which will take their share);
 - a node with no task for ``scale_down_after`` seconds is released while the pool is above
-  ``min`` (the queue claims it first, so no task lands on it).
+  ``min`` (the queue claims it first, so no task lands on it), the highest numbers first:
+  node 0, the head, stays.
 
 With ``replace_lost``, a node whose worker is lost (exit, SIGKILL, silence) is released (its
 host, if unreachable, not waited on longer than the silent-node limits) and a new node with
 the same number provisioned in its place, up to :data:`REPLACE_ATTEMPTS` tries; a failure
 is a ``NodeRemoved(node, "replacement failed: ...")`` event and the error of the pool's next
-call (and of :meth:`Elastic.wait_ready`), never a hang.
+call (and of :meth:`Elastic.wait_ready`), never a hang. A broadcast on a pool below ``min``
+while a node is replaced waits for it (:meth:`Elastic.wait_full`).
 
 Guarantees: no lock is held while a provider or a host is waited on; every thread started
 here is joined by :meth:`Elastic.stop` (the pool's teardown, on every exit path), and an
@@ -30,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from skyward import events as ev
-from skyward.errors import ConfigError, SkywardError
+from skyward.errors import BootstrapError, ConfigError, SkywardError
 from skyward.pool.lifecycle import Nodes
 from skyward.pool.queue import TaskQueue
 
@@ -61,6 +63,7 @@ def elastic_parts(options: Any, nodes: Nodes, emit: Callable[[ev.Event], None]
     elastic = Elastic(nodes, queue, options.limits, scale_up_after=options.scale_up_after,
                       scale_down_after=options.scale_down_after, replace_lost=options.replacing, emit=emit)
     elastic.queue_slots = options.concurrency * options.processes
+    elastic.start_timeout = options.start_timeout
     return elastic, queue
 
 
@@ -103,19 +106,42 @@ class Elastic:
         """Wait until no replacement is under way (and, with replace_lost, every worker is
         alive); raise the error of a replacement that failed (once), TimeoutError after
         ``timeout`` seconds."""
+        self._wait_until(lambda: not self._replacing and not self._dead(), timeout,
+                         lambda: TimeoutError(f"the pool's replacement nodes were not ready within {timeout:g}s"))
+
+    def wait_full(self) -> None:
+        """Before a broadcast: while the pool is below its ``min`` because a lost node is being
+        replaced, wait for the replacement (``start_timeout`` seconds at most, then
+        BootstrapError), so that a broadcast never runs on fewer nodes by accident (a smaller
+        DDP world); raise the error of a replacement that failed (once). An autoscaling pool
+        at or above ``min`` broadcasts to the nodes it has."""
+        def short() -> list[int]:  # the nodes being replaced, while the pool is below min
+            if not self.replace_lost:
+                return []
+            conns = self.nodes.connections
+            live = {c.node for c in conns} - {c.node for c in conns if not c.alive}
+            waited = sorted(self._replacing | {c.node for c in conns if not c.alive})
+            return waited if len(live) < self.min else []
+
+        def late() -> BaseException:
+            missing = short()
+            return BootstrapError("replacement", "replacing a lost node",
+                                  f"not ready within start_timeout={self.start_timeout:g}s; a broadcast waits "
+                                  f"for it so that it runs on all {self.min} nodes", node=missing[0] if missing else None)
+
+        self._wait_until(lambda: not short(), self.start_timeout, late)
+
+    def _dead(self) -> bool:
+        return self.replace_lost and any(not c.alive for c in self.nodes.connections)
+
+    def _wait_until(self, done: Callable[[], bool], timeout: float | None,
+                    timed_out: Callable[[], BaseException]) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
-
-        def ready() -> bool:
-            if self.error is not None or self._closed.is_set():
-                return True
-            dead = self.replace_lost and any(not c.alive for c in self.nodes.connections)
-            return not self._replacing and not dead
-
         with self._changed:
-            while not ready():
+            while not (self.error is not None or self._closed.is_set() or done()):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise TimeoutError(f"the pool's replacement nodes were not ready within {timeout:g}s")
+                    raise timed_out()
                 self._changed.wait(0.1 if left is None else min(0.1, left))
         self.raise_error()
 
@@ -145,6 +171,7 @@ class Elastic:
                     self._remove(node, f"idle {self.scale_down_after:g}s", lost=False)
 
     queue_slots = 1  # task slots per node (set by the pool)
+    start_timeout = 120.0  # the pool's: how long a broadcast waits for a replacement
 
     def _add(self, numbers: list[int], reason: str) -> None:
         try:

@@ -64,8 +64,10 @@ class TaskQueue:
             return len(self._items), time.monotonic() - self._items[0].since
 
     def claim_idle(self, idle_for: float, keep: int) -> list[int]:
-        """Nodes that have had no task for ``idle_for`` seconds, at most as many as leave
-        ``keep`` nodes, highest numbers first; each is claimed (gets nothing more from here)."""
+        """The highest-numbered nodes, each with no task for ``idle_for`` seconds, at most as
+        many as leave ``keep`` nodes; each is claimed (gets nothing more from here). A node
+        that is not idle keeps the nodes below it: the numbers left stay dense (DDP ranks) and
+        the head (node 0, torch's MASTER_ADDR) stays."""
         now = time.monotonic()
         with self._lock:
             if self._items:
@@ -73,9 +75,12 @@ class TaskQueue:
             conns = [c for c in self._connections() if c.node not in self._draining]
             nodes = sorted({c.node for c in conns}, reverse=True)
             busy = {c.node for c in conns if self._load.get(c, 0) or c.inflight}
-            idle = [n for n in nodes if n not in busy
-                    and now - self._busy_until.setdefault(n, now) >= idle_for]
-            claimed = idle[:max(0, len(nodes) - keep)]
+            idle = [n not in busy and now - self._busy_until.setdefault(n, now) >= idle_for for n in nodes]
+            claimed: list[int] = []
+            for n, is_idle in zip(nodes[:max(0, len(nodes) - keep)], idle, strict=False):
+                if not is_idle:
+                    break
+                claimed.append(n)
             self._draining.update(claimed)
             return claimed
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import cloudpickle
 
@@ -60,3 +62,23 @@ def node_and_pid() -> tuple[int, int, int]:
     """(node, total nodes, the worker's pid)."""
     info = sky.instance_info()
     return info.node, info.total_nodes, os.getpid()
+
+
+@sky.compute
+def hold_unless_head(marker: str) -> int:
+    """Node 0 returns at once; any other node holds its slot until ``marker`` exists (60 s at
+    most). Returns the node."""
+    node = sky.instance_info().node
+    deadline = time.monotonic() + 60.0
+    while node != 0 and not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return node
+
+
+@contextlib.contextmanager
+def held_while(marker: str, info: sky.InstanceInfo) -> Iterator[None]:
+    """An ``around_app`` that holds a worker's start while ``marker`` exists (60 s at most)."""
+    deadline = time.monotonic() + 60.0
+    while os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield

@@ -9,12 +9,14 @@ are read here.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,15 @@ import pytest
 import skyward as sky
 from skyward import events as ev
 from tests.contract.conftest import PROVIDERS
-from tests.contract.elastic_tasks import die_once, fail_counting, leave_a_process, node_and_pid, pause_then
+from tests.contract.elastic_tasks import (
+    die_once,
+    fail_counting,
+    held_while,
+    hold_unless_head,
+    leave_a_process,
+    node_and_pid,
+    pause_then,
+)
 from tests.hosts.conftest_fixture import ssh_provider, venv_site_env
 
 IDLE_TIMEOUT = 4.0
@@ -218,3 +228,64 @@ def test_a_broadcast_that_loses_a_node_leaves_the_pool_usable_once_replaced(elas
         pool.wait_ready(timeout=SETTLES_WITHIN)
         assert pool.is_open
         assert sorted(n for n, _, _ in node_and_pid() @ pool) == [0, 1]
+
+
+@pytest.mark.parametrize("shape", ["fixed", "elastic"])
+def test_a_broadcast_while_a_lost_node_is_replaced_waits_for_the_replacement(elastic: Elastic, shape: str) -> None:
+    # (a broadcast on fewer nodes would form a smaller DDP world by accident)
+    nodes = 2 if shape == "fixed" else (2, 2)
+    with elastic.pool(nodes=nodes, replace_lost=True) as pool:
+        pid = sorted(node_and_pid() @ pool)[1][2]
+        os.kill(pid, signal.SIGKILL)
+        assert elastic.wait_for(lambda: bool(elastic.of(ev.NodeRemoved)))
+        # the lost node is released, its replacement starting: the broadcast waits for it
+        assert sorted((n, total) for n, total, _ in node_and_pid() @ pool) == [(0, 2), (1, 2)]
+        assert [(e.node, e.reason) for e in elastic.of(ev.NodeAdded)] == [(1, "replacement")]
+
+
+def test_a_broadcast_waits_for_a_replacement_at_most_start_timeout(elastic: Elastic, marker: str) -> None:
+    start_timeout = 5.0
+    hold = sky.Plugin("hold", around_app=functools.partial(held_while, marker))
+    with elastic.pool(nodes=2, replace_lost=True, start_timeout=start_timeout, plugins=[hold]) as pool:
+        pid = sorted(node_and_pid() @ pool)[1][2]
+        Path(marker).touch()  # the replacement's worker will not start until it is gone
+        os.kill(pid, signal.SIGKILL)
+        assert elastic.wait_for(lambda: bool(elastic.of(ev.NodeRemoved)))
+        started = time.monotonic()
+        with pytest.raises(sky.BootstrapError, match=r"not ready within start_timeout=5s") as info:
+            node_and_pid() @ pool
+        assert info.value.node == 1
+        assert start_timeout - 0.5 < time.monotonic() - started < start_timeout + 5.0
+        Path(marker).unlink()  # the next attempt starts: the pool is whole again
+        pool.wait_ready(timeout=SETTLES_WITHIN)
+        assert sorted(n for n, _, _ in node_and_pid() @ pool) == [0, 1]
+
+
+def test_an_autoscaling_pool_at_min_or_above_broadcasts_to_the_nodes_it_has(elastic: Elastic, marker: str) -> None:
+    hold = sky.Plugin("hold", around_app=functools.partial(held_while, marker))
+    with elastic.pool(nodes=(1, 2), scale_up_after=0.3, plugins=[hold]) as pool:
+        sky.gather(*(pause_then(i, 1.0) for i in range(6))) >> pool
+        assert elastic.wait_for(lambda: bool(elastic.of(ev.NodeAdded)))
+        pid = sorted(node_and_pid() @ pool)[1][2]
+        Path(marker).touch()  # node 1's replacement stays starting
+        os.kill(pid, signal.SIGKILL)
+        assert elastic.wait_for(lambda: bool(elastic.of(ev.NodeRemoved)))
+        assert [n for n, _, _ in node_and_pid() @ pool] == [0]
+
+
+def test_scaling_down_keeps_node_0_when_a_higher_node_is_the_busy_one(elastic: Elastic, marker: str) -> None:
+    # node 0 idle while node 1 holds a task: node 0 (torch's MASTER_ADDR) must not be released
+    idle_after = 1.0
+    with elastic.pool(nodes=(1, 2), scale_up_after=0.3, scale_down_after=idle_after) as pool:
+        sky.gather(*(pause_then(i, 1.0) for i in range(6))) >> pool
+        assert elastic.wait_for(lambda: bool(elastic.of(ev.NodeAdded)))
+        held = [hold_unless_head(marker) > pool for _ in range(2)]  # one on each node
+        done, _ = wait(held, SETTLES_WITHIN, return_when=FIRST_COMPLETED)
+        assert [f.result() for f in done] == [0]  # node 0 is idle from now on
+        # node 0 idle for 3 x scale_down_after while node 1 is busy: nothing is released
+        assert not elastic.wait_for(lambda: bool(elastic.of(ev.NodeRemoved)), 3 * idle_after)
+        Path(marker).touch()
+        assert sorted(f.result(timeout=SETTLES_WITHIN) for f in held) == [0, 1]
+        assert elastic.wait_for(lambda: bool(elastic.of(ev.NodeRemoved)))
+        assert [(e.node, e.reason) for e in elastic.of(ev.NodeRemoved)] == [(1, f"idle {idle_after:g}s")]
+        assert [n for n, _, _ in node_and_pid() @ pool] == [0]
