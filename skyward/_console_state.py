@@ -285,7 +285,8 @@ class ConsoleState:
         total = done + failed + cancelled
         counts = f"{done} done, {failed} failed" + (f", {cancelled} cancelled" if cancelled else "")
         tasks = f"{plural(total, 'task')} ({counts})" if total else "no tasks"
-        parts = [f"skyward: pool {event.pool_id or self.pool_id} stopped: {tasks}", f"up {seconds(now - self.started)}"]
+        ended = "detached" if event.detached else "stopped"  # (a cluster stays up)
+        parts = [f"skyward: pool {event.pool_id or self.pool_id} {ended}: {tasks}", f"up {seconds(now - self.started)}"]
         lost = [n for n, node in sorted(self.nodes.items()) if node.was_lost]
         if lost:
             parts.append(f"{'node' if len(lost) == 1 else 'nodes'} {', '.join(map(str, lost))} lost")
@@ -300,4 +301,6 @@ class ConsoleState:
         cancelled = sum(n.cancelled + len(n.running) for n in self.nodes.values())
         left = "nothing left running" if event.clean else "teardown incomplete (see above)"
         tail = f" ({plural(cancelled, 'task')} cancelled)" if cancelled else ""
+        if event.detached:
+            return f"skyward: interrupted: pool {event.pool_id or self.pool_id} detached, its cluster stays up{tail}"
         return f"skyward: interrupted: pool {event.pool_id or self.pool_id} stopped, {left}{tail}"

@@ -409,6 +409,22 @@ def test_real_pool_reports_a_lost_node(capsys: pytest.CaptureFixture[str]) -> No
     assert re.search(r"stopped: 1 task \(0 done, 1 failed\), up \d+\.\ds, node 0 lost$", err, re.M)
 
 
+def test_a_named_cluster_detaching_says_it_stays_up_not_stopped(capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SKYWARD_HOME", str(tmp_path))
+    with sky.ComputePool(name="detach-words", nodes=1, idle_minutes=5) as pool:
+        chatty("hi") >> pool
+    err = capsys.readouterr().err
+    try:
+        assert "it stays up" in err, err
+        assert not re.search(r"^skyward: pool \w+ stopped", err, re.M), err  # it did not stop
+        assert re.search(r"^skyward: pool \w+ detached: 1 task \(1 done, 0 failed\), up \d+\.\ds$", err, re.M), err
+    finally:
+        with sky.ComputePool(name="detach-words", console=False) as pool:
+            pool.down()
+
+
 def test_real_pool_with_console_off(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SKYWARD_CONSOLE", "off")
     with sky.ComputePool(nodes=2) as pool:
