@@ -58,3 +58,41 @@ def test_navigation_has_the_six_sections() -> None:
     nav = yaml.safe_load(MKDOCS)["nav"]
     assert [next(iter(entry)) for entry in nav] == ["Get started", "Guides", "Concepts", "Providers", "Reference",
                                                      "Benchmarks"]
+
+
+# -- the `skyward` command's page is true to the command ------------------------------------------
+CLI_PAGE = DOCS / "cli.md"
+
+
+def test_the_command_page_names_every_subcommand_and_option() -> None:
+    from skyward.cli import _parser
+
+    page = CLI_PAGE.read_text()
+    parser = _parser()
+    (commands,) = [a for a in parser._actions if a.choices and a.dest == "command"]
+    missing = []
+    for name, sub in sorted(commands.choices.items()):  # type: ignore[union-attr]
+        if f"skyward {name}" not in page and f"`{name}`" not in page:
+            missing.append(name)
+        for action in sub._actions:
+            for flag in action.option_strings:
+                if flag not in ("-h", "--help") and not re.search(rf"{re.escape(flag)}(?![\w-])", page):
+                    missing.append(f"{name} {flag}")
+    assert missing == []
+
+
+def test_the_command_pages_task_file_error_is_what_the_command_prints(tmp_path: pathlib.Path) -> None:
+    """The bad task file the page shows, run as the page runs it, prints the page's error."""
+    import os
+    import subprocess
+    import sys
+
+    page = CLI_PAGE.read_text()
+    task = re.search(r"```yaml\n# bad\.yaml\n(.*?)```", page, re.S)
+    shown = re.search(r"```text\n\$ skyward launch bad\.yaml --dryrun\n(.*?)```", page, re.S)
+    assert task and shown, "docs/cli.md shows no bad.yaml and its error"
+    (tmp_path / "bad.yaml").write_text(task.group(1))
+    done = subprocess.run([sys.executable, "-m", "skyward.cli", "launch", "bad.yaml", "--dryrun"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == shown.group(1)
