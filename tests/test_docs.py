@@ -96,3 +96,52 @@ def test_the_command_pages_task_file_error_is_what_the_command_prints(tmp_path: 
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr == shown.group(1)
+
+
+# -- the pages speak to users, not of how they were written ----------------------------------------
+WORK_LOG = re.compile(r"\b(this work|this session|this round|before this (?:work|change)|this change|this PR"
+                      r"|issue #?\d+|was available to this)\b", re.I)
+
+
+def reader_pages() -> list[pathlib.Path]:
+    return [ROOT / "README.md", *DOCS.rglob("*.md"), *(ROOT / "examples").rglob("*.md"),
+            *(ROOT / "guides").glob("*.py")]
+
+
+def test_no_page_speaks_of_the_work_that_wrote_it() -> None:
+    found = [f"{p.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)!r}"
+             for p in reader_pages() for text in [p.read_text()] for m in WORK_LOG.finditer(text)]
+    assert found == []
+
+
+def test_skytorch_is_introduced_where_it_is_named() -> None:
+    """A page that names SkyTorch says what it is, or links to the page that does."""
+    intro = "SkyTorch, a separate project"
+    assert intro in (DOCS / "remote-device.md").read_text()
+    for page in DOCS.rglob("*.md"):
+        text = page.read_text()
+        if "SkyTorch" in text and intro not in text:
+            first = text.index("SkyTorch")
+            assert "a separate project" in text[first:first + 200] and "remote-device.md" in text[first:first + 300], \
+                page.name
+
+
+def test_the_home_page_links_every_concept_a_newcomer_looks_for() -> None:
+    home = (DOCS / "index.md").read_text()
+    for page in ("start.md", "compute.md", "pool.md", "clusters.md", "elastic.md", "task-files.md", "cli.md",
+                 "remote-device.md"):
+        assert f"]({page})" in home, page
+
+
+def table_rows(page: str) -> set[str]:
+    """The first cells of the page's tables: ``| `name` | ...`` rows."""
+    return set(re.findall(r"^\| `(\w+)` \|", (DOCS / page).read_text(), re.M))
+
+
+def test_every_pool_parameter_and_compute_option_has_a_row() -> None:
+    import inspect
+
+    pool = [p for p in inspect.signature(sky.ComputePool.__init__).parameters if p != "self"]
+    options = list(inspect.signature(sky.compute).parameters)[1:]  # (fn is the function itself)
+    assert [p for p in pool if p not in table_rows("pool.md")] == []
+    assert [o for o in options if o not in table_rows("compute.md")] == []
