@@ -219,7 +219,7 @@ def section(r: dict, quick: bool) -> str:
         "",
         "A Local `Compute` (its worker is a second process on this machine). **Client cost per queued op**: "
         "`c = a + b` on 16-element tensors, each call timed on its own; ops/s over the whole loop, sends "
-        "included. The CPU row is the same line on CPU tensors, for scale. **MNIST**: the network of SkyTorch's MNIST example, "
+        "included. The CPU row is the same line on CPU tensors, for scale. **MNIST**: the network of the MNIST guide (`guides/remote_mnist.py`), "
         "AdamW, batch 256 already on the device; blocks of "
         f"{r['steps']} steps on the client's CPU and on `sky`, interleaved, {len(pairs)} pairs, after 10 warm-up "
         "steps each; the ratio is the median of per-pair ratios. The worker and the client share the "

@@ -151,12 +151,14 @@ class TaskRetried:
 @dataclass(frozen=True, slots=True)
 class PoolStopped:
     """The pool is down: ``clean`` when every worker and machine was confirmed released;
-    ``interrupted`` when it was stopped by Ctrl-C (KeyboardInterrupt)."""
+    ``interrupted`` when it was stopped by Ctrl-C (KeyboardInterrupt); ``detached`` when this
+    client let go of a named cluster, whose workers stay up."""
 
     pool_id: str
     seconds: float
     clean: bool
     interrupted: bool = False
+    detached: bool = False
 
 
 Event = (PoolStarting | NodeStage | NodeLog | PoolReady | TaskStarted | TaskFinished | TaskOutput | PoolStopped

@@ -409,6 +409,60 @@ def test_real_pool_reports_a_lost_node(capsys: pytest.CaptureFixture[str]) -> No
     assert re.search(r"stopped: 1 task \(0 done, 1 failed\), up \d+\.\ds, node 0 lost$", err, re.M)
 
 
+def test_a_named_cluster_detaching_says_it_stays_up_not_stopped(capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SKYWARD_HOME", str(tmp_path))
+    with sky.ComputePool(name="detach-words", nodes=1, idle_minutes=5) as pool:
+        chatty("hi") >> pool
+    err = capsys.readouterr().err
+    try:
+        assert "it stays up" in err, err
+        assert not re.search(r"^skyward: pool \w+ stopped", err, re.M), err  # it did not stop
+        assert re.search(r"^skyward: pool \w+ detached: 1 task \(1 done, 0 failed\), up \d+\.\ds$", err, re.M), err
+    finally:
+        with sky.ComputePool(name="detach-words", console=False) as pool:
+            pool.down()
+
+
+@sky.compute(retries=1)
+def lost_once(marker: str) -> int:
+    """The first run kills its own worker (as a lost machine would); the retry returns."""
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), 9)
+    return 7
+
+
+def test_a_retried_task_that_succeeded_is_not_counted_as_failed(capsys: pytest.CaptureFixture[str],
+                                                                tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with sky.ComputePool(nodes=(1, 1)) as pool:
+        assert lost_once(str(tmp_path / "marker")) >> pool == 7
+        pool.wait_ready(timeout=60)
+        assert chatty("after") >> pool == 0
+    err = capsys.readouterr().err
+    assert "retried after node 0 was lost (attempt 2 of 2)" in err, err
+    assert re.search(r"^skyward: pool \w+ stopped: 2 tasks \(2 done, 0 failed\), 1 retried, up \d+\.\ds$", err, re.M), err
+
+
+def test_a_retry_counts_the_same_whichever_event_comes_first(capsys: pytest.CaptureFixture[str]) -> None:
+    for retried_first in (True, False):
+        c = Console(mode="plain")
+        startup(c, nodes=1, logs=False)
+        c(ev.TaskStarted(1, 0, "f"))
+        if retried_first:
+            c(ev.TaskRetried("f", 0, 2, 2))
+        c(ev.NodeStage(0, "lost", "worker exited"))
+        if not retried_first:
+            c(ev.TaskRetried("f", 0, 2, 2))
+        c(ev.NodeStage(0, "ready"))
+        c(ev.TaskStarted(2, 0, "f"))
+        c(ev.TaskFinished(2, 0, "f", True, 0.1))
+        c(ev.PoolStopped("p1", 0.1, True))
+        last = capsys.readouterr().err.splitlines()[-1]
+        assert re.search(r"stopped: 1 task \(1 done, 0 failed\), 1 retried, up", last), (retried_first, last)
+
+
 def test_real_pool_with_console_off(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SKYWARD_CONSOLE", "off")
     with sky.ComputePool(nodes=2) as pool:

@@ -58,3 +58,90 @@ def test_navigation_has_the_six_sections() -> None:
     nav = yaml.safe_load(MKDOCS)["nav"]
     assert [next(iter(entry)) for entry in nav] == ["Get started", "Guides", "Concepts", "Providers", "Reference",
                                                      "Benchmarks"]
+
+
+# -- the `skyward` command's page is true to the command ------------------------------------------
+CLI_PAGE = DOCS / "cli.md"
+
+
+def test_the_command_page_names_every_subcommand_and_option() -> None:
+    from skyward.cli import _parser
+
+    page = CLI_PAGE.read_text()
+    parser = _parser()
+    (commands,) = [a for a in parser._actions if a.choices and a.dest == "command"]
+    missing = []
+    for name, sub in sorted(commands.choices.items()):  # type: ignore[union-attr]
+        if f"skyward {name}" not in page and f"`{name}`" not in page:
+            missing.append(name)
+        for action in sub._actions:
+            for flag in action.option_strings:
+                if flag not in ("-h", "--help") and not re.search(rf"{re.escape(flag)}(?![\w-])", page):
+                    missing.append(f"{name} {flag}")
+    assert missing == []
+
+
+def test_the_command_pages_task_file_error_is_what_the_command_prints(tmp_path: pathlib.Path) -> None:
+    """The bad task file the page shows, run as the page runs it, prints the page's error."""
+    import os
+    import subprocess
+    import sys
+
+    page = CLI_PAGE.read_text()
+    task = re.search(r"```yaml\n# bad\.yaml\n(.*?)```", page, re.S)
+    shown = re.search(r"```text\n\$ skyward launch bad\.yaml --dryrun\n(.*?)```", page, re.S)
+    assert task and shown, "docs/cli.md shows no bad.yaml and its error"
+    (tmp_path / "bad.yaml").write_text(task.group(1))
+    done = subprocess.run([sys.executable, "-m", "skyward.cli", "launch", "bad.yaml", "--dryrun"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == shown.group(1)
+
+
+# -- the pages speak to users, not of how they were written ----------------------------------------
+WORK_LOG = re.compile(r"\b(this work|this session|this round|before this (?:work|change)|this change|this PR"
+                      r"|issue #?\d+|was available to this)\b", re.I)
+
+
+def reader_pages() -> list[pathlib.Path]:
+    return [ROOT / "README.md", *DOCS.rglob("*.md"), *(ROOT / "examples").rglob("*.md"),
+            *(ROOT / "guides").glob("*.py")]
+
+
+def test_no_page_speaks_of_the_work_that_wrote_it() -> None:
+    found = [f"{p.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)!r}"
+             for p in reader_pages() for text in [p.read_text()] for m in WORK_LOG.finditer(text)]
+    assert found == []
+
+
+def test_skytorch_is_introduced_where_it_is_named() -> None:
+    """A page that names SkyTorch says what it is, or links to the page that does."""
+    intro = "SkyTorch, a separate project"
+    assert intro in (DOCS / "remote-device.md").read_text()
+    for page in DOCS.rglob("*.md"):
+        text = page.read_text()
+        if "SkyTorch" in text and intro not in text:
+            first = text.index("SkyTorch")
+            assert "a separate project" in text[first:first + 200] and "remote-device.md" in text[first:first + 300], \
+                page.name
+
+
+def test_the_home_page_links_every_concept_a_newcomer_looks_for() -> None:
+    home = (DOCS / "index.md").read_text()
+    for page in ("start.md", "compute.md", "pool.md", "clusters.md", "elastic.md", "task-files.md", "cli.md",
+                 "remote-device.md"):
+        assert f"]({page})" in home, page
+
+
+def table_rows(page: str) -> set[str]:
+    """The first cells of the page's tables: ``| `name` | ...`` rows."""
+    return set(re.findall(r"^\| `(\w+)` \|", (DOCS / page).read_text(), re.M))
+
+
+def test_every_pool_parameter_and_compute_option_has_a_row() -> None:
+    import inspect
+
+    pool = [p for p in inspect.signature(sky.ComputePool.__init__).parameters if p != "self"]
+    options = list(inspect.signature(sky.compute).parameters)[1:]  # (fn is the function itself)
+    assert [p for p in pool if p not in table_rows("pool.md")] == []
+    assert [o for o in options if o not in table_rows("compute.md")] == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -34,6 +35,12 @@ EXPECT = {
 }
 
 
+# What the console says on stderr where a guide's story depends on it.
+EXPECT_STDERR = {
+    "elastic_map.py": re.compile(r"^skyward: pool \w+ stopped: 25 tasks \(25 done, 0 failed\), 1 retried, ", re.M),
+}
+
+
 def test_every_guide_has_an_expected_line() -> None:
     assert sorted(EXPECT) == GUIDES
 
@@ -50,3 +57,5 @@ def test_guide_runs_on_the_local_provider(guide: str) -> None:
     assert "Traceback" not in output, output[-4000:]
     assert "Failed to initialize NumPy" not in output
     assert EXPECT[guide] in done.stdout, output[-4000:]
+    if guide in EXPECT_STDERR:  # (a retried task that succeeded is done, not failed)
+        assert EXPECT_STDERR[guide].search(done.stderr), done.stderr[-4000:]

@@ -81,6 +81,7 @@ class NodeState:
     done: int = 0
     failed: int = 0
     cancelled: int = 0
+    retrying: int = 0  # its running tasks the pool already sends again (TaskRetried came before the loss)
     progress: str = ""  # the latest state of a progress line (tqdm) of a running task
     progress_task: int | None = None
     progress_stream: str = "stderr"
@@ -114,6 +115,7 @@ class ConsoleState:
         self.slots: int | None = None  # task slots per node, when the pool said
         self.ready_after: float | None = None
         self.stopping = False
+        self.retried = 0  # tasks sent again after their node was lost (each counted once, by its outcome)
         self.nodes: dict[int, NodeState] = {}
         self.dropped_run = 0  # live: output lines dropped since the last marker on screen
         self.dropped_total = 0  # live: the pool's dropped lines that a marker has counted
@@ -168,12 +170,15 @@ class ConsoleState:
             node = self.node(event.node, now)
             if event.stage in ("stopped", "lost"):
                 # The pool ended them; no TaskFinished follows. Stopping on purpose cancels them.
+                # A task the pool runs again is counted by its last attempt, not here.
+                ended = max(0, len(node.running) - node.retrying)
                 if event.stage == "stopped" and self.stopping:
-                    node.cancelled += len(node.running)
+                    node.cancelled += ended
                 else:
-                    node.failed += len(node.running)
+                    node.failed += ended
                 self.in_flight -= len(node.running)
                 node.running.clear()
+                node.retrying = 0
                 node.progress = ""
             if event.stage in ("stopping", "starting"):  # workers restart: starting again
                 self.stopping = event.stage == "stopping"
@@ -246,6 +251,12 @@ class ConsoleState:
         node was removed (its counts go on)."""
         t = f"({seconds(now - self.started)})"
         if isinstance(event, ev.TaskRetried):
+            self.retried += 1
+            lost = self.node(event.lost_node, now)
+            if lost.running:  # its loss is still to come: not a failure then
+                lost.retrying += 1
+            elif lost.failed:  # its loss came first and counted the task as failed: it is not
+                lost.failed -= 1
             return [("status", f"skyward: task {event.name} retried after node {event.lost_node} was lost "
                                f"(attempt {event.attempt} of {event.attempts}) {t}")]
         node = self.node(event.node, now)
@@ -285,7 +296,10 @@ class ConsoleState:
         total = done + failed + cancelled
         counts = f"{done} done, {failed} failed" + (f", {cancelled} cancelled" if cancelled else "")
         tasks = f"{plural(total, 'task')} ({counts})" if total else "no tasks"
-        parts = [f"skyward: pool {event.pool_id or self.pool_id} stopped: {tasks}", f"up {seconds(now - self.started)}"]
+        if self.retried:
+            tasks += f", {self.retried} retried"
+        ended = "detached" if event.detached else "stopped"  # (a cluster stays up)
+        parts = [f"skyward: pool {event.pool_id or self.pool_id} {ended}: {tasks}", f"up {seconds(now - self.started)}"]
         lost = [n for n, node in sorted(self.nodes.items()) if node.was_lost]
         if lost:
             parts.append(f"{'node' if len(lost) == 1 else 'nodes'} {', '.join(map(str, lost))} lost")
@@ -300,4 +314,6 @@ class ConsoleState:
         cancelled = sum(n.cancelled + len(n.running) for n in self.nodes.values())
         left = "nothing left running" if event.clean else "teardown incomplete (see above)"
         tail = f" ({plural(cancelled, 'task')} cancelled)" if cancelled else ""
+        if event.detached:
+            return f"skyward: interrupted: pool {event.pool_id or self.pool_id} detached, its cluster stays up{tail}"
         return f"skyward: interrupted: pool {event.pool_id or self.pool_id} stopped, {left}{tail}"

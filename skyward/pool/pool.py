@@ -335,10 +335,11 @@ class ComputePool:
         else:
             problems += self._nodes.stop(graceful=was_open)
         self._restore_sigterm()
-        self._emit(ev.PoolStopped(self.id, time.monotonic() - started, not problems, interrupted))
+        detached = self._cluster is not None and not down and was_open
+        self._emit(ev.PoolStopped(self.id, time.monotonic() - started, not problems, interrupted, detached))
         if interrupted and not self._console_attached:
             left = "nothing left running" if not problems else "teardown incomplete"
-            if self._cluster is not None and not down and was_open:
+            if detached:
                 left = f"detached from cluster {self.name!r}, which stays up"
             print(f"skyward: interrupted: pool {self.id} stopped, {left}", file=sys.stderr)
         if problems and sys.exc_info()[0] is None:
