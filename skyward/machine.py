@@ -53,7 +53,8 @@ class Instance:
     the client reaches it (``ssh``; None: this machine) and how its Python environment is made
     (``environment``; None: the workers run in the client's own interpreter). ``spot``: the
     provider rents it as a spot instance, which the cloud may take back at short notice (its
-    workers watch for the notice)."""
+    workers watch for the notice). ``price_per_hour``: what it costs per hour as rented
+    (approximate USD, from the provider's catalog), None where unknown or free."""
 
     id: str
     node: int
@@ -63,3 +64,4 @@ class Instance:
     ssh: SSHAddress | None = None
     environment: HostEnvironment | None = None
     spot: bool = False
+    price_per_hour: float | None = None

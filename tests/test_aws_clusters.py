@@ -30,13 +30,14 @@ import pytest
 
 import skyward as sky
 from skyward.clusters import manage
+from skyward.providers.aws import catalog, catalog_cache, watchdog
 from skyward.providers.aws import ec2 as api
-from skyward.providers.aws import watchdog
 from skyward.providers.aws.provider import AWS
 from tests.aws_conftest import aws, moto_server  # noqa: F401  (fixtures)
 from tests.conftest import pid_alive, wait_gone
 from tests.contract.test_clusters import home  # noqa: F401  (a SKYWARD_HOME of the test's own; clusters ended after)
 from tests.hosts import testhosts
+from tests.test_aws import hooked, is_spot, refuse, spec
 from tests.test_aws_e2e import subnet_with_only
 from tests.test_ssh import leftovers, wait_until, wheelhouse  # noqa: F401  (wheelhouse is a fixture)
 
@@ -200,6 +201,62 @@ def test_a_named_aws_cluster_is_attached_stopped_started_and_ended_from_other_pr
     assert aws.leftovers() == {}
     assert wait_until(lambda: not leftovers(hosts, r"skyward\.worker"), timeout=10), leftovers(hosts)
     assert manage.Store().all() == []
+
+
+SPOT_PRICE = 0.0123  # t3.medium's, in the catalog cached for these tests (the bundled one has no spot prices)
+
+
+def cache_spot_prices(region: str) -> None:
+    """A refreshed catalog in SKYWARD_HOME, as `skyward catalog refresh` writes it, with a spot price."""
+    path = catalog_cache.cache_path(region)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"region": region, "fetched_at": "2026-01-01T00:00:00Z", "sources": {},
+                                "instance_types": catalog_cache._records(catalog.load_catalog()),
+                                "spot_prices": {"t3.medium": SPOT_PRICE}}))
+
+
+def status_column(cluster: str, column: str) -> str:
+    """One column of the cluster's row in `skyward status` (run as the user runs it)."""
+    shown = skyward("status", cluster)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    header, row = shown.stdout.splitlines()[:2]
+    return row[header.index(column):].split()[0]
+
+
+@hosts_needed
+@pytest.mark.parametrize("allocation", ["on-demand", "spot"])
+def test_a_named_aws_clusters_status_shows_the_catalog_price_of_what_was_launched(
+        aws, cluster_on_hosts, home, allocation):  # noqa: F811
+    cache_spot_prices(aws.region)
+    kwargs = {**cluster_on_hosts["kwargs"], "allocation": allocation, "instance_type": "t3.medium"}
+    cluster = name()
+    with sky.ComputePool(name=cluster, provider=AWS(**kwargs), nodes=2, console=False) as pool:
+        assert {i.spot for i in pool.instances} == {allocation == "spot"}
+    each = SPOT_PRICE if allocation == "spot" else catalog.by_name("t3.medium").price_per_hour
+    [state] = manage.status([cluster])
+    assert state.as_dict()["price_per_hour"] == pytest.approx(2 * each)  # the cluster's: 2 nodes
+    assert status_column(cluster, "$/H") == f"{2 * each:.2f}"
+    ended = skyward("down", cluster)
+    assert ended.returncode == 0, ended.stderr[-3000:]
+
+
+def test_a_spot_launch_that_fell_back_to_on_demand_is_priced_on_demand(aws, home):  # noqa: F811
+    cache_spot_prices(aws.region)
+    session = hooked(("before-call.ec2.RunInstances",
+                      refuse("InsufficientInstanceCapacity", "There is no Spot capacity available", when=is_spot)))
+    p = AWS(ami=aws.ami, ssh_cidr="198.51.100.7/32", instance_type="t3.medium", session=session)
+    instances = p.provision(spec(2))
+    try:
+        assert [(i.spot, i.price_per_hour) for i in instances] == [
+            (False, catalog.by_name("t3.medium").price_per_hour)] * 2
+    finally:
+        p.terminate(instances)
+    spot = AWS(ami=aws.ami, ssh_cidr="198.51.100.7/32", instance_type="t3.medium", allocation="spot")
+    instances = spot.provision(spec(1))
+    try:
+        assert [(i.spot, i.price_per_hour) for i in instances] == [(True, SPOT_PRICE)]
+    finally:
+        spot.terminate(instances)
 
 
 @pytest.fixture

@@ -133,7 +133,7 @@ def _status(args: argparse.Namespace, out: IO[str]) -> int:
     rows = []
     for s in found:
         d = s.as_dict()
-        price = "-" if d["price_per_hour"] is None else f"{d['price_per_hour'] * d['nodes']:.2f}"
+        price = "-" if d["price_per_hour"] is None else f"{d['price_per_hour']:.2f}"
         cost = "-" if d["cost_so_far"] is None else f"{d['cost_so_far']:.2f}"
         status = s.status + (" (attached)" if s.holder else "")
         rows.append([d["name"], d["provider"], str(d["nodes"]), d["resources"], status, s.record.autostop,

@@ -48,7 +48,7 @@ class ClusterStatus:
             "resources": r.resources, "status": self.status, "autostop_minutes": r.idle_minutes,
             "autostop_down": r.down, "launched": r.launched_at, "attached": self.holder,
             "price_per_hour": r.price_per_hour,
-            "cost_so_far": None if r.price_per_hour is None else round(r.price_per_hour * r.nodes * hours, 4),
+            "cost_so_far": None if r.price_per_hour is None else round(r.price_per_hour * hours, 4),
         }
 
 

@@ -188,9 +188,11 @@ class ClusterSession:
             pythons[inst.node] = transport.expand(launch.python)
             roots[inst.node] = nodes.root(inst, transport)
         pids = [c.pid or 0 for c in nodes.connections]
+        prices = [inst.price_per_hour for inst in nodes.instances if inst.price_per_hour is not None]
+        price = sum(prices) if len(prices) == len(nodes.instances) else None  # (all its machines' prices known)
         return record.with_(instances=tuple(nodes.instances), pythons=tuple(pythons), roots=tuple(roots),
                             workers=tuple(zip(pids, nodes.trees, strict=True)), image_hash=image_hash, status=UP,
-                            image=_storable(image))
+                            image=_storable(image), price_per_hour=price)
 
     def _start_machines(self, record: ClusterRecord) -> ClusterRecord:
         start = getattr(record.provider, "start", None)

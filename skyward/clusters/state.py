@@ -75,6 +75,7 @@ class ClusterRecord:
     idle_minutes: float | None = None
     down: bool = False
     launched_at: float = field(default_factory=time.time)
+    #: What all its machines cost per hour as rented (their provider's prices; None: unknown or free).
     price_per_hour: float | None = None
     task_id: str = ""
     pool_id: str = ""  # the id of the pool that created it (cloud tags)

@@ -23,8 +23,9 @@ Guarantees, in addition to those of :mod:`skyward.transport.base`:
    (``kill -0``) until the group is gone.
 
 The worker's channel (:class:`SSHChannel`, the marker, the file-like channel ends) lives in
-:mod:`skyward.transport._ssh_channel`; what a failed connect says, in
-:mod:`skyward.transport._ssh_errors`; the file operations (SFTP), in
+:mod:`skyward.transport._ssh_channel`; opening the connection (host keys, authentication,
+ProxyCommand and ProxyJump), in :mod:`skyward.transport._ssh_connect`; what a failed connect
+says, in :mod:`skyward.transport._ssh_errors`; the file operations (SFTP), in
 :mod:`skyward.transport._ssh_files`. paramiko is imported here, when an SSH pool starts —
 never by ``import skyward``.
 """
@@ -33,8 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
-import os
 import shlex
 import threading
 import time
@@ -52,10 +51,9 @@ from skyward.transport._ssh_channel import (
     ChannelReader,
     ChannelWriter,
     SSHChannel,
-    hear_exit_signals,
     read_start_marker,
 )
-from skyward.transport._ssh_errors import _UnknownHostKey, explain, reject_policy
+from skyward.transport._ssh_connect import open_client
 from skyward.transport._ssh_files import SFTPFiles
 from skyward.transport.base import CommandResult, Transport, WorkerLaunch, guarded
 
@@ -65,15 +63,6 @@ _PID_MARKER = "::skyward-pid:: "
 # paramiko's default window is 2 MiB; a larger one keeps big task payloads flowing on links
 # with some latency (the window is credit, not memory allocated up front).
 _WINDOW = 16 * 1024 * 1024
-_KEEPALIVE_S = 30
-
-
-def _quiet_paramiko() -> None:
-    # A library should not print through logging's last-resort handler; with a NullHandler
-    # paramiko's records still reach the user's own logging configuration, if any.
-    logger = logging.getLogger("paramiko")
-    if not logger.handlers:
-        logger.addHandler(logging.NullHandler())
 
 
 # -- the transport ---------------------------------------------------------------------------------
@@ -128,71 +117,7 @@ class SSHTransport(Transport):
                 raise ConnectionResetError(self._unanswered)
             if self._client is not None:
                 return
-            paramiko = require("paramiko", "an SSH connection")
-
-            _quiet_paramiko()
-            client = paramiko.SSHClient()
-            if self.verify_host_keys:
-                for path in self.known_hosts:
-                    if os.path.isfile(path):
-                        # "system" keys are only read, never written back.
-                        client.load_system_host_keys(path)
-                client.set_missing_host_key_policy(reject_policy())
-            else:
-                client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # in memory only
-            explicit = self.key_filename is not None
-            try:
-                sock = self._tunnel(node, log_tail)
-                client.connect(
-                    self.address, port=self.port, username=self.user,
-                    key_filename=self.key_filename, allow_agent=not explicit, look_for_keys=not explicit,
-                    timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
-                    auth_timeout=self.connect_timeout, sock=sock,
-                )
-            except BootstrapError:  # the jump host's own failure says where it happened
-                client.close()
-                self._close_jump()
-                raise
-            except Exception as exc:
-                client.close()
-                self._close_jump()
-                # A key that is unknown or does not match stays so: retrying cannot help.
-                raise BootstrapError(self.host, "connect", explain(self, exc), node=node,
-                                     log_tail=[*log_tail, f"{type(exc).__name__}: {exc}"],
-                                     permanent=isinstance(exc, (_UnknownHostKey, paramiko.BadHostKeyException))
-                                     ) from exc
-            transport = client.get_transport()
-            if transport is not None:
-                transport.set_keepalive(_KEEPALIVE_S)
-                hear_exit_signals(transport)
-            self._client = client
-
-    def _tunnel(self, node: int | None, log_tail: Sequence[str]) -> Any:
-        """ProxyCommand: the command's stdin/stdout; ProxyJump: a channel from the jump host to
-        this host's SSH port; None: connect directly.
-
-        The jump host is reached by a transport of its own (itself possibly through another
-        jump), with the same host-key checks; BootstrapError names the hop that failed.
-        """
-        if self.proxy_command is not None:
-            paramiko = require("paramiko", "an SSH connection")
-            try:
-                return paramiko.ProxyCommand(self.proxy_command)
-            except Exception as exc:
-                raise BootstrapError(self.host, "connect", f"the ProxyCommand {self.proxy_command!r} could not "
-                                     f"start: {exc}", node=node, log_tail=list(log_tail)) from exc
-        if self.jump is None:
-            return None
-        jump = SSHTransport.to(self.jump)
-        jump.connect(node=node, log_tail=log_tail)
-        self._jump = jump
-        try:
-            return jump._client.get_transport().open_channel(
-                "direct-tcpip", (self.address, self.port), ("127.0.0.1", 0), timeout=self.connect_timeout)
-        except Exception as exc:
-            raise BootstrapError(self.host, "connect", f"the jump host {jump.host} cannot open a connection to "
-                                 f"{self.address}:{self.port}: {exc}", node=node,
-                                 log_tail=[*log_tail, f"{type(exc).__name__}: {exc}"]) from exc
+            self._client, self._jump = open_client(self, node, log_tail)
 
     def _close_jump(self) -> None:
         jump, self._jump = self._jump, None

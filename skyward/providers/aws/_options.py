@@ -1,7 +1,7 @@
 """The options of :class:`~skyward.AWS`, checked by one pydantic model when the provider is made.
 
-Files (``ssh_key``, ``known_hosts``) and what needs AWS itself (the region's offer, the AMI)
-are checked by the provider. Imported on first use (it imports pydantic, see
+Files (``ssh_key``, ``known_hosts``) are checked by :func:`login_files`; what needs AWS itself
+(the region's offer, the AMI) by the provider. Imported on first use (it imports pydantic, see
 :mod:`skyward._config`).
 """
 
@@ -15,7 +15,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, model_va
 
 from skyward._config import STRICT, Flag, reject, strings, validate
 
-__all__ = ["AWSOptions", "aws_options"]
+__all__ = ["AWSOptions", "aws_options", "login_files"]
 
 
 def _a_string(accepted: str) -> Any:
@@ -182,3 +182,26 @@ def aws_options(**values: Any) -> AWSOptions:
     """Validate ``sky.AWS``'s keyword arguments; raises ConfigError for the first bad one."""
     return validate(AWSOptions, values)
 
+
+
+def login_files(ssh_key: Any, known_hosts: tuple[str, ...] | None
+                ) -> tuple[str | None, str | None, tuple[str, ...] | None]:
+    """``ssh_key``'s expanded path and public key (None, None without one) and the expanded
+    ``known_hosts`` paths; raises ConfigError naming the parameter for a file that is not there."""
+    import os
+
+    from skyward.errors import ConfigError
+    from skyward.providers.aws.keys import public_key_of
+    from skyward.providers.ssh import key_file
+
+    key = public = None
+    if ssh_key is not None:
+        key = key_file("ssh_key", ssh_key)
+        public = public_key_of(key)
+    if known_hosts is None:
+        return key, public, None
+    paths = tuple(os.path.expanduser(p) for p in known_hosts)
+    for path in paths:
+        if not os.path.isfile(path):
+            raise ConfigError("known_hosts", "existing known_hosts files", path, detail="not found")
+    return key, public, paths

@@ -15,7 +15,8 @@ kept for it, so a refresh never leaves the catalog worse than before.
 
 :func:`current` is what plans read: the cached catalog of the region when there is one, else
 the bundled snapshot; either way with a line saying where the prices come from and how old
-they are (:func:`price_source`).
+they are (:func:`price_source`). :func:`spot_price` prices a launched spot instance (from the
+cache only: the bundled snapshot has no spot prices).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from skyward.providers.aws import catalog
 
-__all__ = ["cache_path", "current", "price_source", "refresh"]
+__all__ = ["cache_path", "current", "price_source", "refresh", "spot_price"]
 
 BUNDLED_AS_OF = "2025-06-01"  # catalog.json's "prices_as_of"
 
@@ -126,7 +127,7 @@ def _load(region: str) -> Mapping[str, Any] | None:
 
 def current(region: str | None = None) -> tuple[tuple[catalog.InstanceType, ...], str]:
     """The region's cached catalog, else the bundled snapshot; and where its prices come from."""
-    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    region = _region(region)
     data = _load(region)
     if data is None:
         return catalog.load_catalog(), price_source(region)
@@ -134,9 +135,22 @@ def current(region: str | None = None) -> tuple[tuple[catalog.InstanceType, ...]
     return (types or catalog.load_catalog()), price_source(region)
 
 
+def spot_price(region: str | None, name: str) -> float | None:
+    """Type ``name``'s spot price in the region's cached catalog (the lowest across its zones
+    when it was fetched), or None: no cache, or none for that type (the bundled snapshot has no
+    spot prices)."""
+    data = _load(_region(region)) or {}
+    price = (data.get("spot_prices") or {}).get(name)
+    return float(price) if price else None
+
+
+def _region(region: str | None) -> str:
+    return region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
 def price_source(region: str | None = None, today: date | None = None) -> str:
     """One line: where prices come from and how old they are."""
-    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    region = _region(region)
     today = today or datetime.now(UTC).date()
     data = _load(region)
     if data is not None:

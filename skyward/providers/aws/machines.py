@@ -1,5 +1,17 @@
 """A named cluster's machines on EC2: their states, stopping them (disks kept) and starting
-them again. The provider's ``stop``, ``start`` and ``machine_states`` delegate here."""
+them again. The provider's ``stop``, ``start`` and ``machine_states`` delegate here.
+
+A **named cluster** (``PoolSpec.cluster``) outlives its client, so its provider is pickled into the
+cluster's record and used again by other processes (``skyward stop``, ``start``, ``down``, the next
+pool that attaches): everything after the launch works from the instances' ids and the pool's tag
+alone, and the pool's private key lives under ``SKYWARD_HOME`` (not a temporary directory). Its
+instances power off into *stop* (:func:`~skyward.providers.aws.watchdog.power_off_policy`;
+terminate when its autostop is a teardown), have no hard lifetime unless ``max_lifetime`` is given,
+and stay up while the cluster's resident workers touch the watchdog's heartbeat file
+(:attr:`~skyward.providers.aws.provider.AWS.heartbeat_file`): autostop on AWS is the workers
+ending, then the watchdog powering the machine off. :func:`stop`, :func:`start` and
+:func:`states_of` serve ``skyward stop``/``start``/``status``.
+"""
 
 from __future__ import annotations
 

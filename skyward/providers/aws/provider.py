@@ -19,31 +19,22 @@ What :class:`AWS` does for a pool, in order (every step before the launch only r
    capacity or quota moves on to the next AZ, then the next-cheapest type (up to
    :data:`FALLBACK_TYPES`). Strict allocations try only their market and raise
    :class:`~skyward.errors.CapacityError` naming the type, AZ and AWS's message.
-4. **Describe**: each instance carries its SSH address (the pool's key and host key) and its
-   environment settings; the pool reaches and prepares it exactly as an SSH host, retrying
-   the first connection while the machine boots (``boot_timeout``).
-5. **Release**: terminate, confirm (every instance shutting down or terminated), delete the
-   key pair and the security group, all found by tag — also after a failed or interrupted
-   launch, whose instances may be known only to AWS.
+4. **Describe** (:mod:`skyward.providers.aws.describe`): each instance carries its SSH
+   address (the pool's key and host key), its environment settings and its price as launched;
+   the pool reaches and prepares it exactly as an SSH host, retrying the first connection
+   while the machine boots (``boot_timeout``).
+5. **Release** (:mod:`skyward.providers.aws.release`): terminate, confirm (every instance
+   shutting down or terminated), delete the key pair and the security group, all found by tag
+   — also after a failed or interrupted launch, whose instances may be known only to AWS.
 
-A **named cluster** (``PoolSpec.cluster``) outlives its client, so its provider is pickled into
-the cluster's record and used again by other processes (``skyward stop``, ``start``, ``down``,
-the next pool that attaches): everything after the launch works from the instances' ids and
-the pool's tag alone, and the pool's private key lives under ``SKYWARD_HOME`` (not a temporary
-directory). Its instances power off into *stop* (:func:`watchdog.power_off_policy`; terminate
-when its autostop is a teardown), have no hard lifetime unless ``max_lifetime`` is given, and
-stay up while the cluster's resident workers touch the watchdog's heartbeat file
-(:attr:`AWS.heartbeat_file`): autostop on AWS is the workers ending, then the watchdog powering
-the machine off. :meth:`AWS.stop`, :meth:`AWS.start` and :meth:`AWS.machine_states` serve
-``skyward stop``/``start``/``status``.
+A **named cluster** (``PoolSpec.cluster``) outlives its client, its provider pickled into its record:
+see :mod:`skyward.providers.aws.machines`.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
-import shutil
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -54,7 +45,8 @@ from skyward.errors import ConfigError, ProvisionError
 from skyward.providers.aws import catalog, watchdog
 from skyward.providers.aws import ec2 as api
 from skyward.providers.aws import inventory, machines
-from skyward.providers.aws.keys import public_key_of, write_private
+from skyward.providers.aws import release as releasing
+from skyward.providers.aws.describe import connect_address, describe
 from skyward.providers.aws.launch import PoolState, create_access, launch, resolve_ssh_cidr
 from skyward.providers.aws.plan import (
     DLAMI_PARAMETER,
@@ -65,18 +57,10 @@ from skyward.providers.aws.plan import (
     choose,
     plan_launch,
 )
-from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider, SSHAddress
+from skyward.providers.base import Instance, PoolSpec, Provider
 
-__all__ = [
-    "ALLOCATIONS",
-    "AWS",
-    "DLAMI_PARAMETER",
-    "FALLBACK_TYPES",
-    "IP_LOOKUP_URL",
-    "UBUNTU_PARAMETER",
-    "LaunchPlan",
-    "Placement",
-]
+__all__ = ["ALLOCATIONS", "AWS", "DLAMI_PARAMETER", "FALLBACK_TYPES", "IP_LOOKUP_URL", "UBUNTU_PARAMETER",
+           "LaunchPlan", "Placement"]
 
 #: Where the client's public IPv4 address is looked up when ``ssh_cidr`` is not given
 #: (an AWS endpoint that answers with the caller's address as plain text).
@@ -184,7 +168,7 @@ class AWS(Provider):
         session: Any = None,
         profile: str | None = None,
     ):
-        from skyward.providers.aws._options import aws_options
+        from skyward.providers.aws._options import aws_options, login_files
 
         o = aws_options(region=region, instance_type=instance_type, vcpus=vcpus, memory_gb=memory_gb, arch=arch,
                         allocation=allocation, ami=ami, subnet_id=subnet_id, public_ip=public_ip, disk_gb=disk_gb,
@@ -195,19 +179,7 @@ class AWS(Provider):
                         find_links=find_links, no_index=no_index, boot_timeout=boot_timeout,
                         bootstrap_timeout=bootstrap_timeout, connect_timeout=connect_timeout, session=session,
                         profile=profile)
-        self.ssh_key: str | None = None
-        self._public_key: str | None = None
-        if ssh_key is not None:
-            from skyward.providers.ssh import key_file
-
-            self.ssh_key = key_file("ssh_key", ssh_key)
-            self._public_key = public_key_of(self.ssh_key)
-        self.known_hosts: tuple[str, ...] | None = None
-        if o.known_hosts is not None:
-            self.known_hosts = tuple(os.path.expanduser(p) for p in o.known_hosts)
-            for path in self.known_hosts:
-                if not os.path.isfile(path):
-                    raise ConfigError("known_hosts", "existing known_hosts files", path, detail="not found")
+        self.ssh_key, self._public_key, self.known_hosts = login_files(ssh_key, o.known_hosts)
 
         if o.region is not None:  # a typo fails here, not as whatever an unknown endpoint answers
             session = require("botocore.session", "sky.AWS")
@@ -244,6 +216,10 @@ class AWS(Provider):
         #: group can be deleted).
         self.teardown_timeout = 300.0
 
+        self._start_afresh()
+
+    def _start_afresh(self) -> None:
+        """This process's own state: a lock, the EC2 client, the validated plans, the launched pools."""
         self._lock = threading.Lock()
         self._client: api.EC2 | None = None
         self._plans: dict[str, LaunchPlan] = {}
@@ -263,11 +239,7 @@ class AWS(Provider):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._client = None
-        self._plans = {}
-        self._pools = {}
-        self._owner = {}
+        self._start_afresh()
 
     def _ec2(self) -> api.EC2:
         with self._lock:
@@ -317,7 +289,7 @@ class AWS(Provider):
         try:
             return self._provision(pool, spec)
         except BaseException as exc:
-            self._clean_up_failed(pool, exc)
+            releasing.clean_up_failed(self, pool, exc)
             raise
 
     def _provision(self, pool: PoolState, spec: PoolSpec) -> list[Instance]:
@@ -330,12 +302,16 @@ class AWS(Provider):
             cluster=spec.cluster is not None, down=spec.cluster_down,
             max_lifetime=self.max_lifetime, max_lifetime_given=self._max_lifetime_given)
         user_data = watchdog.user_data(idle_timeout=self.idle_timeout, max_lifetime=lifetime, host_key=host_key)
-        described = launch(ec2, pool, group_id=group_id, user_data=user_data, disk_gb=self.disk_gb,
-                           public_ip=self.public_ip, allocation=self.allocation, boot_timeout=self.boot_timeout,
-                           teardown_timeout=self.teardown_timeout, shutdown_behavior=shutdown,
-                           disk_tier=self.disk_tier, labels=self.labels)
+        described = launch(ec2, pool, group_id=group_id, user_data=user_data, shutdown_behavior=shutdown,
+                           **self._launch_settings())
         pool.group_id, pool.user_data, pool.host_key = group_id, user_data, host_key
-        return self._adopt(pool, self._describe(pool, described, host_key))
+        return self._adopt(pool, describe(self, pool, described, host_key))
+
+    def _launch_settings(self) -> dict[str, Any]:
+        """The settings every launch of this provider's pools runs with (see :func:`launch`)."""
+        return {"disk_gb": self.disk_gb, "public_ip": self.public_ip, "allocation": self.allocation,
+                "boot_timeout": self.boot_timeout, "teardown_timeout": self.teardown_timeout,
+                "disk_tier": self.disk_tier, "labels": self.labels}
 
     def _adopt(self, pool: PoolState, instances: list[Instance]) -> list[Instance]:
         """Tag each new instance with its node and count it as the pool's."""
@@ -363,121 +339,31 @@ class AWS(Provider):
         more = PoolState(pool.pool_id, replace(pool.plan, nodes=len(nodes)), directory=pool.directory,
                          key_path=pool.key_path, instances=list(pool.instances), known_addrs=pool.known_addrs)
         described = launch(self._ec2(), more, group_id=pool.group_id, user_data=pool.user_data,
-                           disk_gb=self.disk_gb, public_ip=self.public_ip, allocation=self.allocation,
-                           boot_timeout=self.boot_timeout, teardown_timeout=self.teardown_timeout,
-                           disk_tier=self.disk_tier, labels=self.labels)
+                           **self._launch_settings())
         try:
-            instances = self._describe(more, described, pool.host_key, nodes)
+            instances = describe(self, more, described, pool.host_key, nodes)
         except BaseException:
             inventory.terminate(self._ec2(), [i["InstanceId"] for i in described], timeout=self.teardown_timeout)
             raise
         pool.known_addrs = more.known_addrs
         return self._adopt(pool, instances)
 
-    # -- 4. describe ------------------------------------------------------------------------------
-    def _describe(self, pool: PoolState, described: Sequence[Mapping[str, Any]],
-                  host_key: watchdog.HostKey | None, nodes: Sequence[int] | None = None) -> list[Instance]:
-        """The running instances as the pool reaches them: SSH address (with the pool's
-        known_hosts file when it has a host key: every address the pool has had) and
-        environment settings, as nodes ``nodes`` (default 0, 1, ...) in that order."""
-        itype = next(t for t in pool.plan.candidates if t.name == described[0]["InstanceType"])
-        known: tuple[str, ...] = self.known_hosts or ()
-        if host_key is not None:
-            addrs = [self._connect_address(i["InstanceId"], i.get("PrivateIpAddress") or "",
-                                           i.get("PublicIpAddress") or None) for i in described]
-            first = not pool.known_addrs
-            pool.known_addrs = list(dict.fromkeys(pool.known_addrs + addrs))
-            lines = "".join(f"{addr} {host_key.public}\n" for addr in pool.known_addrs)
-            if first:
-                known = (write_private(pool.directory, "known_hosts", lines),)
-            else:  # a scale-up: the file grows by the new addresses, replaced whole (never half written)
-                staged = write_private(pool.directory, f"known_hosts.{len(pool.known_addrs)}", lines)
-                known = (os.path.join(pool.directory, "known_hosts"),)
-                os.replace(staged, known[0])
-        environment = HostEnvironment(
-            root=self.root, find_links=self.find_links, no_index=self.no_index,
-            bootstrap_timeout=self.bootstrap_timeout, reach_timeout=self.boot_timeout,
-            # Stock AMIs rarely ship the client's Python version: let uv download it (unless
-            # the image says otherwise).
-            env={"UV_PYTHON_DOWNLOADS": "automatic"})
-        instances = []
-        for node, item in zip(range(len(described)) if nodes is None else nodes, described, strict=True):
-            private_ip = item.get("PrivateIpAddress") or ""
-            public_ip = item.get("PublicIpAddress") or None
-            address = self._connect_address(item["InstanceId"], private_ip, public_ip)
-            instances.append(Instance(
-                id=item["InstanceId"], node=node, private_addr=private_ip, public_addr=public_ip,
-                # As SkyPilot: the devices asked for, not all the type has (L4:2 on a 4-GPU type: 2).
-                accelerators=min(itype.gpu_count, pool.plan.accelerators or itype.gpu_count),
-                ssh=SSHAddress(address, self.user, key=pool.key_path, known_hosts=known,
-                               connect_timeout=self.connect_timeout),
-                environment=replace(environment, note=f"{pool.summary}: {item['InstanceId']} at {private_ip}"),
-                spot=item.get("InstanceLifecycle") == "spot"))
-        return instances
-
-    def _connect_address(self, instance_id: str, private_ip: str, public_ip: str | None) -> str:
-        if self.ssh_via == "private" or (self.ssh_via == "auto" and not public_ip):
-            if not private_ip:
-                raise ProvisionError(f"instance {instance_id} has no private address", provider="aws")
-            return private_ip
-        if not public_ip:
-            raise ProvisionError(f"instance {instance_id} has no public address; pass public_ip=True, "
-                                 "or ssh_via='private' when this client is inside the VPC", provider="aws")
-        return public_ip
-
-    # -- 5. release -------------------------------------------------------------------------------
+    # -- 5. release (skyward.providers.aws.release) -----------------------------------------------
     def terminate(self, instances: list[Instance]) -> None:
         """Release every pool these instances belong to, by tag, and confirm it. Works in any
         process: a pool this one did not launch is found by its instances' tags."""
-        with self._lock:
-            owners = [self._owner[i.id] for i in instances if i.id in self._owner]
-        unknown = [i.id for i in instances if i.id not in self._owner]
-        if unknown:
-            owners += [_pool_tag(item) for item in inventory.instance_states(self._ec2(), unknown).values()]
-        problems = []
-        for pool_id in dict.fromkeys(p for p in owners if p):
-            try:
-                self.release_pool(pool_id)
-            except ProvisionError as exc:
-                problems.append(str(exc))
-        if problems:
-            raise ProvisionError("; ".join(problems), provider="aws")
+        releasing.release_pools(self, releasing.pools_of(self, instances))
 
     def release(self, instances: list[Instance]) -> None:
         """Terminate just ``instances`` (an elastic pool's node, released or lost) and confirm
         it; the pool's key pair, security group and other instances stay."""
-        left = inventory.terminate(self._ec2(), [i.id for i in instances], timeout=self.teardown_timeout)
-        if left:
-            raise ProvisionError(f"could not confirm the termination of {', '.join(left)}", provider="aws")
-        gone = {i.id for i in instances}
-        with self._lock:
-            for pool in self._pools.values():
-                pool.instances = [i for i in pool.instances if i.id not in gone]
-            for inst in instances:
-                self._owner.pop(inst.id, None)
+        releasing.release_instances(self, instances)
 
     def release_pool(self, pool_id: str) -> None:
         """Destroy everything tagged with ``pool_id`` (instances, key pair, security group),
         whether this process knows the pool or not (a named cluster's client killed while
         launching), confirm it, and drop the pool's private files."""
-        left = self._release(pool_id, settle=0.0)
-        if not left.empty:
-            raise ProvisionError(f"pool {pool_id}: not released: {left.describe()}; "
-                                 f"run `skyward down {pool_id} --region {self._ec2().region}`", provider="aws")
-
-    def _release(self, pool_id: str, *, settle: float) -> inventory.PoolResources:
-        """Destroy the pool's tagged resources, forget it, drop its private files."""
-        left = inventory.destroy(self._ec2(), pool_id, timeout=self.teardown_timeout, settle=settle)
-        if left.empty:
-            with self._lock:
-                pool = self._pools.pop(pool_id, None)
-                for inst in pool.instances if pool is not None else ():
-                    self._owner.pop(inst.id, None)
-            if pool is not None and pool.directory:
-                shutil.rmtree(pool.directory, ignore_errors=True)
-            elif pool is None:  # launched by another process: a named cluster's files, if any
-                shutil.rmtree(machines.cluster_directory(pool_id), ignore_errors=True)
-        return left
+        releasing.release_pools(self, [pool_id])
 
     # -- named clusters: stop, start, states (skyward.providers.aws.machines) ------------------------
     def machine_states(self, instances: list[Instance]) -> list[str]:
@@ -495,37 +381,8 @@ class AWS(Provider):
     def start(self, instances: list[Instance]) -> list[Instance]:
         """Start them again and return them described anew; see :func:`machines.start`."""
         states = machines.start(self._ec2(), instances, self.boot_timeout)
-        return machines.described_again(instances, states, self._connect_address,
+        return machines.described_again(instances, states, functools.partial(connect_address, self.ssh_via),
                                         rewrite_known_hosts=self.known_hosts is None)
-
-    def _clean_up_failed(self, pool: PoolState, error: BaseException) -> None:
-        """After a failed or interrupted launch: remove everything, even on a second Ctrl-C."""
-        outcome: list[Any] = []
-
-        def work() -> None:
-            try:
-                outcome.append(self._release(pool.pool_id,
-                                             settle=self.cleanup_settle if pool.launch_in_flight else 0.0))
-            except BaseException as exc:  # reported below, on the caller's thread
-                outcome.append(exc)
-
-        worker = threading.Thread(target=work, name=f"skyward-aws-cleanup-{pool.pool_id}", daemon=True)
-        worker.start()
-        for _ in range(3):
-            try:
-                worker.join()
-                break
-            except KeyboardInterrupt:
-                print(f"skyward: removing the AWS resources of pool {pool.pool_id}, please wait...",
-                      file=sys.__stderr__)
-        region = pool.plan.region
-        done = outcome[0] if outcome else None
-        if isinstance(done, inventory.PoolResources) and done.empty:
-            return
-        what = done.describe() if isinstance(done, inventory.PoolResources) else repr(done)
-        with contextlib.suppress(Exception):
-            error.add_note(f"skyward: cleanup of pool {pool.pool_id} incomplete ({what}); "
-                           f"run `skyward down {pool.pool_id} --region {region}`")
 
     def __repr__(self) -> str:
         shown = [repr(self.region)] if self.region else []
@@ -535,6 +392,3 @@ class AWS(Provider):
             shown.append(f"allocation={self.allocation!r}")
         return f"AWS({', '.join(shown)})"
 
-
-def _pool_tag(item: Mapping[str, Any]) -> str:
-    return next((str(t.get("Value", "")) for t in item.get("Tags") or () if t.get("Key") == api.TAG_POOL), "")

@@ -1,0 +1,138 @@
+"""Releasing a pool's AWS resources (step 5 of :mod:`skyward.providers.aws.provider`).
+
+Everything a pool has on AWS carries its tag (``skyward:pool=<pool id>``), so release works from
+the tag alone: terminate the instances, confirm it (every one shutting down or terminated),
+then delete the key pair and the security group (:func:`inventory.destroy`). That also finds
+what a failed or interrupted launch left, whose instances may be known only to AWS, and what
+another process launched (a named cluster whose client was killed). Once nothing is left, the
+pool's private files (its key, its known_hosts) are deleted too (:func:`destroy`).
+
+:func:`clean_up_failed` runs that after a launch fails, on a thread of its own so that a second
+Ctrl-C cannot cut it short, and notes on the launch's error what could not be removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from skyward.errors import ProvisionError
+from skyward.providers.aws import ec2 as api
+from skyward.providers.aws import inventory, machines
+from skyward.providers.aws.launch import PoolState
+from skyward.providers.base import Instance
+
+if TYPE_CHECKING:
+    from skyward.providers.aws.provider import AWS
+
+__all__ = ["clean_up_failed", "destroy", "pools_of", "release_instances", "release_pool", "release_pools"]
+
+
+def pools_of(provider: AWS, instances: list[Instance]) -> list[str]:
+    """The pools ``instances`` belong to: as ``provider`` launched them, else by their tags."""
+    with provider._lock:
+        owners = [provider._owner[i.id] for i in instances if i.id in provider._owner]
+        unknown = [i.id for i in instances if i.id not in provider._owner]
+    if unknown:
+        owners += [_pool_of(item) for item in inventory.instance_states(provider._ec2(), unknown).values()]
+    return list(dict.fromkeys(p for p in owners if p))
+
+
+def release_pools(provider: AWS, pool_ids: list[str]) -> None:
+    """Release each pool (:func:`release_pool`), every one tried; raise ProvisionError naming
+    what was not released and the command that removes it."""
+    problems = []
+    for pool_id in pool_ids:
+        try:
+            left = release_pool(provider, pool_id)
+        except ProvisionError as exc:
+            problems.append(str(exc))
+            continue
+        if not left.empty:
+            problems.append(f"pool {pool_id}: not released: {left.describe()}; "
+                            f"run `skyward down {pool_id} --region {provider._ec2().region}`")
+    if problems:
+        raise ProvisionError("; ".join(problems), provider="aws")
+
+
+def release_instances(provider: AWS, instances: list[Instance]) -> None:
+    """Terminate just ``instances`` and confirm it; their pools keep everything else."""
+    left = inventory.terminate(provider._ec2(), [i.id for i in instances], timeout=provider.teardown_timeout)
+    if left:
+        raise ProvisionError(f"could not confirm the termination of {', '.join(left)}", provider="aws")
+    gone = {i.id for i in instances}
+    with provider._lock:
+        for pool in provider._pools.values():
+            pool.instances = [i for i in pool.instances if i.id not in gone]
+        for inst in instances:
+            provider._owner.pop(inst.id, None)
+
+
+def release_pool(provider: AWS, pool_id: str, settle: float = 0.0) -> inventory.PoolResources:
+    """Destroy the pool's tagged resources and its private files (:func:`destroy`), and have
+    ``provider`` forget it once nothing is left; returns what is left."""
+    with provider._lock:
+        pool = provider._pools.get(pool_id)
+    left = destroy(provider._ec2(), pool_id, None if pool is None else pool.directory,
+                   timeout=provider.teardown_timeout, settle=settle)
+    if left.empty:
+        with provider._lock:
+            provider._pools.pop(pool_id, None)
+            for inst in pool.instances if pool is not None else ():
+                provider._owner.pop(inst.id, None)
+    return left
+
+
+def destroy(ec2: api.EC2, pool_id: str, directory: str | None, *, timeout: float,
+            settle: float) -> inventory.PoolResources:
+    """Destroy everything tagged with ``pool_id`` and return what is left (empty on success).
+    Once nothing is, delete the pool's private files: ``directory`` ("" for none), or, for a
+    pool this process did not launch (``None``), a named cluster's under ``SKYWARD_HOME``.
+    ``settle``: seconds to wait before sweeping again, when a launch may still be surfacing."""
+    left = inventory.destroy(ec2, pool_id, timeout=timeout, settle=settle)
+    if left.empty:
+        if directory is None:
+            directory = str(machines.cluster_directory(pool_id))
+        if directory:
+            shutil.rmtree(directory, ignore_errors=True)
+    return left
+
+
+def clean_up_failed(provider: AWS, pool: PoolState, error: BaseException) -> None:
+    """After a failed or interrupted launch: release the pool (waiting ``cleanup_settle``
+    seconds for stragglers when AWS may hold instances no answer named), even through a second
+    Ctrl-C; what could not be removed is noted on ``error`` with the command that removes it."""
+    outcome: list[Any] = []
+
+    def work() -> None:
+        try:
+            outcome.append(release_pool(provider, pool.pool_id,
+                                        provider.cleanup_settle if pool.launch_in_flight else 0.0))
+        except BaseException as exc:  # reported below, on the caller's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=work, name=f"skyward-aws-cleanup-{pool.pool_id}", daemon=True)
+    worker.start()
+    for _ in range(3):
+        try:
+            worker.join()
+            break
+        except KeyboardInterrupt:
+            print(f"skyward: removing the AWS resources of pool {pool.pool_id}, please wait...",
+                  file=sys.__stderr__)
+    done = outcome[0] if outcome else None
+    if isinstance(done, inventory.PoolResources) and done.empty:
+        return
+    what = done.describe() if isinstance(done, inventory.PoolResources) else repr(done)
+    with contextlib.suppress(Exception):
+        error.add_note(f"skyward: cleanup of pool {pool.pool_id} incomplete ({what}); "
+                       f"run `skyward down {pool.pool_id} --region {pool.plan.region}`")
+
+
+def _pool_of(item: Mapping[str, Any]) -> str:
+    """The pool id an EC2 description is tagged with ("" for none)."""
+    return inventory._tag(item.get("Tags"), api.TAG_POOL)
