@@ -10,7 +10,8 @@ the other.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 __all__ = ["HostEnvironment", "Instance", "SSHAddress"]
 
@@ -65,3 +66,9 @@ class Instance:
     environment: HostEnvironment | None = None
     spot: bool = False
     price_per_hour: float | None = None
+
+    def __setstate__(self, state: list[Any]) -> None:
+        # A cluster's record keeps its machines pickled: one written before a field was added
+        # has fewer values, and the fields it lacks take their defaults.
+        for f, value in zip(fields(self), [*state, *(f.default for f in fields(self)[len(state):])], strict=True):
+            object.__setattr__(self, f.name, value)
