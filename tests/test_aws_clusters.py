@@ -235,7 +235,7 @@ def test_a_named_aws_clusters_status_shows_the_catalog_price_of_what_was_launche
     each = SPOT_PRICE if allocation == "spot" else catalog.by_name("t3.medium").price_per_hour
     [state] = manage.status([cluster])
     assert state.as_dict()["price_per_hour"] == pytest.approx(2 * each)  # the cluster's: 2 nodes
-    assert status_column(cluster, "$/H") == f"{2 * each:.2f}"
+    assert status_column(cluster, "$/H") == f"{2 * each:.3f}"  # below a dollar: a tenth of a cent
     ended = skyward("down", cluster)
     assert ended.returncode == 0, ended.stderr[-3000:]
 

@@ -133,8 +133,7 @@ def _status(args: argparse.Namespace, out: IO[str]) -> int:
     rows = []
     for s in found:
         d = s.as_dict()
-        price = "-" if d["price_per_hour"] is None else f"{d['price_per_hour']:.2f}"
-        cost = "-" if d["cost_so_far"] is None else f"{d['cost_so_far']:.2f}"
+        price, cost = _dollars(d["price_per_hour"]), _dollars(d["cost_so_far"])
         status = s.status + (" (attached)" if s.holder else "")
         rows.append([d["name"], d["provider"], str(d["nodes"]), d["resources"], status, s.record.autostop,
                      _ago(d["launched"]), price, cost])
@@ -208,3 +207,9 @@ def _logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
     return follow_logs(args.name, out, follow=not args.no_follow)
 
+
+def _dollars(amount: float | None) -> str:
+    """Cents, or a tenth of a cent below a dollar (a t3.medium costs $0.0416/h)."""
+    if amount is None:
+        return "-"
+    return f"{amount:.2f}" if amount >= 1 else f"{amount:.3f}"
