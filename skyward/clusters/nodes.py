@@ -96,7 +96,7 @@ class ClusterNodes(Nodes):
         if self.record.roots and len(self.record.roots) > inst.node and self.record.roots[inst.node]:
             return self.record.roots[inst.node]
         if inst.environment is None:
-            from skyward.clusters.state import home
+            from skyward._home import home
 
             return str(home())
         return transport.expand(inst.environment.root)

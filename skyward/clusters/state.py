@@ -1,10 +1,16 @@
 """The clusters this machine knows: records in SQLite, and who holds each one right now.
 
-Everything lives under :func:`home` (``$SKYWARD_HOME``, default ``~/.skyward``, mode 0700):
+Everything lives under :func:`skyward._home.home` (``$SKYWARD_HOME``, default ``~/.skyward``,
+mode 0700):
 
 * ``state.db``: one row per named cluster (:class:`ClusterRecord`, its fields as columns for
   the ones ``skyward status`` shows and a pickle of the whole record). SQLite's own locking
-  makes concurrent CLI commands safe; writes are short transactions in WAL mode.
+  makes concurrent CLI commands safe; every access is one short transaction in WAL mode. The
+  database is made ready (WAL mode, the table) once, by the first process to open it, under
+  ``state.db.lock``; an access waits for the others (SQLite's busy wait) and, on "database is
+  locked" (some waits skip the busy wait), is tried again with a growing pause for up to two
+  minutes, so many clients starting at once never fail on one another
+  (``tests/faults/test_state.py``).
 * ``clusters/<name>.lock``: held (``flock``) by the one client attached to the cluster, or
   provisioning it, for as long as it is; the file says which process and host. The kernel
   releases it when that process ends, however it ends, so a killed client never leaves a
@@ -23,23 +29,25 @@ import pickle
 import socket
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from skyward._home import home
+from skyward._retry import Backoff, retry
 from skyward.errors import ClusterBusy, ConfigError
 
-__all__ = ["ClusterRecord", "Store", "home", "hold"]
+__all__ = ["ClusterRecord", "Store", "hold"]
 
 UP, STOPPED, INIT = "UP", "STOPPED", "INIT"
-
-
-def home() -> Path:
-    """``$SKYWARD_HOME``, or ``~/.skyward``; made (mode 0700) if missing."""
-    path = Path(os.environ.get("SKYWARD_HOME") or Path.home() / ".skyward").expanduser()
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
+T = TypeVar("T")
+#: ``PRAGMA user_version`` of a database made ready (WAL, the table): set once, at creation.
+SCHEMA = 1
+#: How long one access waits for the others: SQLite's own busy wait per attempt, then attempts
+#: again on "database is locked" (some waits, a journal mode change, do not use the busy wait).
+BUSY_TIMEOUT = 10.0
+CONTENTION = Backoff(timeout=120.0, delay=0.02, factor=2.0, max_delay=1.0)
 
 
 def check_name(name: Any) -> str:
@@ -109,33 +117,59 @@ class Store:
     def __init__(self, path: Path | None = None):
         self.path = path or home() / "state.db"
 
-    @contextlib.contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(db)`` in one write transaction; tried again while other processes hold the database."""
+        return retry(lambda: self._once(fn), CONTENTION, on=sqlite3.OperationalError,
+                     giveup=lambda exc: not _contended(exc))
+
+    def _once(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        db = self._connect()
         try:
-            with contextlib.suppress(OSError):
-                os.chmod(self.path, 0o600)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE IF NOT EXISTS clusters (name TEXT PRIMARY KEY, status TEXT NOT NULL, "
-                       "provider TEXT NOT NULL, updated REAL NOT NULL, record BLOB NOT NULL)")
+            if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA:
+                db.close()
+                self._create()
+                db = self._connect()
             db.execute("BEGIN IMMEDIATE")
             try:
-                yield db
+                result = fn(db)
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
+            return result
         finally:
             db.close()
 
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
+        with contextlib.suppress(OSError):
+            os.chmod(self.path, 0o600)
+        return db
+
+    def _create(self) -> None:
+        """Make the database ready, once: WAL mode and the table. One process at a time does it
+        (a lock file beside the database), and only if no other did it first."""
+        fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            db = self._connect()
+            try:
+                if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA:
+                    db.execute("PRAGMA journal_mode=WAL")
+                    db.execute("CREATE TABLE IF NOT EXISTS clusters (name TEXT PRIMARY KEY, status TEXT NOT NULL, "
+                               "provider TEXT NOT NULL, updated REAL NOT NULL, record BLOB NOT NULL)")
+                    db.execute(f"PRAGMA user_version = {SCHEMA}")
+            finally:
+                db.close()
+        finally:
+            os.close(fd)  # (releases the lock)
+
     def get(self, name: str) -> ClusterRecord | None:
-        with self._db() as db:
-            row = db.execute("SELECT record FROM clusters WHERE name = ?", (name,)).fetchone()
+        row = self._run(lambda db: db.execute("SELECT record FROM clusters WHERE name = ?", (name,)).fetchone())
         return pickle.loads(row[0]) if row else None
 
     def all(self) -> list[ClusterRecord]:
-        with self._db() as db:
-            rows = db.execute("SELECT record FROM clusters ORDER BY name").fetchall()
+        rows = self._run(lambda db: db.execute("SELECT record FROM clusters ORDER BY name").fetchall())
         records = []
         for (blob,) in rows:
             with contextlib.suppress(Exception):  # a record this version cannot read is skipped
@@ -144,13 +178,12 @@ class Store:
 
     def put(self, record: ClusterRecord) -> None:
         blob = pickle.dumps(record)
-        with self._db() as db:
-            db.execute("INSERT OR REPLACE INTO clusters (name, status, provider, updated, record) "
-                       "VALUES (?, ?, ?, ?, ?)", (record.name, record.status, record.provider_name, time.time(), blob))
+        self._run(lambda db: db.execute("INSERT OR REPLACE INTO clusters (name, status, provider, updated, record) "
+                                        "VALUES (?, ?, ?, ?, ?)",
+                                        (record.name, record.status, record.provider_name, time.time(), blob)))
 
     def remove(self, name: str) -> None:
-        with self._db() as db:
-            db.execute("DELETE FROM clusters WHERE name = ?", (name,))
+        self._run(lambda db: db.execute("DELETE FROM clusters WHERE name = ?", (name,)))
 
 
 @dataclass(frozen=True)
@@ -181,6 +214,15 @@ def hold(name: str, what: str = "attached") -> Iterator[None]:
                 os.ftruncate(fd, 0)
     finally:
         os.close(fd)  # (releases the lock)
+
+
+def _contended(exc: BaseException) -> bool:
+    """An SQLite error that means another connection holds the database (try again), not a fault."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
 
 
 def _read_holder(fd: int) -> Holder | None:

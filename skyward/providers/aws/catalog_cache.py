@@ -29,15 +29,12 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+from skyward._home import home
 from skyward.providers.aws import catalog
 
 __all__ = ["cache_path", "current", "price_source", "refresh", "spot_price"]
 
 BUNDLED_AS_OF = "2025-06-01"  # catalog.json's "prices_as_of"
-
-
-def home() -> Path:
-    return Path(os.environ.get("SKYWARD_HOME") or Path.home() / ".skyward")
 
 
 def cache_path(region: str) -> Path:

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from skyward._home import home
 from skyward._retry import Backoff
 from skyward.errors import ProvisionError
 from skyward.providers.aws import ec2 as api
@@ -120,8 +121,6 @@ def _state(states: Mapping[str, Any], instance_id: str) -> str:
 def cluster_directory(pool_id: str, *, create: bool = False) -> Path:
     """Where a named cluster's pool keeps its private key and known_hosts: under
     ``SKYWARD_HOME`` (0700), so that later processes, after a reboot too, still log in."""
-    from skyward.clusters.state import home
-
     path = home() / "aws" / pool_id
     if create:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)

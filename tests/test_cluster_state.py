@@ -1,0 +1,74 @@
+"""The clusters' state store and ``SKYWARD_HOME``: one folder for every part, and an access that
+waits out another process's lock instead of failing. (Many processes at once:
+tests/faults/test_state.py.)"""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from skyward.clusters import state
+from skyward.clusters.state import ClusterRecord, Store
+from skyward.providers.aws import catalog_cache, machines
+
+
+def record(name: str) -> ClusterRecord:
+    return ClusterRecord(name=name, id="ab12", provider="local", provider_name="local", nodes=1, processes=1,
+                         concurrency=1, executor="thread", accelerator=None)
+
+
+@pytest.mark.parametrize("value", ["~/x", "~/x/", "~/deeper/x"])
+def test_skyward_home_with_a_tilde_is_one_folder_for_state_keys_and_catalog(
+        value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SKYWARD_HOME", value)
+    expected = tmp_path / value[2:].rstrip("/")
+    assert Store().path == expected / "state.db"
+    assert catalog_cache.cache_path("us-east-1") == expected / "catalog" / "aws-us-east-1.json"
+    assert machines.cluster_directory("pool1", create=True) == expected / "aws" / "pool1"
+    assert stat.S_IMODE(expected.stat().st_mode) == 0o700
+    Store().put(record("c1"))
+    assert [r.name for r in Store().all()] == ["c1"]
+    assert not (tmp_path / "~").exists(), "a folder named '~' was made"
+
+
+def test_skyward_home_defaults_to_dot_skyward_in_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("SKYWARD_HOME", raising=False)
+    assert catalog_cache.cache_path("eu-west-1").parent.parent == tmp_path / ".skyward"
+    assert Store().path == tmp_path / ".skyward" / "state.db"
+    assert stat.S_IMODE((tmp_path / ".skyward").stat().st_mode) == 0o700
+
+
+def test_an_access_waits_out_a_lock_held_longer_than_the_busy_wait(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another connection holds the database past SQLite's busy wait: the access tries again."""
+    store = Store(tmp_path / "state.db")
+    store.put(record("first"))
+    monkeypatch.setattr(state, "BUSY_TIMEOUT", 0.05)
+    holder = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    released = threading.Timer(1.0, holder.execute, ("COMMIT",))
+    released.start()
+    started = time.monotonic()
+    try:
+        store.put(record("second"))
+    finally:
+        released.join()
+        holder.close()
+    assert time.monotonic() - started >= 0.9
+    assert [r.name for r in store.all()] == ["first", "second"]
+
+
+def test_a_database_fault_that_is_not_contention_is_raised_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    path.write_bytes(b"not a database at all, " * 100)
+    started = time.monotonic()
+    with pytest.raises(sqlite3.DatabaseError, match="not a database"):
+        Store(path).all()
+    assert time.monotonic() - started < 5
