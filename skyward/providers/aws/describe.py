@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 from skyward.errors import ProvisionError
 from skyward.providers.aws import catalog, catalog_cache, watchdog
@@ -28,13 +28,25 @@ from skyward.providers.aws.keys import write_private
 from skyward.providers.aws.launch import PoolState
 from skyward.providers.base import HostEnvironment, Instance, SSHAddress
 
-if TYPE_CHECKING:
-    from skyward.providers.aws.provider import AWS
+
+
+class HostSettings(Protocol):
+    """What describing an instance reads of the provider (:class:`~skyward.providers.aws.AWS`)."""
+
+    known_hosts: tuple[str, ...] | None
+    ssh_via: Literal["auto", "public", "private"]
+    root: str
+    find_links: Any
+    no_index: bool
+    boot_timeout: float
+    bootstrap_timeout: float
+    user: str
+    connect_timeout: float
 
 __all__ = ["connect_address", "describe", "price_per_hour"]
 
 
-def describe(provider: AWS, pool: PoolState, described: Sequence[Mapping[str, Any]],
+def describe(provider: HostSettings, pool: PoolState, described: Sequence[Mapping[str, Any]],
              host_key: watchdog.HostKey | None, nodes: Sequence[int] | None = None) -> list[Instance]:
     """The running instances ``described`` (EC2's descriptions) as nodes ``nodes`` (default 0,
     1, ...) in that order, reached and prepared with ``provider``'s settings."""

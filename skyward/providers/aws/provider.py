@@ -45,7 +45,7 @@ from skyward.errors import ConfigError, ProvisionError
 from skyward.providers.aws import catalog, watchdog
 from skyward.providers.aws import ec2 as api
 from skyward.providers.aws import inventory, machines
-from skyward.providers.aws import release as releasing
+from skyward.providers.aws.release import Releasing
 from skyward.providers.aws.describe import connect_address, describe
 from skyward.providers.aws.launch import PoolState, create_access, launch, resolve_ssh_cidr
 from skyward.providers.aws.plan import (
@@ -72,7 +72,7 @@ DEFAULT_MAX_LIFETIME = 24 * 3600.0
 Allocation = Literal["spot-if-available", "spot", "on-demand"]
 
 
-class AWS(Provider):
+class AWS(Releasing, Provider):
     """EC2 instances for a pool: chosen by accelerator, launched spot-first, always cleaned up.
 
     >>> import skyward as sky
@@ -289,7 +289,7 @@ class AWS(Provider):
         try:
             return self._provision(pool, spec)
         except BaseException as exc:
-            releasing.clean_up_failed(self, pool, exc)
+            self._clean_up_failed(pool, exc)
             raise
 
     def _provision(self, pool: PoolState, spec: PoolSpec) -> list[Instance]:
@@ -352,18 +352,18 @@ class AWS(Provider):
     def terminate(self, instances: list[Instance]) -> None:
         """Release every pool these instances belong to, by tag, and confirm it. Works in any
         process: a pool this one did not launch is found by its instances' tags."""
-        releasing.release_pools(self, releasing.pools_of(self, instances))
+        self._release_pools(self._pools_of(instances))
 
     def release(self, instances: list[Instance]) -> None:
         """Terminate just ``instances`` (an elastic pool's node, released or lost) and confirm
         it; the pool's key pair, security group and other instances stay."""
-        releasing.release_instances(self, instances)
+        self._release_instances(instances)
 
     def release_pool(self, pool_id: str) -> None:
         """Destroy everything tagged with ``pool_id`` (instances, key pair, security group),
         whether this process knows the pool or not (a named cluster's client killed while
         launching), confirm it, and drop the pool's private files."""
-        releasing.release_pools(self, [pool_id])
+        self._release_pools([pool_id])
 
     # -- named clusters: stop, start, states (skyward.providers.aws.machines) ------------------------
     def machine_states(self, instances: list[Instance]) -> list[str]:

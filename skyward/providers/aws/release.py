@@ -18,7 +18,7 @@ import shutil
 import sys
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from skyward.errors import ProvisionError
 from skyward.providers.aws import ec2 as api
@@ -26,65 +26,104 @@ from skyward.providers.aws import inventory, machines
 from skyward.providers.aws.launch import PoolState
 from skyward.providers.base import Instance
 
-if TYPE_CHECKING:
-    from skyward.providers.aws.provider import AWS
-
-__all__ = ["clean_up_failed", "destroy", "pools_of", "release_instances", "release_pool", "release_pools"]
+__all__ = ["Releasing", "destroy"]
 
 
-def pools_of(provider: AWS, instances: list[Instance]) -> list[str]:
-    """The pools ``instances`` belong to: as ``provider`` launched them, else by their tags."""
-    with provider._lock:
-        owners = [provider._owner[i.id] for i in instances if i.id in provider._owner]
-        unknown = [i.id for i in instances if i.id not in provider._owner]
-    if unknown:
-        owners += [_pool_of(item) for item in inventory.instance_states(provider._ec2(), unknown).values()]
-    return list(dict.fromkeys(p for p in owners if p))
+class Releasing:
+    """The release half of :class:`~skyward.providers.aws.AWS` (which mixes it in): what this
+    process launched (pools, and which pool owns each instance, under one lock) and how it is
+    released. The provider's settings and its EC2 client are the provider's own."""
+
+    _lock: threading.Lock
+    _pools: dict[str, PoolState]
+    _owner: dict[str, str]  # instance id -> pool id
+    teardown_timeout: float
+    cleanup_settle: float
+
+    def _ec2(self) -> api.EC2:
+        raise NotImplementedError
+
+    def _pools_of(self, instances: list[Instance]) -> list[str]:
+        """The pools ``instances`` belong to: as this process launched them, else by their tags."""
+        with self._lock:
+            owners = [self._owner[i.id] for i in instances if i.id in self._owner]
+            unknown = [i.id for i in instances if i.id not in self._owner]
+        if unknown:
+            owners += [_pool_of(item) for item in inventory.instance_states(self._ec2(), unknown).values()]
+        return list(dict.fromkeys(p for p in owners if p))
+
+    def _release_pools(self, pool_ids: list[str]) -> None:
+        """Release each pool (:meth:`_release_one`), every one tried; raise ProvisionError naming
+        what was not released and the command that removes it."""
+        problems = []
+        for pool_id in pool_ids:
+            try:
+                left = self._release_one(pool_id)
+            except ProvisionError as exc:
+                problems.append(str(exc))
+                continue
+            if not left.empty:
+                problems.append(f"pool {pool_id}: not released: {left.describe()}; "
+                                f"run `skyward down {pool_id} --region {self._ec2().region}`")
+        if problems:
+            raise ProvisionError("; ".join(problems), provider="aws")
+
+    def _release_instances(self, instances: list[Instance]) -> None:
+        """Terminate just ``instances`` and confirm it; their pools keep everything else."""
+        left = inventory.terminate(self._ec2(), [i.id for i in instances], timeout=self.teardown_timeout)
+        if left:
+            raise ProvisionError(f"could not confirm the termination of {', '.join(left)}", provider="aws")
+        gone = {i.id for i in instances}
+        with self._lock:
+            for pool in self._pools.values():
+                pool.instances = [i for i in pool.instances if i.id not in gone]
+            for inst in instances:
+                self._owner.pop(inst.id, None)
+
+    def _release_one(self, pool_id: str, settle: float = 0.0) -> inventory.PoolResources:
+        """Destroy the pool's tagged resources and its private files (:func:`destroy`), and forget
+        it once nothing is left; returns what is left."""
+        with self._lock:
+            pool = self._pools.get(pool_id)
+        left = destroy(self._ec2(), pool_id, None if pool is None else pool.directory,
+                       timeout=self.teardown_timeout, settle=settle)
+        if left.empty:
+            with self._lock:
+                self._pools.pop(pool_id, None)
+                for inst in pool.instances if pool is not None else ():
+                    self._owner.pop(inst.id, None)
+        return left
 
 
-def release_pools(provider: AWS, pool_ids: list[str]) -> None:
-    """Release each pool (:func:`release_pool`), every one tried; raise ProvisionError naming
-    what was not released and the command that removes it."""
-    problems = []
-    for pool_id in pool_ids:
-        try:
-            left = release_pool(provider, pool_id)
-        except ProvisionError as exc:
-            problems.append(str(exc))
-            continue
-        if not left.empty:
-            problems.append(f"pool {pool_id}: not released: {left.describe()}; "
-                            f"run `skyward down {pool_id} --region {provider._ec2().region}`")
-    if problems:
-        raise ProvisionError("; ".join(problems), provider="aws")
+    def _clean_up_failed(self, pool: PoolState, error: BaseException) -> None:
+        """After a failed or interrupted launch: release the pool (waiting ``cleanup_settle``
+        seconds for stragglers when AWS may hold instances no answer named), even through a second
+        Ctrl-C; what could not be removed is noted on ``error`` with the command that removes it."""
+        outcome: list[Any] = []
 
+        def work() -> None:
+            try:
+                outcome.append(self._release_one(pool.pool_id,
+                                                self.cleanup_settle if pool.launch_in_flight else 0.0))
+            except BaseException as exc:  # reported below, on the caller's thread
+                outcome.append(exc)
 
-def release_instances(provider: AWS, instances: list[Instance]) -> None:
-    """Terminate just ``instances`` and confirm it; their pools keep everything else."""
-    left = inventory.terminate(provider._ec2(), [i.id for i in instances], timeout=provider.teardown_timeout)
-    if left:
-        raise ProvisionError(f"could not confirm the termination of {', '.join(left)}", provider="aws")
-    gone = {i.id for i in instances}
-    with provider._lock:
-        for pool in provider._pools.values():
-            pool.instances = [i for i in pool.instances if i.id not in gone]
-        for inst in instances:
-            provider._owner.pop(inst.id, None)
-
-
-def release_pool(provider: AWS, pool_id: str, settle: float = 0.0) -> inventory.PoolResources:
-    """Destroy the pool's tagged resources and its private files (:func:`destroy`), and have
-    ``provider`` forget it once nothing is left; returns what is left."""
-    with provider._lock:
-        pool = provider._pools.get(pool_id)
-    left = destroy(provider._ec2(), pool_id, None if pool is None else pool.directory,
-                   timeout=provider.teardown_timeout, settle=settle)
-    if left.empty:
-        with provider._lock:
-            provider._pools.pop(pool_id, None)
-            for inst in pool.instances if pool is not None else ():
-                provider._owner.pop(inst.id, None)
-    return left
+        worker = threading.Thread(target=work, name=f"skyward-aws-cleanup-{pool.pool_id}", daemon=True)
+        worker.start()
+        for _ in range(3):
+            try:
+                worker.join()
+                break
+            except KeyboardInterrupt:
+                print(f"skyward: removing the AWS resources of pool {pool.pool_id}, please wait...",
+                      file=sys.__stderr__)
+        done = outcome[0] if outcome else None
+        if isinstance(done, inventory.PoolResources) and done.empty:
+            return
+        what = done.describe() if isinstance(done, inventory.PoolResources) else repr(done)
+        with contextlib.suppress(Exception):
+            error.add_note(f"skyward: cleanup of pool {pool.pool_id} incomplete ({what}); "
+                           f"run `skyward down {pool.pool_id} --region {pool.plan.region}`")
 
 
 def destroy(ec2: api.EC2, pool_id: str, directory: str | None, *, timeout: float,
@@ -100,37 +139,6 @@ def destroy(ec2: api.EC2, pool_id: str, directory: str | None, *, timeout: float
         if directory:
             shutil.rmtree(directory, ignore_errors=True)
     return left
-
-
-def clean_up_failed(provider: AWS, pool: PoolState, error: BaseException) -> None:
-    """After a failed or interrupted launch: release the pool (waiting ``cleanup_settle``
-    seconds for stragglers when AWS may hold instances no answer named), even through a second
-    Ctrl-C; what could not be removed is noted on ``error`` with the command that removes it."""
-    outcome: list[Any] = []
-
-    def work() -> None:
-        try:
-            outcome.append(release_pool(provider, pool.pool_id,
-                                        provider.cleanup_settle if pool.launch_in_flight else 0.0))
-        except BaseException as exc:  # reported below, on the caller's thread
-            outcome.append(exc)
-
-    worker = threading.Thread(target=work, name=f"skyward-aws-cleanup-{pool.pool_id}", daemon=True)
-    worker.start()
-    for _ in range(3):
-        try:
-            worker.join()
-            break
-        except KeyboardInterrupt:
-            print(f"skyward: removing the AWS resources of pool {pool.pool_id}, please wait...",
-                  file=sys.__stderr__)
-    done = outcome[0] if outcome else None
-    if isinstance(done, inventory.PoolResources) and done.empty:
-        return
-    what = done.describe() if isinstance(done, inventory.PoolResources) else repr(done)
-    with contextlib.suppress(Exception):
-        error.add_note(f"skyward: cleanup of pool {pool.pool_id} incomplete ({what}); "
-                       f"run `skyward down {pool.pool_id} --region {pool.plan.region}`")
 
 
 def _pool_of(item: Mapping[str, Any]) -> str:
