@@ -35,3 +35,10 @@ def test_the_command_guardian_imports_the_standard_library_only() -> None:
         imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
                      if isinstance(node, ast.ImportFrom) and node.module != "__future__"}
         assert imported <= set(sys.stdlib_module_names), (name, imported - set(sys.stdlib_module_names))
+
+
+def test_the_worker_side_writes_its_log_lines_in_one_place() -> None:
+    # `[skyward.worker 123] ...`, `[skyward.resident 123] ...`: one helper makes them all.
+    writers = [name for name, text in _sources().items() if name.startswith("worker/") and "[skyward." in text]
+    assert writers == ["worker/log.py"]
+
