@@ -30,7 +30,7 @@ from typing import Any
 
 from skyward.errors import ClusterBusy, ConfigError
 
-__all__ = ["ClusterRecord", "Store", "home", "hold"]
+__all__ = ["ClusterRecord", "ClusterStore", "home", "hold"]
 
 UP, STOPPED, INIT = "UP", "STOPPED", "INIT"
 
@@ -102,7 +102,7 @@ class ClusterRecord:
         return f"{self.idle_minutes:g} min" + (" (down)" if self.down else "")
 
 
-class Store:
+class ClusterStore:
     """The records (``state.db``); every method is one short transaction."""
 
     def __init__(self, path: Path | None = None):
