@@ -1,30 +1,89 @@
-"""Which processes belong to a process group, or lie below a process (Linux /proc), for
-confirming that none is left. (``worker/_reaper.py`` keeps a copy of :func:`descendants`:
-it runs as a stand-alone script that imports nothing of skyward.)"""
+"""Reading Linux /proc: which processes there are, their parents and groups, for confirming
+that none of a tree is left. The one place skyward reads ``/proc/<pid>/stat``.
+
+Standard library only, and nothing of skyward: the command guardian
+(``runtime/_reaper.py``, a script run with ``python -I -S``) loads this file by its path.
+Every function copes with processes that end while it reads (and with no /proc at all)."""
 
 from __future__ import annotations
 
 import os
 
 
-def group_members(pgid: int) -> list[int] | None:
-    """Live (non-zombie) processes in process group ``pgid``; None where /proc can't be read."""
+class Proc:
+    """One process as ``/proc/<pid>/stat`` shows it."""
+
+    __slots__ = ("pid", "state", "ppid", "pgrp")
+
+    def __init__(self, pid: int, state: bytes, ppid: int, pgrp: int):
+        self.pid = pid
+        self.state = state  # b"R", b"S", b"Z" (a zombie: ended, not yet collected)...
+        self.ppid = ppid
+        self.pgrp = pgrp
+
+    @property
+    def zombie(self) -> bool:
+        return self.state == b"Z"
+
+
+def stat(pid: int) -> Proc | None:
+    """Process ``pid``; None once it is gone (or where /proc can't be read)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            # The command name, in parentheses, may hold spaces and ")": split after the last.
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return Proc(pid, fields[0], int(fields[1]), int(fields[2]))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def scan() -> list[Proc] | None:
+    """Every process on the machine; None where /proc can't be read."""
     try:
         entries = os.listdir("/proc")
     except OSError:
         return None
-    members = []
+    found = []
     for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            members.append(int(entry))
-    return members
+        if entry.isdigit():
+            proc = stat(int(entry))
+            if proc is not None:
+                found.append(proc)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Process ``pid`` runs (it exists and is no zombie)."""
+    proc = stat(pid)
+    return proc is not None and not proc.zombie
+
+
+def group_members(pgid: int) -> list[int] | None:
+    """Live (non-zombie) processes in process group ``pgid``; None where /proc can't be read."""
+    procs = scan()
+    if procs is None:
+        return None
+    return [p.pid for p in procs if p.pgrp == pgid and not p.zombie]
+
+
+def descendants(root: int, *, zombies: bool = True) -> list[int]:
+    """Every process below ``root`` (by parent links), zombies included unless ``zombies`` is False."""
+    children: dict[int, list[int]] = {}
+    for p in scan() or ():
+        if zombies or not p.zombie:
+            children.setdefault(p.ppid, []).append(p.pid)
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def zombie_children(parent: int) -> list[int]:
+    """The ended, uncollected children of ``parent``."""
+    return [p.pid for p in scan() or () if p.ppid == parent and p.zombie]
 
 
 #: The variable every process of a worker's tree inherits (set by the transport that starts the
@@ -51,29 +110,4 @@ def tagged(tag: str) -> list[int]:
                     found.append(int(entry))
         except OSError:
             continue
-    return found
-
-
-def descendants(root: int) -> list[int]:
-    """Every process below ``root`` (Linux /proc), zombies included."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found: list[int] = []
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            found.append(child)
-            todo.append(child)
     return found

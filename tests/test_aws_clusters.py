@@ -200,7 +200,7 @@ def test_a_named_aws_cluster_is_attached_stopped_started_and_ended_from_other_pr
     assert states(aws, ids) <= {"shutting-down", "terminated"}
     assert aws.leftovers() == {}
     assert wait_until(lambda: not leftovers(hosts, r"skyward\.worker"), timeout=10), leftovers(hosts)
-    assert manage.Store().all() == []
+    assert manage.ClusterStore().all() == []
 
 
 SPOT_PRICE = 0.0123  # t3.medium's, in the catalog cached for these tests (the bundled one has no spot prices)
@@ -332,7 +332,7 @@ def test_a_cluster_whose_client_was_killed_while_launching_is_removed_by_down(
     ended = skyward("down", cluster) if how == "name" else skyward("down", "--all", "-y")
     assert ended.returncode == 0, ended.stdout + ended.stderr[-3000:]
     assert aws.leftovers() == {}
-    assert manage.Store().all() == []
+    assert manage.ClusterStore().all() == []
     assert not any(Path(home, "aws").iterdir())
     assert wait_until(lambda: not leftovers(hosts, r"skyward\.worker"), timeout=10), leftovers(hosts)
 

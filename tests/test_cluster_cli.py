@@ -40,7 +40,7 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="skyc")
     monkeypatch.setenv("SKYWARD_HOME", path)
     yield path
-    for record in manage.Store().all():
+    for record in manage.ClusterStore().all():
         manage.down(record.name)
 
 
@@ -70,13 +70,13 @@ def test_launch_c_creates_a_cluster_reuses_it_without_setup_and_reruns_changed_s
     assert len(lines(first.stdout, "setup ran on node")) == 2
     ran = lines(first.stdout, "hi from node")
     assert ran == ["[node 0] hi from node 0 of 2", "[node 1] hi from node 1 of 2"]
-    workers = manage.Store().get("dev").workers
+    workers = manage.ClusterStore().get("dev").workers
 
     again = sky("launch", "-c", "dev", "task.yaml", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert lines(again.stdout, "setup ran") == [], "setup ran again on a cluster that had it"
     assert lines(again.stdout, "hi from node") == ran
-    assert manage.Store().get("dev").workers == workers  # the same worker processes
+    assert manage.ClusterStore().get("dev").workers == workers  # the same worker processes
 
     task(tmp_path, **{"@TAG@": "v2"})
     changed = sky("launch", "-c", "dev", "task.yaml", cwd=tmp_path)
@@ -107,7 +107,7 @@ def test_status_lists_the_cluster_and_down_ends_it(home: str, tmp_path: Path) ->
     assert row.split()[:3] == ["dev", "local", "2"] and " UP " in f" {row} " and "30 min" in row
     [shown] = json.loads(sky("status", "--json", cwd=tmp_path).stdout)
     assert (shown["name"], shown["status"], shown["autostop_minutes"]) == ("dev", "UP", 30.0)
-    pids = [pid for pid, _ in manage.Store().get("dev").workers]
+    pids = [pid for pid, _ in manage.ClusterStore().get("dev").workers]
 
     gone = sky("down", "dev", cwd=tmp_path)
     assert gone.returncode == 0, gone.stderr
@@ -121,7 +121,7 @@ def test_status_lists_the_cluster_and_down_ends_it(home: str, tmp_path: Path) ->
 def test_stop_then_start_brings_the_cluster_back(home: str, tmp_path: Path) -> None:
     task(tmp_path, **{"@TAG@": "x"})
     assert sky("launch", "-c", "dev", "task.yaml", cwd=tmp_path).returncode == 0
-    pids = [pid for pid, _ in manage.Store().get("dev").workers]
+    pids = [pid for pid, _ in manage.ClusterStore().get("dev").workers]
     assert sky("stop", "dev", "-y", cwd=tmp_path).returncode == 0
     assert wait_gone(pids, 10) == []
     assert [s.status for s in manage.status(["dev"])] == ["STOPPED"]
@@ -143,7 +143,7 @@ def test_a_conflicting_num_nodes_is_refused_naming_both_values(home: str, tmp_pa
 def test_autostop_minutes_from_the_command_line_end_the_workers(home: str, tmp_path: Path) -> None:
     task(tmp_path, **{"@TAG@": "x"})
     assert sky("launch", "-c", "dev", "-i", "0.05", "--down", "task.yaml", cwd=tmp_path).returncode == 0
-    pids = [pid for pid, _ in manage.Store().get("dev").workers]
+    pids = [pid for pid, _ in manage.ClusterStore().get("dev").workers]
     assert wait_gone(pids, 15) == []
     assert manage.status() == []  # --down: the cluster is gone, not stopped
 
@@ -186,7 +186,7 @@ def launch_and_exec_on(provider, tmp_path: Path) -> tuple[list[str], list[str], 
     path = task(tmp_path, **{"@TAG@": "ssh"})
     p = plan(path)
     assert execute(p, provider=provider, console=False, on_event=into(0), cluster={"name": "hosts"}) == 0
-    pids = [pid for pid, _ in manage.Store().get("hosts").workers]
+    pids = [pid for pid, _ in manage.ClusterStore().get("hosts").workers]
     assert execute(plan(path), console=False, on_event=into(1), cluster={"name": "hosts", "attach_only": True},
                    run_setup=False) == 0
     return outputs[0], outputs[1], pids
@@ -209,12 +209,12 @@ def test_the_mingpt_recipes_command_lines_work_as_skypilot_users_type_them(home:
     first = sky("launch", "-c", "train", "examples/mingpt/train.yaml", "--env", "MINGPT_STEPS=3", cwd=ROOT)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     assert "[node 0] mingpt: done: 3 steps across 2 rank(s)" in first.stdout
-    workers = manage.Store().get("train").workers
+    workers = manage.ClusterStore().get("train").workers
     again = sky("launch", "-c", "train", "examples/mingpt/train.yaml", "--env", "MINGPT_STEPS=3", cwd=ROOT)
     assert again.returncode == 0 and "weights identical on every rank" in again.stdout
-    assert manage.Store().get("train").workers == workers
+    assert manage.ClusterStore().get("train").workers == workers
     scaled = sky("launch", "-c", "train2", "examples/mingpt/train.yaml", "--num-nodes", "4", "--gpus", "L4:4",
                  "--cpus", "8+", "--provider", "aws", "--dryrun", cwd=ROOT)
     assert scaled.returncode == 0, scaled.stderr
     assert "4 node(s) on aws" in scaled.stdout and "dry run: nothing was started" in scaled.stdout
-    assert manage.Store().get("train2") is None  # a dry run creates no cluster
+    assert manage.ClusterStore().get("train2") is None  # a dry run creates no cluster

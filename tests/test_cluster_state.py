@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from skyward.clusters import state
-from skyward.clusters.state import ClusterRecord, Store
+from skyward.clusters.state import ClusterRecord, ClusterStore
 from skyward.providers.aws import catalog_cache, machines
 
 
@@ -28,12 +28,12 @@ def test_skyward_home_with_a_tilde_is_one_folder_for_state_keys_and_catalog(
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("SKYWARD_HOME", value)
     expected = tmp_path / value[2:].rstrip("/")
-    assert Store().path == expected / "state.db"
+    assert ClusterStore().path == expected / "state.db"
     assert catalog_cache.cache_path("us-east-1") == expected / "catalog" / "aws-us-east-1.json"
     assert machines.cluster_directory("pool1", create=True) == expected / "aws" / "pool1"
     assert stat.S_IMODE(expected.stat().st_mode) == 0o700
-    Store().put(record("c1"))
-    assert [r.name for r in Store().all()] == ["c1"]
+    ClusterStore().put(record("c1"))
+    assert [r.name for r in ClusterStore().all()] == ["c1"]
     assert not (tmp_path / "~").exists(), "a folder named '~' was made"
 
 
@@ -41,14 +41,14 @@ def test_skyward_home_defaults_to_dot_skyward_in_home(tmp_path: Path, monkeypatc
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("SKYWARD_HOME", raising=False)
     assert catalog_cache.cache_path("eu-west-1").parent.parent == tmp_path / ".skyward"
-    assert Store().path == tmp_path / ".skyward" / "state.db"
+    assert ClusterStore().path == tmp_path / ".skyward" / "state.db"
     assert stat.S_IMODE((tmp_path / ".skyward").stat().st_mode) == 0o700
 
 
 def test_an_access_waits_out_a_lock_held_longer_than_the_busy_wait(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another connection holds the database past SQLite's busy wait: the access tries again."""
-    store = Store(tmp_path / "state.db")
+    store = ClusterStore(tmp_path / "state.db")
     store.put(record("first"))
     monkeypatch.setattr(state, "BUSY_TIMEOUT", 0.05)
     holder = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
@@ -70,5 +70,5 @@ def test_a_database_fault_that_is_not_contention_is_raised_at_once(tmp_path: Pat
     path.write_bytes(b"not a database at all, " * 100)
     started = time.monotonic()
     with pytest.raises(sqlite3.DatabaseError, match="not a database"):
-        Store(path).all()
+        ClusterStore(path).all()
     assert time.monotonic() - started < 5

@@ -5,6 +5,9 @@ API it shows only as waits of a few seconds (an SSH host that boots, a cloud API
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from skyward._retry import Backoff, retry
@@ -112,3 +115,59 @@ def test_retry_gives_up_at_the_deadline() -> None:
         retry(never, schedule(t, timeout=5, delay=1, factor=1.5, max_delay=5), on=TimeoutError)
     assert attempts[0] == 0 and attempts[-1] == pytest.approx(5.0)
     assert t.now == pytest.approx(5.0)
+
+
+def test_without_pauses_or_a_limit_retry_goes_on_until_giveup_says_stop() -> None:
+    # (launch job recovery: its budgets, not the schedule, end the runs)
+    t = FakeTime()
+    budget = [2]
+    runs = []
+
+    def run() -> None:
+        runs.append(t.now)
+        raise RuntimeError(f"run {len(runs)}")
+
+    def spent(exc: BaseException) -> bool:
+        if budget[0] == 0:
+            return True
+        budget[0] -= 1
+        return False
+
+    with pytest.raises(RuntimeError, match="run 3"):
+        retry(run, schedule(t, delay=0.0), on=RuntimeError, giveup=spent)
+    assert runs == [0, 0, 0]
+
+
+def test_an_error_in_on_retry_ends_the_retries_with_that_error() -> None:
+    # (a broadcast whose lost node could not be replaced raises the replacement's error)
+    t = FakeTime()
+    calls = []
+
+    def lost() -> None:
+        calls.append(1)
+        raise ConnectionError("lost")
+
+    def replace(attempt: int, exc: BaseException, pause: float) -> None:
+        raise LookupError("no replacement")
+
+    with pytest.raises(LookupError, match="no replacement"):
+        retry(lost, schedule(t, attempts=5), on=ConnectionError, on_retry=replace)
+    assert calls == [1] and t.pauses == []
+
+
+def test_a_pause_cut_short_by_its_sleep_leads_to_the_next_attempt_at_once() -> None:
+    # (the elastic replacement pauses on its pool's "closed" event: a close ends the pause,
+    # and the next failure is given up on)
+    closed = threading.Event()
+    attempts = []
+
+    def grow() -> None:
+        attempts.append(time.monotonic())
+        raise OSError("no machine")
+
+    threading.Timer(0.2, closed.set).start()
+    started = time.monotonic()
+    with pytest.raises(OSError):
+        retry(grow, Backoff(attempts=3, delay=60.0, sleep=closed.wait), on=OSError,
+              giveup=lambda exc: closed.is_set())
+    assert len(attempts) == 2 and time.monotonic() - started < 30.0

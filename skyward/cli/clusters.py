@@ -193,9 +193,9 @@ def _start(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 def down_names(names: list[str], everything: bool, yes: bool, out: IO[str], err: IO[str]) -> tuple[int, list[str]]:
     """``skyward down``'s cluster part: end the named clusters (every one with ``everything``);
     returns the exit status so far and the names that are not clusters (pool ids, maybe)."""
-    from skyward.clusters.state import Store
+    from skyward.clusters.state import ClusterStore
 
-    known = {r.name for r in Store().all()}
+    known = {r.name for r in ClusterStore().all()}
     clusters = sorted(known) if everything else [n for n in names if n in known]
     rest = [] if everything else [n for n in names if n not in known]
     code = _each(clusters, "down", out, err, ask=not yes and everything) if clusters else 0

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyward.clusters.nodes import ClusterNodes
-from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, Store, hold
+from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, hold
 from skyward.errors import ClusterBusy, ClusterError
 
 __all__ = ["ClusterStatus", "down", "start", "status", "stop"]
@@ -103,7 +103,7 @@ def live_status(record: ClusterRecord) -> str:
 
 def status(names: list[str] | None = None) -> list[ClusterStatus]:
     """Every cluster this machine knows (or those named), reconciled with its nodes."""
-    store = Store()
+    store = ClusterStore()
     found = []
     for record in store.all():
         if names and record.name not in names:
@@ -150,7 +150,7 @@ def _holder(name: str) -> str | None:
 
 
 def _record(name: str) -> ClusterRecord:
-    record = Store().get(name)
+    record = ClusterStore().get(name)
     if record is None:
         raise ClusterError(name, "no cluster by this name", way_out="see `skyward status`")
     return record
@@ -163,9 +163,9 @@ def down(name: str) -> list[str]:
         record = _record(name)
         problems = nodes_for(record).down()
         if problems:
-            Store().put(record.with_(status=INIT))
+            ClusterStore().put(record.with_(status=INIT))
         else:
-            Store().remove(name)
+            ClusterStore().remove(name)
         return problems
 
 
@@ -182,7 +182,7 @@ def stop(name: str) -> list[str]:
         stop_machines = getattr(record.provider, "stop", None)
         if stop_machines is not None and not problems:
             stop_machines(list(record.instances))
-        Store().put(record.with_(status=STOPPED, workers=()))
+        ClusterStore().put(record.with_(status=STOPPED, workers=()))
         return problems
 
 

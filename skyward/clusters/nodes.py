@@ -123,7 +123,7 @@ class ClusterNodes(Nodes):
     def restart(self, start_timeout: float) -> None:
         """Replace every worker with a fresh one, as an ordinary pool does (the machines and
         environments are kept); the cluster's record names the new workers."""
-        from skyward.clusters.state import Store
+        from skyward.clusters.state import ClusterStore
 
         problems = self._stop_workers(graceful=False)
         for transport in self._transports:
@@ -143,7 +143,7 @@ class ClusterNodes(Nodes):
         self.spawn(start_timeout)
         pids = [c.pid or 0 for c in self.connections]
         self.record = self.record.with_(workers=tuple(zip(pids, self.trees, strict=True)))
-        Store().put(self.record)
+        ClusterStore().put(self.record)
 
     # -- stop ----------------------------------------------------------------------------------
     def detach(self) -> list[str]:

@@ -21,7 +21,7 @@ import uuid
 from typing import Any
 
 from skyward.clusters.nodes import ClusterNodes, NotRunning
-from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, Store, check_name, hold
+from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, check_name, hold
 from skyward.errors import ClusterError, ConfigError
 
 __all__ = ["ClusterSession", "open_named", "resolve"]
@@ -36,7 +36,7 @@ def resolve(name: Any, given: dict[str, Any]) -> tuple[ClusterRecord | None, dic
     arguments, None where not given) with the record's values filled in. Raises ClusterError
     for a shape that disagrees with the record's, or for a bare name that names no cluster."""
     check_name(name)
-    record = Store().get(name)
+    record = ClusterStore().get(name)
     filled = dict(given)
     if record is None:
         if all(given.get(k) is None for k in ("provider", "nodes", "accelerator")):
@@ -106,7 +106,7 @@ class ClusterSession:
         self.name = name
         self.idle_minutes = idle_minutes
         self.down_on_idle = down
-        self.store = Store()
+        self.store = ClusterStore()
         self._lock = contextlib.ExitStack()
         self.record: ClusterRecord | None = None
         self.created = False

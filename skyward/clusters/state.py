@@ -38,7 +38,7 @@ from skyward._home import home
 from skyward._retry import Backoff, retry
 from skyward.errors import ClusterBusy, ConfigError
 
-__all__ = ["ClusterRecord", "Store", "hold"]
+__all__ = ["ClusterRecord", "ClusterStore", "hold"]
 
 UP, STOPPED, INIT = "UP", "STOPPED", "INIT"
 T = TypeVar("T")
@@ -111,7 +111,7 @@ class ClusterRecord:
         return f"{self.idle_minutes:g} min" + (" (down)" if self.down else "")
 
 
-class Store:
+class ClusterStore:
     """The records (``state.db``); every method is one short transaction."""
 
     def __init__(self, path: Path | None = None):

@@ -23,14 +23,14 @@ def pool_args(cluster: dict[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
     """The ComputePool arguments for a launch on cluster ``cluster["name"]``: the task's shape
     (checked against an existing cluster's; its provider only when given on the command line),
     or for ``exec`` (no shape given) the name alone."""
-    from skyward.clusters.state import Store
+    from skyward.clusters.state import ClusterStore
 
     name = cluster["name"]
     args: dict[str, Any] = {"name": name, "idle_minutes": cluster.get("idle_minutes"),
                             "down": cluster.get("down", False)}
     if cluster.get("attach_only"):
         return args
-    exists = Store().get(name) is not None
+    exists = ClusterStore().get(name) is not None
     args.update(shape)
     if exists and not cluster.get("provider_given", True):
         args.pop("provider")
@@ -45,12 +45,12 @@ def setup_needed(pool: Any, p: Any) -> bool:
 
 
 def setup_done(pool: Any, p: Any) -> None:
-    from skyward.clusters.state import Store
+    from skyward.clusters.state import ClusterStore
 
     session = pool._cluster
-    current = Store().get(session.name) or session.record  # (a restart may have renamed its workers)
+    current = ClusterStore().get(session.name) or session.record  # (a restart may have renamed its workers)
     session.record = current.with_(setup_hash=setup_hash(p))
-    Store().put(session.record)
+    ClusterStore().put(session.record)
 
 
 def run_detached(pool: Any, command: str, env: dict[str, str], cwd: str | None) -> list[str]:

@@ -21,6 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import IO, Any
 
+from skyward._retry import Backoff, retry
+from skyward.errors import CommandFailed, ConnectionLost
+
 __all__ = ["MAX_RECOVERIES", "run_with_recovery", "only_on"]
 
 #: Recoveries for lost nodes (and for listed exit codes) in one launch, beyond which the error
@@ -40,7 +43,6 @@ def run_with_recovery(pool: Any, recovery: Any, run: Callable[[], None], prepare
     :class:`~skyward.launch.taskfile.fields.JobRecovery`, or None: once) says; ``prepare(new_nodes)``
     syncs files and runs setup on the nodes a replacement brought."""
     from skyward import events as ev
-    from skyward.errors import CommandFailed, ConnectionLost
 
     if recovery is None:
         run()
@@ -51,40 +53,60 @@ def run_with_recovery(pool: Any, recovery: Any, run: Callable[[], None], prepare
         if isinstance(event, ev.NodeAdded):
             added.add(event.node)
 
+    budget = _Budget(recovery)
+
+    def again(attempt: int, exc: BaseException, pause: float) -> None:
+        err.write(budget.take(exc))
+        if isinstance(exc, ConnectionLost):
+            pool.wait_ready()
+            pool.restart_workers()  # every node's variables name the new set of nodes
+            new = set(added)
+            added.clear()
+            prepare(new)
+
     unsubscribe = pool.subscribe(note)
-    errors_left = recovery.max_restarts_on_errors
-    recoveries = 0
-    try:
-        while True:
-            try:
-                run()
-                return
-            except CommandFailed as exc:
-                code = exc.exit_code
-                listed = code in recovery.recover_on_exit_codes
-                if listed and recoveries < MAX_RECOVERIES:
-                    recoveries += 1
-                    why = f"exit code {code} is in recover_on_exit_codes"
-                elif errors_left > 0:
-                    errors_left -= 1
-                    used = recovery.max_restarts_on_errors - errors_left
-                    why = f"restart {used} of max_restarts_on_errors={recovery.max_restarts_on_errors}"
-                else:
-                    raise
-                err.write(f"skyward: job recovery: the run failed on node {exc.node} (exit code {code}); "
-                          f"starting it again on every node ({why})\n")
-            except ConnectionLost as exc:
-                if recoveries >= MAX_RECOVERIES:
-                    exc.add_note(f"skyward: job recovery gave up after {MAX_RECOVERIES} recoveries")
-                    raise
-                recoveries += 1
-                err.write(f"skyward: job recovery: node {exc.node} was lost during the run; replacing it "
-                          f"and starting the run again on every node (recovery {recoveries} of at most "
-                          f"{MAX_RECOVERIES})\n")
-                pool.wait_ready()
-                pool.restart_workers()  # every node's variables name the new set of nodes
-                new, added_now = set(added), added
-                added_now.clear()
-                prepare(new)
+    try:  # no pause between runs: the budgets alone end the recoveries
+        retry(run, Backoff(delay=0.0), on=(CommandFailed, ConnectionLost), giveup=budget.spent, on_retry=again)
     finally:
         unsubscribe()
+
+
+class _Budget:
+    """What is left of a launch's recoveries: lost nodes and listed exit codes share
+    :data:`MAX_RECOVERIES`; other failed runs use ``max_restarts_on_errors``."""
+
+    def __init__(self, recovery: Any):
+        self.restarts = recovery.max_restarts_on_errors
+        self.codes = recovery.recover_on_exit_codes
+        self.errors_left = self.restarts
+        self.recoveries = 0
+
+    def _listed(self, exc: BaseException) -> bool:
+        return isinstance(exc, CommandFailed) and exc.exit_code in self.codes and self.recoveries < MAX_RECOVERIES
+
+    def spent(self, exc: BaseException) -> bool:
+        """True when ``exc`` ends the launch (a lost node past the limit gets a note saying so)."""
+        if isinstance(exc, CommandFailed):
+            return not self._listed(exc) and self.errors_left <= 0
+        if self.recoveries >= MAX_RECOVERIES:
+            exc.add_note(f"skyward: job recovery gave up after {MAX_RECOVERIES} recoveries")
+            return True
+        return False
+
+    def take(self, exc: BaseException) -> str:
+        """Use one recovery for ``exc`` (not :meth:`spent`); the line that says so."""
+        if isinstance(exc, CommandFailed):
+            code = exc.exit_code
+            if self._listed(exc):
+                self.recoveries += 1
+                why = f"exit code {code} is in recover_on_exit_codes"
+            else:
+                self.errors_left -= 1
+                why = f"restart {self.restarts - self.errors_left} of max_restarts_on_errors={self.restarts}"
+            return (f"skyward: job recovery: the run failed on node {exc.node} (exit code {code}); "
+                    f"starting it again on every node ({why})\n")
+        assert isinstance(exc, ConnectionLost)
+        self.recoveries += 1
+        return (f"skyward: job recovery: node {exc.node} was lost during the run; replacing it "
+                f"and starting the run again on every node (recovery {self.recoveries} of at most "
+                f"{MAX_RECOVERIES})\n")

@@ -21,6 +21,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from skyward import events as ev
+from skyward._retry import Backoff, retry
 from skyward.compute import PendingCompute
 from skyward.compute import _iter_results as iter_results
 from skyward.errors import ConfigError, ConnectionLost
@@ -142,23 +143,32 @@ class Dispatcher:
         first: the other nodes' copies often fail too (a collective whose peer is gone)."""
         options = pending.options
         attempts = options.retries + 1
-        for attempt in range(1, attempts + 1):
-            conns = self._targets(pending)
-            generation = self._generation()
-            try:
-                return self._broadcast(pending, _stop_the_others)
-            except Exception:
-                lost = next((c for c in conns if not c.alive), None)
-                elastic = self._elastic
-                if (lost is None or attempt == attempts or not self._is_open() or elastic is None
-                        or not elastic.replace_lost):
-                    raise
-                elastic.wait_ready()
-                if self._generation() == generation:  # (a replacement may have restarted them all)
-                    with self._pick_lock:
-                        self._restart()
-                self._emit(ev.TaskRetried(options.name, lost.node, attempt + 1, attempts))
-        raise AssertionError("unreachable")
+        tried: dict[str, Any] = {}  # the attempt's nodes, the workers' generation, the node lost
+
+        def once() -> list[T]:
+            tried.clear()
+            tried["conns"] = self._targets(pending)
+            tried["generation"] = self._generation()
+            return self._broadcast(pending, _stop_the_others)
+
+        def giveup(exc: BaseException) -> bool:
+            """Only a loss is tried again, on an open pool that replaces lost nodes."""
+            lost = next((c for c in tried.get("conns", ()) if not c.alive), None)
+            elastic = self._elastic
+            if lost is None or not self._is_open() or elastic is None or not elastic.replace_lost:
+                return True
+            tried["lost"] = lost
+            return False
+
+        def again(attempt: int, exc: BaseException, pause: float) -> None:
+            assert self._elastic is not None
+            self._elastic.wait_ready()
+            if self._generation() == tried["generation"]:  # (a replacement may have restarted them all)
+                with self._pick_lock:
+                    self._restart()
+            self._emit(ev.TaskRetried(options.name, tried["lost"].node, attempt + 1, attempts))
+
+        return retry(once, Backoff(attempts=attempts, delay=0.0), giveup=giveup, on_retry=again)
 
     def gather(self, pending: tuple[PendingCompute[Any], ...], stream: bool, ordered: bool) -> Any:
         self._connections()

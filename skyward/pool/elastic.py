@@ -32,13 +32,14 @@ from collections.abc import Callable
 from typing import Any
 
 from skyward import events as ev
+from skyward._retry import Backoff, retry
 from skyward.errors import BootstrapError, ConfigError, SkywardError
 from skyward.pool.lifecycle import Nodes
 from skyward.pool.queue import TaskQueue
 
 #: Tries to provision a replacement for one lost node before giving up.
 REPLACE_ATTEMPTS = 3
-#: Seconds between two tries.
+#: Seconds before the second try (doubled before each further one).
 REPLACE_PAUSE = 1.0
 
 
@@ -208,34 +209,36 @@ class Elastic:
         if not self.replace_lost:  # an elastic pool without replace_lost: it only shrinks
             self._remove(node, f"lost: {why}", lost=True)
             return
-        error: BaseException | None = None
         try:
             self._remove(node, f"lost: {why}; replacing", lost=True)
-            for attempt in range(REPLACE_ATTEMPTS):
+            try:
+                retry(lambda: self._grow_in_place(node),
+                      Backoff(attempts=REPLACE_ATTEMPTS, delay=REPLACE_PAUSE, factor=2.0, sleep=self._closed.wait),
+                      giveup=lambda exc: self._closed.is_set())
+            except Exception as error:
                 if self._closed.is_set():
                     return
-                self.nodes.reserve(1, [node])
-                try:
-                    self.nodes.grow([node])
-                except Exception as exc:
-                    error = exc
-                    if self._closed.wait(REPLACE_PAUSE * (attempt + 1)):
-                        return
-                    continue
-                self._emit(ev.NodeAdded(node, "replacement"))
-                if self.queue is not None:
-                    self.queue.pump()
+                failure = SkywardError(f"node {node} was lost and could not be replaced "
+                                       f"({REPLACE_ATTEMPTS} attempts): {error}")
+                failure.__cause__ = error
+                self.error = failure
+                self._emit(ev.NodeRemoved(node, f"replacement failed: {error}"))
                 return
-            failure = SkywardError(f"node {node} was lost and could not be replaced "
-                                   f"({REPLACE_ATTEMPTS} attempts): {error}")
-            failure.__cause__ = error
-            self.error = failure
-            self._emit(ev.NodeRemoved(node, f"replacement failed: {error}"))
+            self._emit(ev.NodeAdded(node, "replacement"))
+            if self.queue is not None:
+                self.queue.pump()
         finally:
             with self._changed:
                 self._replacing.discard(node)
                 self._adding -= 1
                 self._changed.notify_all()
+
+    def _grow_in_place(self, node: int) -> None:
+        """One try at a new node numbered ``node`` (none once the pool is closing)."""
+        if self._closed.is_set():
+            raise SkywardError("the pool is closing")
+        self.nodes.reserve(1, [node])
+        self.nodes.grow([node])
 
     # -- threads -----------------------------------------------------------------------------
     def _begin_add(self, count: int) -> None:

@@ -1,7 +1,9 @@
 """The guardian of one shell command: runs it, and owns every process it starts.
 
-Run as a script, never imported by skyward (``python -I -S _reaper.py GRACE SHELL COMMAND STATUS_FD``),
-so it starts in a few milliseconds and depends on the standard library alone. The worker
+Run as a script, never imported by skyward (``python -I -S _reaper.py PROCS GRACE SHELL COMMAND
+STATUS_FD``), so it starts in a few milliseconds and depends on the standard library alone: it
+reads /proc with skyward's own reader, ``skyward/_procs.py`` (stdlib only), loaded from the
+path ``PROCS``. The worker
 (:mod:`skyward.runtime.command`) starts it in a session of its own, with:
 
 * stdin: a pipe from the worker. End of input means "stop the command": the worker closes it
@@ -25,12 +27,14 @@ so nothing outlives the command.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import select
 import signal
 import subprocess
 import sys
 import time
+from types import ModuleType
 
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
@@ -43,42 +47,31 @@ def become_subreaper() -> bool:
         return False
 
 
+def load_procs(path: str) -> ModuleType:
+    """skyward's /proc reader (``skyward/_procs.py``, stdlib only), loaded from its file:
+    this script imports nothing of skyward, so it starts fast and in any interpreter state."""
+    spec = importlib.util.spec_from_file_location("_skyward_procs", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+procs: ModuleType  # set by main() from its first argument
+
+
 def descendants(root: int) -> list[int]:
-    """Live processes below ``root`` (by parent links in /proc; zombies are left to reap)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found: list[int] = []
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            found.append(child)
-            todo.append(child)
-    return found
+    """Live processes below ``root`` (zombies are left to reap)."""
+    return procs.descendants(root, zombies=False)
 
 
 def reap(me: int, keep: int) -> None:
     """Collect the orphans (re-parented to us, a subreaper) that have ended; never ``keep``,
     the command itself, whose status ``subprocess`` must collect."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == keep:
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] == b"Z" and int(fields[1]) == me:
+    for pid in procs.zombie_children(me):
+        if pid != keep:
             try:
-                os.waitpid(int(entry), os.WNOHANG)
+                os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass
 
@@ -119,8 +112,10 @@ def stop_tree(me: int, group: int, grace: float, *, group_alive: bool) -> int:
 
 
 def main(argv: list[str]) -> int:
-    grace = float(argv[1])
-    shell, command, status_fd = argv[2], argv[3], int(argv[4])
+    global procs
+    procs = load_procs(argv[1])
+    grace = float(argv[2])
+    shell, command, status_fd = argv[3], argv[4], int(argv[5])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when the command stops
     me = os.getpid()
     become_subreaper()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from skyward._procs import alive
+
 __all__ = ["CLUSTER_DIR", "jobs_dir", "running_jobs"]
 
 #: The environment variable naming the directory of the cluster worker's socket (on the node).
@@ -31,14 +33,13 @@ def running_jobs() -> list[int]:
     base = os.environ.get(CLUSTER_DIR)
     if not base:
         return []
-    alive = []
+    running = []
     for pid_file in glob.glob(os.path.join(glob.escape(base), "jobs", "*", "*.pid")):
         try:
             with open(pid_file) as f:
                 pid = int(f.read().strip())
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[0] != b"Z":
-                    alive.append(pid)
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError):
             continue
-    return alive
+        if alive(pid):
+            running.append(pid)
+    return running

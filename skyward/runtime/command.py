@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from skyward import _procs
 from skyward.runtime import instance as runtime_instance, output as runtime_output
 from skyward.errors import CommandFailed, ConfigError
 
@@ -83,6 +84,8 @@ KILL_GRACE = 1.0
 #: How long to wait for the guardian to confirm a stop before giving up on it.
 _CONFIRM_WITHIN = KILL_GRACE + 10.0
 _REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
+#: The /proc reader the guardian loads by path (it imports nothing of skyward).
+_PROCS = os.path.abspath(_procs.__file__)
 
 
 def run_command(spec: ShellCommand) -> CommandResult:
@@ -98,7 +101,7 @@ def run_command(spec: ShellCommand) -> CommandResult:
     status_r, status_w = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", _REAPER, str(KILL_GRACE), shell, spec.command, str(status_w)],
+            [sys.executable, "-I", "-S", _REAPER, _PROCS, str(KILL_GRACE), shell, spec.command, str(status_w)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w,),
             cwd=cwd, env=env, start_new_session=True,
         )

@@ -43,17 +43,11 @@ from skyward.plugins._base import Plugin
 from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload, spinner
 from skyward.worker import keeper
 from skyward.worker.executors import Executor, Task, make_executor
+from skyward.worker.log import log
 from skyward.worker.output import route_output
 from skyward.worker.resident import Link, Resident, listening
 
 SETUP_TIMEOUT = 60.0
-
-
-def _log(msg: str) -> None:
-    try:
-        os.write(2, f"[skyward.worker {os.getpid()}] {msg}\n".encode())
-    except OSError:
-        pass
 
 
 def _kill_group_and_exit(code: int) -> NoReturn:
@@ -111,7 +105,7 @@ class Agent:
 
     # -- start -----------------------------------------------------------------------------
     def handshake(self) -> tuple[Setup, tuple[Plugin, ...]]:
-        timer = threading.Timer(SETUP_TIMEOUT, lambda: (_log("no SETUP from the client"), _kill_group_and_exit(3)))
+        timer = threading.Timer(SETUP_TIMEOUT, lambda: (log("no SETUP from the client"), _kill_group_and_exit(3)))
         timer.daemon = True
         timer.start()
         try:
@@ -124,7 +118,7 @@ class Agent:
             _kill_group_and_exit(0)
         control, parts = frame
         if control[0] != Kind.SETUP or not isinstance(control[1], Setup):
-            _log(f"expected SETUP, got {control[0]!r}")
+            log(f"expected SETUP, got {control[0]!r}")
             _kill_group_and_exit(3)
         plugins = tuple(loads_payload(parts)) if parts else ()
         return control[1], plugins
@@ -140,11 +134,11 @@ class Agent:
             silent_for = time.monotonic() - self.last_heard
             if silent_for > idle_timeout and self.resident is not None:
                 if self.resident.link is not None:
-                    _log(f"no word from the client for {silent_for:.0f}s; ending its session")
+                    log(f"no word from the client for {silent_for:.0f}s; ending its session")
                     self.resident.cut(self.session)
                 self.last_heard = time.monotonic()
             elif silent_for > idle_timeout:
-                _log(f"no word from the client for {silent_for:.0f}s (idle_timeout={idle_timeout:g}s); exiting")
+                log(f"no word from the client for {silent_for:.0f}s (idle_timeout={idle_timeout:g}s); exiting")
                 _kill_group_and_exit(4)
 
     def run(self) -> int:
@@ -190,7 +184,7 @@ class Agent:
                 _kill_group_and_exit(0)
             # Leaving the ExitStack runs the plugins' exits (e.g. destroy_process_group);
             # a watchdog makes sure a hook that hangs cannot keep the worker alive.
-            watchdog = threading.Timer(15.0, lambda: (_log("plugin shutdown hung"), _kill_group_and_exit(6)))
+            watchdog = threading.Timer(15.0, lambda: (log("plugin shutdown hung"), _kill_group_and_exit(6)))
             watchdog.daemon = True
             watchdog.start()
             with self._listening():  # a client that vanishes meanwhile ends the worker at once
@@ -224,7 +218,7 @@ class Agent:
                 except (EOFError, OSError):
                     frame = None
                 if frame is None or frame[0][0] == Kind.SHUTDOWN:
-                    _log("the client went away while the worker was starting")
+                    log("the client went away while the worker was starting")
                     _kill_group_and_exit(0)
                 self.last_heard = time.monotonic()
 
@@ -272,7 +266,7 @@ class Agent:
             try:
                 frame = self.reader.recv()
             except (EOFError, OSError) as exc:
-                _log(f"client stream broke: {exc}")
+                log(f"client stream broke: {exc}")
                 frame = None
             if frame is None:
                 if self.resident is not None and self._next_session():
@@ -308,7 +302,7 @@ class Agent:
                 for notice in _preempt.notices():  # ... on a machine that may be about to go
                     self.send((Kind.PREEMPT, notice))
             else:
-                _log(f"unknown message {kind!r}")
+                log(f"unknown message {kind!r}")
         return None
 
     def _next_session(self) -> bool:
@@ -320,7 +314,7 @@ class Agent:
         self._live.clear()
         link = self.resident.next_link()
         if link is None:
-            _log(f"no client for {self.resident.autostop:g}s: autostop")
+            log(f"no client for {self.resident.autostop:g}s: autostop")
             self.resident.close()
             return False
         self._use(link)
@@ -369,7 +363,7 @@ def main(resident_options: dict[str, Any] | None = None) -> int:
     try:
         code = agent.run()
     except BaseException:
-        _log("worker failed:\n" + traceback.format_exc())
+        log("worker failed:\n" + traceback.format_exc())
         code = 1
     try:
         agent.writer.close() if resident is not None else proto_out.flush()

@@ -40,6 +40,7 @@ import sys
 import time
 
 from skyward._procs import descendants
+from skyward.worker.log import log
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -113,8 +114,7 @@ def _keep(worker: int) -> None:
             if pid == worker:
                 status = st
         if not _clear():
-            os.write(2, f"[skyward.keeper {os.getpid()}] processes still running after "
-                        f"{CLEAR_LIMIT:g}s of SIGKILL\n".encode())
+            log(f"processes still running after {CLEAR_LIMIT:g}s of SIGKILL", "keeper")
         _exit_as(status)
     finally:
         os._exit(70)  # never back into the worker's code

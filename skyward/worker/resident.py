@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyward.runtime.cluster import CLUSTER_DIR, running_jobs
+from skyward.worker.log import log
 
 #: Task ids on the wire are a session's own; inside the worker they carry the session number
 #: above this bit, so that an old session's late results can be told apart.
@@ -118,7 +119,7 @@ class Resident:
             with self._lock:
                 link = self.link
             if link is not None:  # a new client: the one before it is gone (see the module doc)
-                _log("a new client attached; ending the previous session")
+                log("a new client attached; ending the previous session", "resident")
                 link.cut()
 
     def next_link(self) -> Link | None:
@@ -185,13 +186,6 @@ class Resident:
                 with contextlib.suppress(OSError):
                     os.utime(self.heartbeat_file)
             time.sleep(TOUCH_INTERVAL)
-
-
-
-
-def _log(msg: str) -> None:
-    with contextlib.suppress(OSError):
-        os.write(2, f"[skyward.resident {os.getpid()}] {msg}\n".encode())
 
 
 def daemonize(path: str) -> None:

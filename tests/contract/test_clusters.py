@@ -34,7 +34,7 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="skyh")
     monkeypatch.setenv("SKYWARD_HOME", path)
     yield path
-    for record in manage.Store().all():
+    for record in manage.ClusterStore().all():
         manage.down(record.name)
 
 
@@ -232,7 +232,7 @@ def test_two_launches_of_one_name_at_once_make_one_cluster(home: str) -> None:
                               env={**os.environ, "PYTHONPATH": str(ROOT)}) for _ in range(2)]
     outs = sorted(p.communicate(timeout=120)[0].split()[0] for p in procs)
     assert outs in (["busy", "created"], ["created", "created"]), outs
-    records = [r for r in manage.Store().all() if r.name == cluster]
+    records = [r for r in manage.ClusterStore().all() if r.name == cluster]
     assert len(records) == 1 and len(records[0].workers) == 1
 
 
@@ -247,7 +247,7 @@ def test_named_pool_arguments_are_checked_before_anything_starts(home: str) -> N
         sky.ComputePool(name="no spaces", nodes=1)
     with pytest.raises(sky.ClusterError, match="no cluster by this name"):
         sky.ComputePool(name="nothing-here")
-    assert manage.Store().all() == []
+    assert manage.ClusterStore().all() == []
 
 
 @sky.compute
@@ -264,7 +264,7 @@ def test_the_records_hold_no_secret_and_the_sockets_are_private(home: str) -> No
     for path in Path(home).rglob("*"):
         if path.is_file() and not path.is_socket():
             assert secret.encode() not in path.read_bytes(), f"{path} holds the secret"
-    record = manage.Store().get(cluster)
+    record = manage.ClusterStore().get(cluster)
     assert "API_TOKEN" not in record.image.env and record.image.env["PLAIN"] == "visible"
     [sock] = Path(home).rglob("*.sock")
     assert sock.stat().st_mode & 0o777 == 0o600
@@ -293,7 +293,7 @@ def test_a_cluster_whose_creation_never_got_its_machines_is_created_afresh(home:
     next pool of that name creates it instead of attaching to nothing."""
     from skyward.clusters.state import ClusterRecord
 
-    manage.Store().put(ClusterRecord(name="half", id="0123456789", provider=sky.Local(), provider_name="local",
+    manage.ClusterStore().put(ClusterRecord(name="half", id="0123456789", provider=sky.Local(), provider_name="local",
                                      nodes=2, processes=1, concurrency=1, executor="thread", accelerator=None))
     with sky.ComputePool(name="half", console=False) as pool:
         pids = worker_pid() @ pool

@@ -69,7 +69,7 @@ def home(monkeypatch: pytest.MonkeyPatch):
     path = tempfile.mkdtemp(prefix="skyf")
     monkeypatch.setenv("SKYWARD_HOME", path)
     yield path
-    for record in manage.Store().all():
+    for record in manage.ClusterStore().all():
         manage.down(record.name)
 
 
@@ -138,7 +138,7 @@ def test_a_named_cluster_ends_up_attachable_or_gone(case: Case, home: str, reque
             assert after == before, "the cluster's workers did not survive the client"
         else:
             assert set(after).isdisjoint(before)
-    assert manage.Store().get(name) is None or manage.down(name) == []
+    assert manage.ClusterStore().get(name) is None or manage.down(name) == []
     assert manage.status([name]) == []
     assert wait_for(lambda: not leftovers(tag, hosts), SETTLE), leftovers(tag, hosts)
 

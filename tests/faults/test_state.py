@@ -27,7 +27,7 @@ CASES = tuple(ROUNDS)
 
 def _client(index: int, base: str, rounds: int, barrier, results) -> None:
     """One process: each round, open the round's store, record, attach, read and list."""
-    from skyward.clusters.state import UP, ClusterRecord, Store, hold
+    from skyward.clusters.state import UP, ClusterRecord, ClusterStore, hold
 
     errors: list[str] = []
     for round_ in range(rounds):
@@ -37,12 +37,12 @@ def _client(index: int, base: str, rounds: int, barrier, results) -> None:
                                processes=1, concurrency=1, executor="thread", accelerator=None)
         try:
             barrier.wait(timeout=300)
-            Store().put(record)
+            ClusterStore().put(record)
             with hold(name, "attached"):
-                Store().put(record.with_(status=UP))
-                got = Store().get(name)
+                ClusterStore().put(record.with_(status=UP))
+                got = ClusterStore().get(name)
                 assert got is not None and got.status == UP, f"round {round_}: {name} read back as {got}"
-                listed = {r.name for r in Store().all()}
+                listed = {r.name for r in ClusterStore().all()}
                 assert name in listed, f"round {round_}: {name} not in the list {sorted(listed)}"
         except BaseException:
             errors.append(f"process {index}, round {round_}:\n{traceback.format_exc()}")
@@ -52,12 +52,12 @@ def _client(index: int, base: str, rounds: int, barrier, results) -> None:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("case", CASES)
 def test_many_processes_opening_the_state_at_once_all_succeed(case: str, tmp_path: Path) -> None:
-    from skyward.clusters.state import UP, Store
+    from skyward.clusters.state import UP, ClusterStore
 
     if case == "existing":
         for round_ in range(ROUNDS[case]):
             (tmp_path / f"round{round_}").mkdir()
-            assert Store(tmp_path / f"round{round_}" / "state.db").all() == []
+            assert ClusterStore(tmp_path / f"round{round_}" / "state.db").all() == []
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(PROCESSES)
     results = ctx.Queue()
@@ -76,6 +76,6 @@ def test_many_processes_opening_the_state_at_once_all_succeed(case: str, tmp_pat
     assert not failures, (f"{len(failures)} of {PROCESSES * ROUNDS[case]} rounds of a process failed:\n"
                           + "\n".join(failures[:3]))
     for round_ in range(ROUNDS[case]):
-        records = Store(tmp_path / f"round{round_}" / "state.db").all()
+        records = ClusterStore(tmp_path / f"round{round_}" / "state.db").all()
         assert sorted(r.name for r in records) == sorted(f"c{i}" for i in range(PROCESSES)), f"round {round_}"
         assert all(r.status == UP for r in records), f"round {round_}: {[(r.name, r.status) for r in records]}"
