@@ -293,7 +293,7 @@ def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     if args.cluster is None:
         return execute(p, err=err)
     if cluster["idle_minutes"] is None and p.autostop is not None:  # the task file's resources.autostop
-        cluster.update(idle_minutes=p.autostop.idle_minutes, down=p.autostop.down)
+        cluster.update(idle_minutes=p.autostop.idle_minutes, down=cluster["down"] or p.autostop.down)
     # A provider the task file's infra names counts as given, as --provider does.
     given = args.provider_given or p.provider != "local"
     return execute(p, err=err, cluster={**cluster, "provider_given": given}, detach_run=args.detach_run)

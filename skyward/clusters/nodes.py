@@ -25,7 +25,7 @@ from typing import Any
 from skyward import events as ev
 from skyward._procs import TREE_VARIABLE
 from skyward._retry import Backoff
-from skyward.errors import BootstrapError, WorkerLost
+from skyward.errors import BootstrapError, ClusterError, WorkerLost
 from skyward.pool.lifecycle import Nodes, _write_files
 from skyward.protocol import Kind
 from skyward.providers.base import Instance
@@ -133,9 +133,8 @@ class ClusterNodes(Nodes):
             except ConnectionError as exc:
                 problems.append(f"{transport.host}: not confirmed gone ({exc})")
         if problems:
-            from skyward.errors import SkywardError
-
-            raise SkywardError("could not stop the old workers:\n  " + "\n  ".join(problems))
+            raise ClusterError(self.record.name, "its old workers could not be stopped to start new ones:\n  "
+                               + "\n  ".join(problems), way_out=f"`skyward down {self.record.name}` ends them")
         if not all(launch.argv for launch in self._launches):  # attached: nothing prepared yet
             self._launches = self._prepare(self.image if self.image is not None else self.record.image)
         self.spawn_residents = True

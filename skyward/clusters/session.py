@@ -16,6 +16,7 @@ was running (workers found dead are started again, on the same machines).
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import uuid
 from typing import Any
@@ -84,19 +85,26 @@ def check_shape(record: ClusterRecord, given: dict[str, Any]) -> None:
                                        f"`skyward down {record.name}`")
 
 
-def check_autostop(name: str | None, idle_minutes: Any, down: Any) -> float | None:
+def check_autostop(name: str | None, idle_minutes: object, down: object) -> float | None:
+    """The cluster's autostop in minutes (None: none). ``down`` alone (SkyPilot's ``--down``) is
+    0 idle minutes and a teardown: the cluster ends once no client is attached and no detached
+    run goes on; with ``idle_minutes`` it ends after that many idle minutes."""
     if idle_minutes is not None:
         if name is None:
             raise ConfigError("idle_minutes", "None for an unnamed pool (autostop is for named clusters: "
                               "give name=...)", idle_minutes, detail="an unnamed pool ends with its `with` block")
-        if isinstance(idle_minutes, bool) or not isinstance(idle_minutes, (int, float)) or not idle_minutes > 0:
-            raise ConfigError("idle_minutes", "a number of minutes > 0 (fractions allowed: 0.5 is 30 s), or None",
-                              idle_minutes)
+        if isinstance(idle_minutes, bool) or not isinstance(idle_minutes, (int, float)) \
+                or not 0 <= idle_minutes < math.inf:
+            raise ConfigError("idle_minutes", "a number of minutes >= 0 (fractions allowed: 0.5 is 30 s; 0: as soon "
+                              "as no client is attached), or None", idle_minutes)
     if not isinstance(down, bool):
         raise ConfigError("down", "True or False", down)
-    if down and idle_minutes is None:
-        raise ConfigError("down", "False unless idle_minutes is given (down=True makes autostop a teardown)", down)
-    return None if idle_minutes is None else float(idle_minutes)
+    if down and name is None:
+        raise ConfigError("down", "False for an unnamed pool (down is for named clusters: give name=...)", down,
+                          detail="an unnamed pool ends with its `with` block")
+    if idle_minutes is None:
+        return 0.0 if down else None
+    return float(idle_minutes)
 
 
 class ClusterSession:
@@ -223,8 +231,7 @@ class ClusterSession:
             elif isinstance(nodes, ClusterNodes) and nodes.connections:
                 problems = nodes.detach()
                 if pool._console_attached and not failed:
-                    print(f"skyward: detached from cluster {self.name!r}; it stays up "
-                          f"({_autostop_text(self.record)}); end it with `skyward down {self.name}`",
+                    print(f"skyward: detached from cluster {self.name!r}; {_autostop_text(self.name, self.record)}",
                           file=sys.stderr)
         finally:
             self._lock.close()
@@ -251,7 +258,11 @@ def _machines_running(record: ClusterRecord) -> bool:
     return states is None or set(states(list(record.instances))) == {"running"}
 
 
-def _autostop_text(record: ClusterRecord | None) -> str:
+def _autostop_text(name: str, record: ClusterRecord | None) -> str:
+    if record is not None and record.idle_minutes == 0 and record.down:
+        return "it ends once no detached run is left on it (down)"
     if record is None or record.idle_minutes is None:
-        return "no autostop"
-    return f"autostop after {record.idle_minutes:g} min idle" + (", then down" if record.down else "")
+        stays = "no autostop"
+    else:
+        stays = f"autostop after {record.idle_minutes:g} min idle" + (", then down" if record.down else "")
+    return f"it stays up ({stays}); end it with `skyward down {name}`"

@@ -233,19 +233,24 @@ def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_eve
     the first that fails), or on a named cluster; returns the exit status (see the module
     docstring).
 
-
     ``provider`` replaces the one the plan names (e.g. an ``sky.SSH`` with options the command
     line has no flags for); ``console`` and ``on_event`` are the pool's. ``cluster`` (see
     :func:`skyward.launch.cluster.pool_args`) runs it on a named cluster that stays up: setup only
-    when new or changed (never without ``run_setup``); ``detach_run`` starts the run and returns.
+    when new or changed (never without ``run_setup``); ``detach_run`` starts the run and returns
+    (with ``cluster`` only: :class:`~skyward.ConfigError` without one, before anything starts).
     """
+    if detach_run and cluster is None:
+        from skyward.runtime.cluster import DETACHED_NEEDS
+
+        raise ConfigError("detach_run", DETACHED_NEEDS, detach_run, detail="no cluster was given")
     err = err or sys.stderr
     if cluster is not None and any(s.job_recovery is not None for s in p.stages):
         err.write("skyward: resources.job_recovery is not used on a named cluster (-c): a lost node of a cluster "
                   "is not replaced; launch without -c to have the run recovered\n")
     if cluster is not None and len(p.stages) > 1:
-        err.write("skyward: error: a pipeline (several tasks in one file) runs each task on a fresh pool; "
-                  "run its tasks one by one to use a cluster (-c)\n")
+        refused = ConfigError("-c", "a task file of one task (a pipeline runs each task on a fresh pool: run its "
+                              "tasks one by one to use a cluster)", f"a pipeline of {len(p.stages)} tasks")
+        err.write(f"skyward: error: {refused}\n")
         return 2
     for number, stage in enumerate(p.stages, 1):
         code = _execute_stage(stage, provider=provider, console=console, on_event=on_event, err=err,
