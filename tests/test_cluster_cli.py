@@ -197,6 +197,12 @@ def test_down_alone_with_a_detached_run_keeps_the_cluster_until_the_run_ends(hom
     assert gone_from_status("dev", 30)
 
 
+def test_start_with_down_alone_is_refused_naming_the_flag(home: str, tmp_path: Path) -> None:
+    refused = sky("start", "dev", "--down", cwd=tmp_path)  # (alone it would end the cluster as soon as it is up)
+    assert refused.returncode == 1
+    assert "invalid --down: expected --down with -i MIN on start" in refused.stderr
+
+
 def test_cluster_flags_without_a_cluster_are_refused(home: str, tmp_path: Path) -> None:
     task(tmp_path, **{"@TAG@": "x"})
     refused = sky("launch", "-i", "5", "task.yaml", cwd=tmp_path)

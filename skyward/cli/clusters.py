@@ -46,7 +46,7 @@ def _autostop_flags(p: argparse.ArgumentParser) -> None:
                         "MIN idle minutes; alone (launch) once the run, or the detached run, has finished")
 
 
-def add_commands(commands: Any) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``exec``, ``status``, ``stop``, ``start``, ``logs`` to the ``skyward`` parser."""
     ex = commands.add_parser("exec", help="run a task file's run block on an existing cluster",
                              description="Sync the workdir and run only the run block of TASK.yaml on "

@@ -19,11 +19,15 @@ import contextlib
 import math
 import sys
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyward.clusters.nodes import ClusterNodes, NotRunning
 from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, Store, check_name, hold
 from skyward.errors import ClusterError, ConfigError
+
+if TYPE_CHECKING:
+    from skyward.image import Image
+    from skyward.pool.pool import ComputePool
 
 __all__ = ["ClusterSession", "open_named", "resolve"]
 
@@ -32,11 +36,11 @@ SHAPE = (("provider", "provider"), ("nodes", "nodes"), ("accelerator", "accelera
          ("processes_per_node", "processes"))
 
 
-def resolve(name: Any, given: dict[str, Any]) -> tuple[ClusterRecord | None, dict[str, Any]]:
+def resolve(name: object, given: dict[str, Any]) -> tuple[ClusterRecord | None, dict[str, Any]]:
     """The cluster ``name``'s record (None if there is none) and ``given`` (the pool's shape
     arguments, None where not given) with the record's values filled in. Raises ClusterError
     for a shape that disagrees with the record's, or for a bare name that names no cluster."""
-    check_name(name)
+    name = check_name(name)
     record = Store().get(name)
     filled = dict(given)
     if record is None:
@@ -52,7 +56,7 @@ def resolve(name: Any, given: dict[str, Any]) -> tuple[ClusterRecord | None, dic
     return record, filled
 
 
-def open_named(name: str | None, idle_minutes: Any, down: Any,
+def open_named(name: str | None, idle_minutes: object, down: object,
                shape: dict[str, Any]) -> tuple[ClusterSession | None, dict[str, Any]]:
     """``ComputePool(name=..., idle_minutes=..., down=...)``'s arguments checked before anything
     starts: the session that will hold the cluster (None for an unnamed pool) and the shape with
@@ -61,7 +65,7 @@ def open_named(name: str | None, idle_minutes: Any, down: Any,
     if name is None:
         return None, shape
     _, filled = resolve(name, shape)
-    return ClusterSession(name, idle, down), filled
+    return ClusterSession(name, idle, down is True), filled
 
 
 def check_shape(record: ClusterRecord, given: dict[str, Any]) -> None:
@@ -120,7 +124,7 @@ class ClusterSession:
         self.created = False
         self.attached = False  # whether this client reached running workers (vs started them)
 
-    def open(self, pool: Any, image: Any) -> None:
+    def open(self, pool: ComputePool, image: Image) -> None:
         """Hold the cluster, then attach to its workers or create it; the pool's nodes are
         ready afterwards. On failure, whatever this call started is ended."""
         self._lock.enter_context(hold(self.name))
@@ -171,7 +175,7 @@ class ClusterSession:
         nodes.start_workers(image, pool.start_timeout, heartbeat, provision=False)
         self._save(self._ready(record, nodes, image.content_hash(), image))
 
-    def _create(self, pool: Any, image: Any, image_hash: str, heartbeat: tuple[float, float]) -> None:
+    def _create(self, pool: ComputePool, image: Image, image_hash: str, heartbeat: tuple[float, float]) -> None:
         record = ClusterRecord(
             name=self.name, id=uuid.uuid4().hex[:10], provider=pool.provider, provider_name=pool.provider.name,
             nodes=pool.nodes, processes=pool.processes_per_node, concurrency=pool.concurrency,
@@ -184,12 +188,12 @@ class ClusterSession:
         nodes.start_workers(image, pool.start_timeout, heartbeat, provision=True)
         self._save(self._ready(record, nodes, image_hash, image))
 
-    def _nodes(self, pool: Any, record: ClusterRecord) -> ClusterNodes:
+    def _nodes(self, pool: ComputePool, record: ClusterRecord) -> ClusterNodes:
         nodes = pool._make_nodes(ClusterNodes, record=record)
         pool._nodes = nodes
         return nodes
 
-    def _ready(self, record: ClusterRecord, nodes: ClusterNodes, image_hash: str, image: Any) -> ClusterRecord:
+    def _ready(self, record: ClusterRecord, nodes: ClusterNodes, image_hash: str, image: Image) -> ClusterRecord:
         pythons = [""] * len(nodes.instances)
         roots = [""] * len(nodes.instances)
         for inst, transport, launch in zip(nodes.instances, nodes._transports, nodes._launches, strict=True):
@@ -210,7 +214,7 @@ class ClusterSession:
         self.record = record
         self.store.put(record)
 
-    def close(self, pool: Any, *, down: bool, failed: bool) -> list[str]:
+    def close(self, pool: ComputePool, *, down: bool, failed: bool) -> list[str]:
         """Detach (the cluster stays UP), or end it (``down``, or a creation that failed)."""
         problems: list[str] = []
         nodes = pool._nodes
@@ -237,7 +241,7 @@ class ClusterSession:
             self._lock.close()
         return problems
 
-def _storable(image: Any) -> Any:
+def _storable(image: Image) -> Image | None:
     """The image as the record keeps it (to start new workers later): without its secret env
     values; not at all if it holds other secrets (credentials in an index URL)."""
     secret = set(image.secrets())
@@ -246,7 +250,7 @@ def _storable(image: Any) -> Any:
     return None if stripped.secrets() else stripped
 
 
-def _fields(image: Any) -> dict[str, Any]:
+def _fields(image: Image) -> dict[str, Any]:
     import dataclasses
 
     return {f.name: getattr(image, f.name) for f in dataclasses.fields(image) if f.init}

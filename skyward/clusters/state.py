@@ -26,9 +26,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyward.errors import ClusterBusy, ConfigError
+
+if TYPE_CHECKING:
+    from skyward.image import Image
+    from skyward.providers.base import Instance, Provider
 
 __all__ = ["ClusterRecord", "Store", "home", "hold"]
 
@@ -42,7 +46,7 @@ def home() -> Path:
     return path
 
 
-def check_name(name: Any) -> str:
+def check_name(name: object) -> str:
     """A cluster name: letters, digits, '-', '_' and '.', starting with a letter or digit."""
     import re
 
@@ -58,14 +62,14 @@ class ClusterRecord:
 
     name: str
     id: str  # short hex: socket paths and cloud tags
-    provider: Any  # the Provider value (pickled with the record)
+    provider: Provider  # (pickled with the record)
     provider_name: str
     nodes: int
     processes: int
     concurrency: int
     executor: str
     accelerator: str | None
-    instances: tuple[Any, ...] = ()
+    instances: tuple[Instance, ...] = ()
     #: Per node: the Python that runs the cluster's workers and bridges, and the socket root.
     pythons: tuple[str, ...] = ()
     roots: tuple[str, ...] = ()
@@ -79,7 +83,7 @@ class ClusterRecord:
     task_id: str = ""
     pool_id: str = ""  # the id of the pool that created it (cloud tags)
     #: The image its workers run, without secrets (new workers after autostop use it).
-    image: Any = None
+    image: Image | None = None
     #: (pid, tree tag) of each worker process by global rank, once started.
     workers: tuple[tuple[int, str], ...] = ()
 

@@ -30,13 +30,21 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from skyward.launch.plan import PROVIDERS  # noqa: F401  (the --provider choices)
 from skyward.errors import ConfigError
+
+if TYPE_CHECKING:
+    from skyward.events import Event
+    from skyward.launch.taskfile.fields import Autostop, JobRecovery
+    from skyward.launch.taskfile.mounts import BucketMount
+    from skyward.launch.taskfile.resources import Resources
+    from skyward.pool.pool import ComputePool
+    from skyward.providers.base import Provider
 
 __all__ = ["LaunchPlan", "execute", "plan"]
 
@@ -71,12 +79,12 @@ class LaunchPlan:
     #: Worker processes per node: on Local, the accelerator count asked for (they stand in for it).
     processes_per_node: int = 1
     #: The machine shapes to try, in order (the first is the one above); see skyward.launch.where.
-    candidates: tuple[Any, ...] = ()
-    buckets: tuple[Any, ...] = ()
+    candidates: tuple[Resources, ...] = ()
+    buckets: tuple[BucketMount, ...] = ()
     #: SkyPilot's resources.autostop, for named clusters (idle minutes and down), or None.
-    autostop: Any = None
+    autostop: Autostop | None = None
     #: SkyPilot's resources.job_recovery (lost nodes replaced, failed runs restarted), or None.
-    job_recovery: Any = None
+    job_recovery: JobRecovery | None = None
     warnings: tuple[str, ...] = ()
     then: tuple[LaunchPlan, ...] = ()
 
@@ -194,7 +202,7 @@ def _indent(text: str) -> str:
 # -- execute -----------------------------------------------------------------------------------
 
 
-def make_provider(p: LaunchPlan, candidate: Any = None) -> Any:
+def make_provider(p: LaunchPlan, candidate: Resources | None = None) -> Provider:
     """The provider a plan names, configured from its resources (``candidate``: one of
     ``p.candidates``, default the first)."""
     from skyward.launch.taskfile.file import parse_minimum
@@ -226,7 +234,8 @@ def make_provider(p: LaunchPlan, candidate: Any = None) -> Any:
                    allocation="spot" if p.use_spot else "on-demand")
 
 
-def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_event: Any = None,
+def execute(p: LaunchPlan, *, provider: Provider | None = None, console: bool = True,
+            on_event: Callable[[Event], None] | None = None,
             err: IO[str] | None = None, cluster: Mapping[str, Any] | None = None, run_setup: bool = True,
             detach_run: bool = False) -> int:
     """Run the plan on a fresh pool (each stage of a pipeline on its own, in order, stopping at
@@ -262,13 +271,14 @@ def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_eve
     return 0
 
 
-def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any, err: IO[str],
+def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
+                   on_event: Callable[[Event], None] | None, err: IO[str],
                    cluster: Mapping[str, Any] | None = None, run_setup: bool = True, detach_run: bool = False) -> int:
     from skyward.errors import CapacityError, CommandFailed, SkywardError
     from skyward.image import Image
     from skyward.pool import ComputePool
 
-    attempts = list(p.candidates) or [None]
+    attempts: list[Resources | None] = [*p.candidates] or [None]
     phase = ["setup"]
     try:
         for index, candidate in enumerate(attempts):
@@ -277,7 +287,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
             # Remote nodes copy buckets with boto3 (S3) or a store's own tool: their environment gets it.
             pip = tuple(sorted({name for b in p.buckets for name in b.where.store.pip}))
             image = Image(pip=pip) if pip and made.name != "local" else None
-            shape = {"provider": made, "nodes": p.nodes, "image": image,
+            shape: dict[str, Any] = {"provider": made, "nodes": p.nodes, "image": image,
                      "accelerator": None if p.provider == "local" else accelerator,
                      "processes_per_node": p.processes_per_node}
             if p.job_recovery is not None and cluster is None:
@@ -292,10 +302,11 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
                 try:  # entering provisions: a refusal for capacity moves on to the next candidate
                     pool = stack.enter_context(ComputePool(**shape, console=console, on_event=on_event))
                 except CapacityError as exc:
-                    if index + 1 == len(attempts):
+                    following = attempts[index + 1] if index + 1 < len(attempts) else None
+                    if candidate is None or following is None:
                         raise
                     err.write(f"skyward: no capacity for {candidate.describe()}: {exc}; trying "
-                              f"{attempts[index + 1].describe()}\n")
+                              f"{following.describe()}\n")
                     continue
                 _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
             return 0
@@ -312,7 +323,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
         return 1
 
 
-def _run_stage(pool: Any, p: LaunchPlan, phase: list[str], *, cluster: Mapping[str, Any] | None = None,
+def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[str], *, cluster: Mapping[str, Any] | None = None,
                run_setup: bool = True, detach_run: bool = False, err: IO[str] | None = None) -> None:
     from skyward.launch.files import unmount_all
 
@@ -325,7 +336,7 @@ def _run_stage(pool: Any, p: LaunchPlan, phase: list[str], *, cluster: Mapping[s
             unmount_all(pool, mounted, err or sys.stderr)
 
 
-def _run_stage_body(pool: Any, p: LaunchPlan, phase: list[str], mounted: list[str], *,
+def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted: list[str], *,
                      cluster: Mapping[str, Any] | None, run_setup: bool, detach_run: bool, err: IO[str]) -> None:
     from skyward._shell import shell
     from skyward.launch.files import sync_files
@@ -364,4 +375,7 @@ def _run_stage_body(pool: Any, p: LaunchPlan, phase: list[str], mounted: list[st
             phase[0] = "run"
 
         recovery = p.job_recovery if cluster is None else None
-        run_with_recovery(pool, recovery, lambda: shell(wrap(p.run), env=env, cwd=cwd) @ pool, prepare, err)
+        def run() -> None:
+            shell(wrap(p.run), env=env, cwd=cwd) @ pool
+
+        run_with_recovery(pool, recovery, run, prepare, err)
