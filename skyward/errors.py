@@ -12,6 +12,7 @@
     │   └── CapacityError      the provider had no capacity / quota for the request
     ├── BootstrapError         preparing a machine or starting its worker failed
     ├── CommandFailed          a shell command (sky.shell) exited non-zero or was killed
+    ├── FileMountError         a file_mounts bucket could not be copied, mounted or unmounted on a node
     ├── PluginError            a plugin hook failed on a node
     ├── ConnectionLost         the byte stream to a worker broke
     │   └── WorkerLost         the worker process died or went silent
@@ -38,6 +39,7 @@ __all__ = [
     "CommandFailed",
     "ConfigError",
     "ConnectionLost",
+    "FileMountError",
     "MissingDependency",
     "PluginError",
     "ProvisionError",
@@ -344,3 +346,29 @@ class CommandFailed(SkywardError):
 
     def __reduce__(self):
         return (CommandFailed, (self.command, self.node, self.exit_code, self.log_tail))
+
+
+class FileMountError(SkywardError):
+    """A ``file_mounts`` bucket could not be copied, mounted or unmounted on a node.
+
+    ``action`` is ``"copy"``, ``"mount"`` or ``"unmount"``; ``url`` the bucket, ``dest`` the
+    path on the node; ``tool`` the command that failed (None: the node has none of ``tools``,
+    the ones that would do); ``reason`` what went wrong (the tool's last lines)."""
+
+    def __init__(self, action: str, url: str, dest: str, reason: str, *, tool: str | None = None,
+                 tools: Sequence[str] = ()):
+        self.action = action
+        self.url = url
+        self.dest = dest
+        self.reason = reason
+        self.tool = tool
+        self.tools = tuple(tools)
+        what = {"copy": f"copy {url} to {dest}", "mount": f"mount {url} at {dest}"}.get(action, f"{action} {dest}")
+        super().__init__(f"file_mounts: could not {what}" + (f" with {tool}" if tool else "") + f": {reason}")
+
+    def __reduce__(self):  # keyword-only fields survive pickling
+        return (_rebuild_file_mount_error, (self.action, self.url, self.dest, self.reason, self.tool, self.tools))
+
+
+def _rebuild_file_mount_error(action, url, dest, reason, tool, tools):
+    return FileMountError(action, url, dest, reason, tool=tool, tools=tools)

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 import pytest
 
 import skyward as sky
+from skyward.launch.taskfile.stores import Bucket, copy_commands, mount_command
+from skyward.launch.taskfile.stores import parse as parse_store
 from skyward.providers import Provider
 from tests.aws_conftest import aws, moto_server  # noqa: F401  (fixtures)
 
@@ -303,7 +305,18 @@ ELASTIC = [
         "cannot add machines"),
 ]
 
-LOCAL_ROWS = POOL + IMAGE + SSH + OPERATORS + DECORATORS_AND_PLUGINS + ELASTIC
+CLUSTERS_AND_STORES = [
+    Bad("down-unnamed", pool(down=True), "down", "True", "False for an unnamed pool"),
+    Bad("down-string", pool(name="dev", down="yes"), "down", "'yes'", "True or False"),
+    Bad("idle-minutes-negative", pool(name="dev", idle_minutes=-1), "idle_minutes", "-1", "minutes >= 0"),
+    Bad("store-url-scheme", lambda: parse_store("ftp://h/x"), "file_mounts source", "'ftp://h/x'", "a bucket URL"),
+    Bad("store-cos-no-bucket", lambda: parse_store("cos://eu-de"), "file_mounts source", "'cos://eu-de'",
+        "cos://REGION/BUCKET"),
+    Bad("copy-tool-unknown", lambda: copy_commands(Bucket("gs", "b"), "wget", "/d"), "tool", "'wget'", "gsutil"),
+    Bad("mount-tool-unknown", lambda: mount_command(Bucket("s3", "b"), "wget", "/m"), "tool", "'wget'", "goofys"),
+]
+
+LOCAL_ROWS = POOL + IMAGE + SSH + OPERATORS + DECORATORS_AND_PLUGINS + ELASTIC + CLUSTERS_AND_STORES
 
 
 def children() -> set[int]:

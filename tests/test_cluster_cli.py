@@ -148,6 +148,61 @@ def test_autostop_minutes_from_the_command_line_end_the_workers(home: str, tmp_p
     assert manage.status() == []  # --down: the cluster is gone, not stopped
 
 
+def gone_from_status(name: str, timeout: float) -> bool:
+    """Wait (``timeout`` at most) until ``skyward status`` no longer lists cluster ``name``."""
+    deadline = time.monotonic() + timeout
+    while name in {s.record.name for s in manage.status()}:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_down_alone_ends_the_cluster_once_its_run_has_finished(home: str, tmp_path: Path) -> None:
+    """SkyPilot's `launch -c NAME --down` without -i: torn down when its jobs are done."""
+    task(tmp_path, **{"@TAG@": "x"})
+    ran = sky("launch", "-c", "dev", "--down", "task.yaml", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert len(lines(ran.stdout, "hi from node")) == 2
+    pids = [pid for pid, _ in manage.ClusterStore().get("dev").workers]
+    assert len(pids) == 2
+    assert wait_gone(pids, 30) == [], "the cluster's workers outlived its run"
+    assert gone_from_status("dev", 30)
+    listed = sky("status", cwd=tmp_path)
+    assert listed.returncode == 0 and listed.stdout == "no clusters\n"
+
+
+HELD = """\
+num_nodes: 2
+run: |
+  echo "started on $SKYPILOT_NODE_RANK"
+  while [ ! -e "$GO" ]; do sleep 0.1; done
+  echo "released on $SKYPILOT_NODE_RANK"
+"""
+
+
+def test_down_alone_with_a_detached_run_keeps_the_cluster_until_the_run_ends(home: str, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    task(tmp_path, HELD, "held.yaml")
+    launched = sky("launch", "-c", "dev", "--down", "-d", "held.yaml", "--env", f"GO={go}", cwd=tmp_path)
+    assert launched.returncode == 0, launched.stderr
+    pids = [pid for pid, _ in manage.ClusterStore().get("dev").workers]
+    time.sleep(3)  # (autostop with down checks a detached run every second: it must not end the cluster)
+    assert [s.status for s in manage.status(["dev"])] == ["UP"]
+    assert all(pid_alive(p) for p in pids)
+    go.touch()
+    followed = sky("logs", "dev", cwd=tmp_path)  # until the run ends on every node
+    assert lines(followed.stdout, "released on") == ["[node 0] released on 0", "[node 1] released on 1"]
+    assert wait_gone(pids, 30) == [], "the cluster outlived its detached run"
+    assert gone_from_status("dev", 30)
+
+
+def test_start_with_down_alone_is_refused_naming_the_flag(home: str, tmp_path: Path) -> None:
+    refused = sky("start", "dev", "--down", cwd=tmp_path)  # (alone it would end the cluster as soon as it is up)
+    assert refused.returncode == 1
+    assert "invalid --down: expected --down with -i MIN on start" in refused.stderr
+
+
 def test_cluster_flags_without_a_cluster_are_refused(home: str, tmp_path: Path) -> None:
     task(tmp_path, **{"@TAG@": "x"})
     refused = sky("launch", "-i", "5", "task.yaml", cwd=tmp_path)

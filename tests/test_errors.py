@@ -237,3 +237,72 @@ def test_bootstrap_error_shows_step_markers_as_words() -> None:
     assert "::" not in str(err)
     assert "    step pip\n    ERROR: no such package\n    environment reused" in str(err)
     assert err.log_tail[0] == "::step:: pip"  # the field keeps what the host printed
+
+
+def _stand_in(tools, name: str, script: str) -> None:
+    (tools / name).write_text("#!/bin/sh\n" + script)
+    (tools / name).chmod(0o755)
+
+
+def test_a_bucket_copy_that_fails_on_a_node_raises_file_mount_error_with_its_fields(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """On a real node (a Local worker) the store's tool (a stand-in gcloud that is refused)
+    fails: the client gets the typed error, its fields and the tool's last line."""
+    from skyward.errors import FileMountError
+    from skyward.launch.taskfile.stores import Bucket, fetch_store
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    _stand_in(tools, "gcloud", "echo 'AccessDeniedException: 403 no access' >&2\nexit 1\n")
+    monkeypatch.setenv("PATH", str(tools))  # (the first of the store's tools: the one used)
+    dest = str(tmp_path / "data")
+    with sky.ComputePool(nodes=1, console=False) as pool, pytest.raises(FileMountError) as info:
+        sky.compute(fetch_store)(Bucket("gs", "b", "p"), dest) >> pool
+    error = info.value
+    assert (error.action, error.url, error.dest, error.tool) == ("copy", "gs://b/p", dest, "gcloud")
+    assert "AccessDeniedException: 403 no access" in error.reason
+    assert str(error).startswith(f"file_mounts: could not copy gs://b/p to {dest} with gcloud: exit status 1")
+
+
+def test_a_node_with_no_tool_for_a_store_raises_file_mount_error_naming_the_tools(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import pickle
+
+    from skyward.errors import FileMountError
+    from skyward.launch.taskfile.stores import Bucket, fetch_store
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # none of gcloud, gsutil, rclone
+    with pytest.raises(FileMountError) as info:
+        fetch_store(Bucket("gs", "b", "p"), "/d")
+    error = info.value
+    assert (error.action, error.tool, error.tools) == ("copy", None, ("gcloud", "gsutil", "rclone"))
+    assert str(error) == "file_mounts: could not copy gs://b/p to /d: it needs gcloud or gsutil or rclone on the " \
+                         "node, and the node has none"
+    again = pickle.loads(pickle.dumps(error))  # (it travels from the node)
+    assert type(again) is FileMountError and str(again) == str(error) and again.tools == error.tools
+
+
+def test_task_files_without_pyyaml_raise_missing_dependency_naming_the_extra(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    from skyward.errors import MissingDependency
+    from skyward.launch import plan
+
+    (tmp_path / "task.yaml").write_text("run: echo\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)  # as if PyYAML were not installed
+    with pytest.raises(MissingDependency) as info:
+        plan(tmp_path / "task.yaml")
+    assert (info.value.package, info.value.extra) == ("PyYAML", "launch")
+    assert "pip install 'skyward[launch]'" in str(info.value)
+
+
+def test_a_detached_run_without_a_cluster_is_a_config_error_before_anything_starts(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from skyward.launch import execute, plan
+    from skyward.runtime.cluster import CLUSTER_DIR, jobs_dir
+
+    (tmp_path / "task.yaml").write_text("run: echo\n")
+    with pytest.raises(sky.ConfigError) as info:
+        execute(plan(tmp_path / "task.yaml"), console=False, detach_run=True)
+    assert info.value.parameter == "detach_run" and "named cluster" in info.value.accepted
+    monkeypatch.delenv(CLUSTER_DIR, raising=False)
+    with pytest.raises(sky.ConfigError) as info:  # on a node: not a cluster's worker
+        jobs_dir(0)
+    assert info.value.parameter == "detach_run" and "named cluster" in info.value.accepted

@@ -97,7 +97,7 @@ def test_a_bucket_url_is_read_into_its_store_bucket_and_prefix_and_written_back_
 
 @pytest.mark.parametrize("url", ["ftp://h/x", "cos://only-region", "az://c", "gs://"])
 def test_a_url_no_store_has_is_refused_saying_what_is_accepted(url: str) -> None:
-    with pytest.raises(ValueError, match="s3://|cos://REGION/BUCKET"):
+    with pytest.raises(sky.ConfigError, match="invalid file_mounts source: expected .*(s3://|cos://REGION/BUCKET)"):
         parse(url)
 
 

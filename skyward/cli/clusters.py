@@ -11,7 +11,8 @@
 ``launch -c`` runs the setup block when the cluster is created, and again only when the setup
 block (or the image it builds) changed; the run block always. ``-d`` starts the run block and
 returns at once: the run goes on on the cluster (its output in a log there), ``logs`` follows
-it, and autostop waits for it to end.
+it, and autostop waits for it to end. ``--down`` without ``-i`` (SkyPilot's) tears the cluster
+down once the run has finished (the detached run too): autostop after 0 idle minutes, a teardown.
 """
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ def _autostop_flags(p: argparse.ArgumentParser) -> None:
                    help="autostop: end the workers (on AWS: stop the machines) after MIN minutes with no "
                         "client attached; fractions allowed")
     p.add_argument("--down", dest="autostop_down", action="store_true",
-                   help="make autostop a teardown (machines terminated, the cluster forgotten)")
+                   help="tear the cluster down (machines terminated, the cluster forgotten): with -i MIN after "
+                        "MIN idle minutes; alone (launch) once the run, or the detached run, has finished")
 
 
-def add_commands(commands: Any) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``exec``, ``status``, ``stop``, ``start``, ``logs`` to the ``skyward`` parser."""
     ex = commands.add_parser("exec", help="run a task file's run block on an existing cluster",
                              description="Sync the workdir and run only the run block of TASK.yaml on "
@@ -181,7 +183,11 @@ def _each(names: list[str], what: str, out: IO[str], err: IO[str], *, ask: bool)
 
 
 def _start(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from skyward.errors import ConfigError
     from skyward.pool import ComputePool
+
+    if args.autostop_down and args.idle_minutes is None:  # (alone it would end the cluster at once)
+        raise ConfigError("--down", "--down with -i MIN on start (a teardown after MIN idle minutes)", "--down alone")
 
     for name in args.names:
         with ComputePool(name=name, idle_minutes=args.idle_minutes, down=args.autostop_down, console=False):

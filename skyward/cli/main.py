@@ -39,12 +39,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import IO, Any
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 _COLUMNS = ("POOL", "RESOURCE", "ID", "TYPE", "MARKET", "STATE", "AGE", "PRICE/H")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     from skyward._version import __version__
 
     parser = argparse.ArgumentParser(
@@ -293,7 +293,7 @@ def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     if args.cluster is None:
         return execute(p, err=err)
     if cluster["idle_minutes"] is None and p.autostop is not None:  # the task file's resources.autostop
-        cluster.update(idle_minutes=p.autostop.idle_minutes, down=p.autostop.down)
+        cluster.update(idle_minutes=p.autostop.idle_minutes, down=cluster["down"] or p.autostop.down)
     # A provider the task file's infra names counts as given, as --provider does.
     given = args.provider_given or p.provider != "local"
     return execute(p, err=err, cluster={**cluster, "provider_given": given}, detach_run=args.detach_run)
@@ -303,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (see the module docstring)."""
     from skyward.errors import SkywardError
 
-    parser = _parser()
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version (0) and usage errors (2)

@@ -12,11 +12,14 @@ import contextlib
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from skyward.clusters.nodes import ClusterNodes
 from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, hold
 from skyward.errors import ClusterBusy, ClusterError
+
+if TYPE_CHECKING:
+    from skyward.providers.base import Instance
 
 __all__ = ["ClusterStatus", "down", "start", "status", "stop"]
 
@@ -186,7 +189,7 @@ def stop(name: str) -> list[str]:
         return problems
 
 
-def follow_logs(name: str, out: Any, *, follow: bool = True) -> int:
+def follow_logs(name: str, out: IO[str], *, follow: bool = True) -> int:
     """Print cluster ``name``'s latest detached run's output, every node's lines prefixed with
     ``[node N]``; with ``follow``, until the run ends on every node. Returns 0, or 1 when the
     cluster has no detached run."""
@@ -198,7 +201,7 @@ def follow_logs(name: str, out: Any, *, follow: bool = True) -> int:
     lock = threading.Lock()
     found: list[bool] = []
 
-    def one(inst: Any) -> None:
+    def one(inst: Instance) -> None:
         directory = f"{record.roots[inst.node]}/c/{record.id}/jobs/{inst.node}"
         tail = "tail -n +1 -F --pid=\"$pid\" \"$log\" 2>/dev/null" if follow else "cat \"$log\""
         command = (f"log=$(ls -1t {shlex.quote(directory)}/*.log 2>/dev/null | head -n 1); "

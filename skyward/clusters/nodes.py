@@ -20,17 +20,22 @@ import shlex
 import time
 import uuid
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyward import events as ev
 from skyward._procs import TREE_VARIABLE
 from skyward._retry import Backoff
-from skyward.errors import BootstrapError, WorkerLost
+from skyward.errors import BootstrapError, ClusterError, WorkerLost
 from skyward.pool.lifecycle import Nodes, _write_files
 from skyward.protocol import Kind
 from skyward.providers.base import Instance
 from skyward.transport import Transport, WorkerLaunch, reach
 from skyward.protocol.bridge import BRIDGE
+
+if TYPE_CHECKING:
+    from skyward.clusters.state import ClusterRecord
+    from skyward.image import Image
+    from skyward.providers.base import Provider
 
 #: Seconds a worker that was asked to stop gets before its tree is killed.
 STOP_GRACE = 5.0
@@ -45,16 +50,16 @@ class ClusterNodes(Nodes):
     :class:`~skyward.clusters.state.ClusterRecord`; ``spawn_residents`` says whether
     :meth:`spawn` starts new workers (True) or attaches to running ones (False)."""
 
-    def __init__(self, *args: Any, record: Any, **kwargs: Any):
+    def __init__(self, *args: Any, record: ClusterRecord, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.record = record
         self.spawn_residents = True
         self.trees: list[str] = []
         self.attached = False
-        self.image: Any = None  # what new workers run (restart)
+        self.image: Image | None = None  # what new workers run (restart)
 
     # -- start ---------------------------------------------------------------------------------
-    def attach(self, start_timeout: float, heartbeat: tuple[float, float], image: Any = None) -> None:
+    def attach(self, start_timeout: float, heartbeat: tuple[float, float], image: Image | None = None) -> None:
         """Connect to the running workers of the record's instances; NotRunning if any is gone."""
         self.image = image
         self.instances = list(self.record.instances)
@@ -71,7 +76,7 @@ class ClusterNodes(Nodes):
         self.trees = [tree for _, tree in self.record.workers]
         self.attached = True
 
-    def start_workers(self, image: Any, start_timeout: float, heartbeat: tuple[float, float], *,
+    def start_workers(self, image: Image, start_timeout: float, heartbeat: tuple[float, float], *,
                       provision: bool) -> None:
         """Start fresh resident workers: on new machines (``provision``) or on the record's."""
         self.image = image
@@ -133,9 +138,8 @@ class ClusterNodes(Nodes):
             except ConnectionError as exc:
                 problems.append(f"{transport.host}: not confirmed gone ({exc})")
         if problems:
-            from skyward.errors import SkywardError
-
-            raise SkywardError("could not stop the old workers:\n  " + "\n  ".join(problems))
+            raise ClusterError(self.record.name, "its old workers could not be stopped to start new ones:\n  "
+                               + "\n  ".join(problems), way_out=f"`skyward down {self.record.name}` ends them")
         if not all(launch.argv for launch in self._launches):  # attached: nothing prepared yet
             self._launches = self._prepare(self.image if self.image is not None else self.record.image)
         self.spawn_residents = True
@@ -205,7 +209,7 @@ class ClusterNodes(Nodes):
         return problems
 
 
-def _running(provider: Any, instances: list[Instance]) -> list[Instance]:
+def _running(provider: Provider, instances: list[Instance]) -> list[Instance]:
     """The instances whose machines run (all, for a provider that cannot say)."""
     states = getattr(provider, "machine_states", None)
     if states is None:

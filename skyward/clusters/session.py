@@ -16,13 +16,18 @@ was running (workers found dead are started again, on the same machines).
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyward.clusters.nodes import ClusterNodes, NotRunning
 from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, check_name, hold
 from skyward.errors import ClusterError, ConfigError
+
+if TYPE_CHECKING:
+    from skyward.image import Image
+    from skyward.pool.pool import ComputePool
 
 __all__ = ["ClusterSession", "open_named", "resolve"]
 
@@ -31,11 +36,11 @@ SHAPE = (("provider", "provider"), ("nodes", "nodes"), ("accelerator", "accelera
          ("processes_per_node", "processes"))
 
 
-def resolve(name: Any, given: dict[str, Any]) -> tuple[ClusterRecord | None, dict[str, Any]]:
+def resolve(name: object, given: dict[str, Any]) -> tuple[ClusterRecord | None, dict[str, Any]]:
     """The cluster ``name``'s record (None if there is none) and ``given`` (the pool's shape
     arguments, None where not given) with the record's values filled in. Raises ClusterError
     for a shape that disagrees with the record's, or for a bare name that names no cluster."""
-    check_name(name)
+    name = check_name(name)
     record = ClusterStore().get(name)
     filled = dict(given)
     if record is None:
@@ -51,7 +56,7 @@ def resolve(name: Any, given: dict[str, Any]) -> tuple[ClusterRecord | None, dic
     return record, filled
 
 
-def open_named(name: str | None, idle_minutes: Any, down: Any,
+def open_named(name: str | None, idle_minutes: object, down: object,
                shape: dict[str, Any]) -> tuple[ClusterSession | None, dict[str, Any]]:
     """``ComputePool(name=..., idle_minutes=..., down=...)``'s arguments checked before anything
     starts: the session that will hold the cluster (None for an unnamed pool) and the shape with
@@ -60,7 +65,7 @@ def open_named(name: str | None, idle_minutes: Any, down: Any,
     if name is None:
         return None, shape
     _, filled = resolve(name, shape)
-    return ClusterSession(name, idle, down), filled
+    return ClusterSession(name, idle, down is True), filled
 
 
 def check_shape(record: ClusterRecord, given: dict[str, Any]) -> None:
@@ -84,19 +89,26 @@ def check_shape(record: ClusterRecord, given: dict[str, Any]) -> None:
                                        f"`skyward down {record.name}`")
 
 
-def check_autostop(name: str | None, idle_minutes: Any, down: Any) -> float | None:
+def check_autostop(name: str | None, idle_minutes: object, down: object) -> float | None:
+    """The cluster's autostop in minutes (None: none). ``down`` alone (SkyPilot's ``--down``) is
+    0 idle minutes and a teardown: the cluster ends once no client is attached and no detached
+    run goes on; with ``idle_minutes`` it ends after that many idle minutes."""
     if idle_minutes is not None:
         if name is None:
             raise ConfigError("idle_minutes", "None for an unnamed pool (autostop is for named clusters: "
                               "give name=...)", idle_minutes, detail="an unnamed pool ends with its `with` block")
-        if isinstance(idle_minutes, bool) or not isinstance(idle_minutes, (int, float)) or not idle_minutes > 0:
-            raise ConfigError("idle_minutes", "a number of minutes > 0 (fractions allowed: 0.5 is 30 s), or None",
-                              idle_minutes)
+        if isinstance(idle_minutes, bool) or not isinstance(idle_minutes, (int, float)) \
+                or not 0 <= idle_minutes < math.inf:
+            raise ConfigError("idle_minutes", "a number of minutes >= 0 (fractions allowed: 0.5 is 30 s; 0: as soon "
+                              "as no client is attached), or None", idle_minutes)
     if not isinstance(down, bool):
         raise ConfigError("down", "True or False", down)
-    if down and idle_minutes is None:
-        raise ConfigError("down", "False unless idle_minutes is given (down=True makes autostop a teardown)", down)
-    return None if idle_minutes is None else float(idle_minutes)
+    if down and name is None:
+        raise ConfigError("down", "False for an unnamed pool (down is for named clusters: give name=...)", down,
+                          detail="an unnamed pool ends with its `with` block")
+    if idle_minutes is None:
+        return 0.0 if down else None
+    return float(idle_minutes)
 
 
 class ClusterSession:
@@ -112,7 +124,7 @@ class ClusterSession:
         self.created = False
         self.attached = False  # whether this client reached running workers (vs started them)
 
-    def open(self, pool: Any, image: Any) -> None:
+    def open(self, pool: ComputePool, image: Image) -> None:
         """Hold the cluster, then attach to its workers or create it; the pool's nodes are
         ready afterwards. On failure, whatever this call started is ended."""
         self._lock.enter_context(hold(self.name))
@@ -163,7 +175,7 @@ class ClusterSession:
         nodes.start_workers(image, pool.start_timeout, heartbeat, provision=False)
         self._save(self._ready(record, nodes, image.content_hash(), image))
 
-    def _create(self, pool: Any, image: Any, image_hash: str, heartbeat: tuple[float, float]) -> None:
+    def _create(self, pool: ComputePool, image: Image, image_hash: str, heartbeat: tuple[float, float]) -> None:
         record = ClusterRecord(
             name=self.name, id=uuid.uuid4().hex[:10], provider=pool.provider, provider_name=pool.provider.name,
             nodes=pool.nodes, processes=pool.processes_per_node, concurrency=pool.concurrency,
@@ -176,12 +188,12 @@ class ClusterSession:
         nodes.start_workers(image, pool.start_timeout, heartbeat, provision=True)
         self._save(self._ready(record, nodes, image_hash, image))
 
-    def _nodes(self, pool: Any, record: ClusterRecord) -> ClusterNodes:
+    def _nodes(self, pool: ComputePool, record: ClusterRecord) -> ClusterNodes:
         nodes = pool._make_nodes(ClusterNodes, record=record)
         pool._nodes = nodes
         return nodes
 
-    def _ready(self, record: ClusterRecord, nodes: ClusterNodes, image_hash: str, image: Any) -> ClusterRecord:
+    def _ready(self, record: ClusterRecord, nodes: ClusterNodes, image_hash: str, image: Image) -> ClusterRecord:
         pythons = [""] * len(nodes.instances)
         roots = [""] * len(nodes.instances)
         for inst, transport, launch in zip(nodes.instances, nodes._transports, nodes._launches, strict=True):
@@ -204,7 +216,7 @@ class ClusterSession:
         self.record = record
         self.store.put(record)
 
-    def close(self, pool: Any, *, down: bool, failed: bool) -> list[str]:
+    def close(self, pool: ComputePool, *, down: bool, failed: bool) -> list[str]:
         """Detach (the cluster stays UP), or end it (``down``, or a creation that failed)."""
         problems: list[str] = []
         nodes = pool._nodes
@@ -225,14 +237,13 @@ class ClusterSession:
             elif isinstance(nodes, ClusterNodes) and nodes.connections:
                 problems = nodes.detach()
                 if pool._console_attached and not failed:
-                    print(f"skyward: detached from cluster {self.name!r}; it stays up "
-                          f"({_autostop_text(self.record)}); end it with `skyward down {self.name}`",
+                    print(f"skyward: detached from cluster {self.name!r}; {_autostop_text(self.name, self.record)}",
                           file=sys.stderr)
         finally:
             self._lock.close()
         return problems
 
-def _storable(image: Any) -> Any:
+def _storable(image: Image) -> Image | None:
     """The image as the record keeps it (to start new workers later): without its secret env
     values; not at all if it holds other secrets (credentials in an index URL)."""
     secret = set(image.secrets())
@@ -241,7 +252,7 @@ def _storable(image: Any) -> Any:
     return None if stripped.secrets() else stripped
 
 
-def _fields(image: Any) -> dict[str, Any]:
+def _fields(image: Image) -> dict[str, Any]:
     import dataclasses
 
     return {f.name: getattr(image, f.name) for f in dataclasses.fields(image) if f.init}
@@ -253,7 +264,11 @@ def _machines_running(record: ClusterRecord) -> bool:
     return states is None or set(states(list(record.instances))) == {"running"}
 
 
-def _autostop_text(record: ClusterRecord | None) -> str:
+def _autostop_text(name: str, record: ClusterRecord | None) -> str:
+    if record is not None and record.idle_minutes == 0 and record.down:
+        return "it ends once no detached run is left on it (down)"
     if record is None or record.idle_minutes is None:
-        return "no autostop"
-    return f"autostop after {record.idle_minutes:g} min idle" + (", then down" if record.down else "")
+        stays = "no autostop"
+    else:
+        stays = f"autostop after {record.idle_minutes:g} min idle" + (", then down" if record.down else "")
+    return f"it stays up ({stays}); end it with `skyward down {name}`"

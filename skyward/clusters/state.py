@@ -32,11 +32,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from skyward._home import home
 from skyward._retry import Backoff, retry
 from skyward.errors import ClusterBusy, ConfigError
+
+if TYPE_CHECKING:
+    from skyward.image import Image
+    from skyward.providers.base import Instance, Provider
 
 __all__ = ["ClusterRecord", "ClusterStore", "hold"]
 
@@ -50,7 +54,7 @@ BUSY_TIMEOUT = 10.0
 CONTENTION = Backoff(timeout=120.0, delay=0.02, factor=2.0, max_delay=1.0)
 
 
-def check_name(name: Any) -> str:
+def check_name(name: object) -> str:
     """A cluster name: letters, digits, '-', '_' and '.', starting with a letter or digit."""
     import re
 
@@ -66,14 +70,14 @@ class ClusterRecord:
 
     name: str
     id: str  # short hex: socket paths and cloud tags
-    provider: Any  # the Provider value (pickled with the record)
+    provider: Provider  # (pickled with the record)
     provider_name: str
     nodes: int
     processes: int
     concurrency: int
     executor: str
     accelerator: str | None
-    instances: tuple[Any, ...] = ()
+    instances: tuple[Instance, ...] = ()
     #: Per node: the Python that runs the cluster's workers and bridges, and the socket root.
     pythons: tuple[str, ...] = ()
     roots: tuple[str, ...] = ()
@@ -88,7 +92,7 @@ class ClusterRecord:
     task_id: str = ""
     pool_id: str = ""  # the id of the pool that created it (cloud tags)
     #: The image its workers run, without secrets (new workers after autostop use it).
-    image: Any = None
+    image: Image | None = None
     #: (pid, tree tag) of each worker process by global rank, once started.
     workers: tuple[tuple[int, str], ...] = ()
 

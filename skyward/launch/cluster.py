@@ -6,12 +6,30 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-__all__ = ["pool_args", "run_detached", "setup_done", "setup_hash", "setup_needed"]
+if TYPE_CHECKING:
+    from skyward.clusters.session import ClusterSession
+    from skyward.pool.pool import ComputePool
+
+__all__ = ["SetupBlock", "pool_args", "run_detached", "setup_done", "setup_hash", "setup_needed"]
 
 
-def setup_hash(plan: Any) -> str | None:
+class SetupBlock(Protocol):
+    """What decides a cluster's setup (a :class:`~skyward.launch.run.LaunchPlan` has it)."""
+
+    @property
+    def setup(self) -> str | None: ...
+
+    @property
+    def envs(self) -> Mapping[str, str]: ...
+
+    @property
+    def secrets(self) -> Mapping[str, str]: ...
+
+
+def setup_hash(plan: SetupBlock) -> str | None:
     """What decides whether a cluster's setup runs again: the setup block and its env."""
     if not plan.setup:
         return None
@@ -19,7 +37,7 @@ def setup_hash(plan: Any) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def pool_args(cluster: dict[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
+def pool_args(cluster: Mapping[str, Any], shape: Mapping[str, Any]) -> dict[str, Any]:
     """The ComputePool arguments for a launch on cluster ``cluster["name"]``: the task's shape
     (checked against an existing cluster's; its provider only when given on the command line),
     or for ``exec`` (no shape given) the name alone."""
@@ -37,23 +55,34 @@ def pool_args(cluster: dict[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
     return args
 
 
-def setup_needed(pool: Any, p: Any) -> bool:
+def _session(pool: ComputePool) -> ClusterSession:
+    """The cluster session of a pool given ``name=``."""
+    if pool._cluster is None:
+        from skyward.errors import ConfigError
+
+        raise ConfigError("pool", "a pool on a named cluster (ComputePool(name=...))", pool.name)
+    return cast("ClusterSession", pool._cluster)
+
+
+def setup_needed(pool: ComputePool, p: SetupBlock) -> bool:
     """Whether a cluster launch runs the setup block: the cluster is new, or the block (with its
     env) changed since it last ran there."""
-    record = pool._cluster.record
-    return record is None or record.setup_hash != setup_hash(p) or not pool._cluster.attached
+    session = _session(pool)
+    record = session.record
+    return record is None or record.setup_hash != setup_hash(p) or not session.attached
 
 
-def setup_done(pool: Any, p: Any) -> None:
+def setup_done(pool: ComputePool, p: SetupBlock) -> None:
     from skyward.clusters.state import ClusterStore
 
-    session = pool._cluster
+    session = _session(pool)
     current = ClusterStore().get(session.name) or session.record  # (a restart may have renamed its workers)
-    session.record = current.with_(setup_hash=setup_hash(p))
-    ClusterStore().put(session.record)
+    if current is not None:
+        session.record = current.with_(setup_hash=setup_hash(p))
+        ClusterStore().put(session.record)
 
 
-def run_detached(pool: Any, command: str, env: dict[str, str], cwd: str | None) -> list[str]:
+def run_detached(pool: ComputePool, command: str, env: dict[str, str], cwd: str | None) -> list[str]:
     """Start ``command`` on every node of a cluster, detached from this client: it goes on when
     the client leaves (still inside the cluster worker's process tree, so it ends with the
     cluster), its output goes to a log next to the worker's socket. Returns the log paths."""

@@ -18,8 +18,13 @@ Each recovery is one line on stderr. Ctrl-C and the exit status are as without r
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import IO, Any
+from collections.abc import Callable, Iterable
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from skyward.events import Event
+    from skyward.launch.taskfile.fields import JobRecovery
+    from skyward.pool.pool import ComputePool
 
 from skyward._retry import Backoff, retry
 from skyward.errors import CommandFailed, ConnectionLost
@@ -31,14 +36,14 @@ __all__ = ["MAX_RECOVERIES", "run_with_recovery", "only_on"]
 MAX_RECOVERIES = 10
 
 
-def only_on(nodes: set[int], script: str) -> str:
+def only_on(nodes: Iterable[int], script: str) -> str:
     """``script`` guarded to run on the nodes ``nodes`` only (the others exit 0 at once)."""
     listed = " ".join(str(n) for n in sorted(nodes))
     return f'case " {listed} " in *" $SKYPILOT_NODE_RANK "*) ;; *) exit 0 ;; esac\n{script}'
 
 
-def run_with_recovery(pool: Any, recovery: Any, run: Callable[[], None], prepare: Callable[[set[int]], None],
-                      err: IO[str]) -> None:
+def run_with_recovery(pool: ComputePool, recovery: JobRecovery | None, run: Callable[[], None],
+                      prepare: Callable[[set[int]], None], err: IO[str]) -> None:
     """Run ``run()`` (the task's run block on every node) as ``recovery`` (a
     :class:`~skyward.launch.taskfile.fields.JobRecovery`, or None: once) says; ``prepare(new_nodes)``
     syncs files and runs setup on the nodes a replacement brought."""
@@ -49,7 +54,7 @@ def run_with_recovery(pool: Any, recovery: Any, run: Callable[[], None], prepare
         return
     added: set[int] = set()
 
-    def note(event: Any) -> None:
+    def note(event: Event) -> None:
         if isinstance(event, ev.NodeAdded):
             added.add(event.node)
 

@@ -30,13 +30,21 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from skyward.launch.plan import PROVIDERS  # noqa: F401  (the --provider choices)
 from skyward.errors import ConfigError
+
+if TYPE_CHECKING:
+    from skyward.events import Event
+    from skyward.launch.taskfile.fields import Autostop, JobRecovery
+    from skyward.launch.taskfile.mounts import BucketMount
+    from skyward.launch.taskfile.resources import Resources
+    from skyward.pool.pool import ComputePool
+    from skyward.providers.base import Provider
 
 __all__ = ["LaunchPlan", "execute", "plan"]
 
@@ -71,12 +79,12 @@ class LaunchPlan:
     #: Worker processes per node: on Local, the accelerator count asked for (they stand in for it).
     processes_per_node: int = 1
     #: The machine shapes to try, in order (the first is the one above); see skyward.launch.where.
-    candidates: tuple[Any, ...] = ()
-    buckets: tuple[Any, ...] = ()
+    candidates: tuple[Resources, ...] = ()
+    buckets: tuple[BucketMount, ...] = ()
     #: SkyPilot's resources.autostop, for named clusters (idle minutes and down), or None.
-    autostop: Any = None
+    autostop: Autostop | None = None
     #: SkyPilot's resources.job_recovery (lost nodes replaced, failed runs restarted), or None.
-    job_recovery: Any = None
+    job_recovery: JobRecovery | None = None
     warnings: tuple[str, ...] = ()
     then: tuple[LaunchPlan, ...] = ()
 
@@ -194,7 +202,7 @@ def _indent(text: str) -> str:
 # -- execute -----------------------------------------------------------------------------------
 
 
-def make_provider(p: LaunchPlan, candidate: Any = None) -> Any:
+def make_provider(p: LaunchPlan, candidate: Resources | None = None) -> Provider:
     """The provider a plan names, configured from its resources (``candidate``: one of
     ``p.candidates``, default the first)."""
     from skyward.launch.taskfile.file import parse_minimum
@@ -226,26 +234,32 @@ def make_provider(p: LaunchPlan, candidate: Any = None) -> Any:
                    allocation="spot" if p.use_spot else "on-demand")
 
 
-def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_event: Any = None,
+def execute(p: LaunchPlan, *, provider: Provider | None = None, console: bool = True,
+            on_event: Callable[[Event], None] | None = None,
             err: IO[str] | None = None, cluster: Mapping[str, Any] | None = None, run_setup: bool = True,
             detach_run: bool = False) -> int:
     """Run the plan on a fresh pool (each stage of a pipeline on its own, in order, stopping at
     the first that fails), or on a named cluster; returns the exit status (see the module
     docstring).
 
-
     ``provider`` replaces the one the plan names (e.g. an ``sky.SSH`` with options the command
     line has no flags for); ``console`` and ``on_event`` are the pool's. ``cluster`` (see
     :func:`skyward.launch.cluster.pool_args`) runs it on a named cluster that stays up: setup only
-    when new or changed (never without ``run_setup``); ``detach_run`` starts the run and returns.
+    when new or changed (never without ``run_setup``); ``detach_run`` starts the run and returns
+    (with ``cluster`` only: :class:`~skyward.ConfigError` without one, before anything starts).
     """
+    if detach_run and cluster is None:
+        from skyward.runtime.cluster import DETACHED_NEEDS
+
+        raise ConfigError("detach_run", DETACHED_NEEDS, detach_run, detail="no cluster was given")
     err = err or sys.stderr
     if cluster is not None and any(s.job_recovery is not None for s in p.stages):
         err.write("skyward: resources.job_recovery is not used on a named cluster (-c): a lost node of a cluster "
                   "is not replaced; launch without -c to have the run recovered\n")
     if cluster is not None and len(p.stages) > 1:
-        err.write("skyward: error: a pipeline (several tasks in one file) runs each task on a fresh pool; "
-                  "run its tasks one by one to use a cluster (-c)\n")
+        refused = ConfigError("-c", "a task file of one task (a pipeline runs each task on a fresh pool: run its "
+                              "tasks one by one to use a cluster)", f"a pipeline of {len(p.stages)} tasks")
+        err.write(f"skyward: error: {refused}\n")
         return 2
     for number, stage in enumerate(p.stages, 1):
         code = _execute_stage(stage, provider=provider, console=console, on_event=on_event, err=err,
@@ -257,13 +271,14 @@ def execute(p: LaunchPlan, *, provider: Any = None, console: bool = True, on_eve
     return 0
 
 
-def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any, err: IO[str],
+def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
+                   on_event: Callable[[Event], None] | None, err: IO[str],
                    cluster: Mapping[str, Any] | None = None, run_setup: bool = True, detach_run: bool = False) -> int:
     from skyward.errors import CapacityError, CommandFailed, SkywardError
     from skyward.image import Image
     from skyward.pool import ComputePool
 
-    attempts = list(p.candidates) or [None]
+    attempts: list[Resources | None] = [*p.candidates] or [None]
     phase = ["setup"]
     try:
         for index, candidate in enumerate(attempts):
@@ -272,7 +287,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
             # Remote nodes copy buckets with boto3 (S3) or a store's own tool: their environment gets it.
             pip = tuple(sorted({name for b in p.buckets for name in b.where.store.pip}))
             image = Image(pip=pip) if pip and made.name != "local" else None
-            shape = {"provider": made, "nodes": p.nodes, "image": image,
+            shape: dict[str, Any] = {"provider": made, "nodes": p.nodes, "image": image,
                      "accelerator": None if p.provider == "local" else accelerator,
                      "processes_per_node": p.processes_per_node}
             if p.job_recovery is not None and cluster is None:
@@ -287,10 +302,11 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
                 try:  # entering provisions: a refusal for capacity moves on to the next candidate
                     pool = stack.enter_context(ComputePool(**shape, console=console, on_event=on_event))
                 except CapacityError as exc:
-                    if index + 1 == len(attempts):
+                    following = attempts[index + 1] if index + 1 < len(attempts) else None
+                    if candidate is None or following is None:
                         raise
                     err.write(f"skyward: no capacity for {candidate.describe()}: {exc}; trying "
-                              f"{attempts[index + 1].describe()}\n")
+                              f"{following.describe()}\n")
                     continue
                 _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
             return 0
@@ -307,7 +323,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Any, console: bool, on_event: Any
         return 1
 
 
-def _run_stage(pool: Any, p: LaunchPlan, phase: list[str], *, cluster: Mapping[str, Any] | None = None,
+def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[str], *, cluster: Mapping[str, Any] | None = None,
                run_setup: bool = True, detach_run: bool = False, err: IO[str] | None = None) -> None:
     from skyward.launch.files import unmount_all
 
@@ -320,7 +336,7 @@ def _run_stage(pool: Any, p: LaunchPlan, phase: list[str], *, cluster: Mapping[s
             unmount_all(pool, mounted, err or sys.stderr)
 
 
-def _run_stage_body(pool: Any, p: LaunchPlan, phase: list[str], mounted: list[str], *,
+def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted: list[str], *,
                      cluster: Mapping[str, Any] | None, run_setup: bool, detach_run: bool, err: IO[str]) -> None:
     from skyward._shell import shell
     from skyward.launch.files import sync_files
@@ -359,4 +375,7 @@ def _run_stage_body(pool: Any, p: LaunchPlan, phase: list[str], mounted: list[st
             phase[0] = "run"
 
         recovery = p.job_recovery if cluster is None else None
-        run_with_recovery(pool, recovery, lambda: shell(wrap(p.run), env=env, cwd=cwd) @ pool, prepare, err)
+        def run() -> None:
+            shell(wrap(p.run), env=env, cwd=cwd) @ pool
+
+        run_with_recovery(pool, recovery, run, prepare, err)

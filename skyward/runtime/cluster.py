@@ -9,8 +9,10 @@ import os
 
 from skyward._procs import alive
 
-__all__ = ["CLUSTER_DIR", "jobs_dir", "running_jobs"]
+__all__ = ["CLUSTER_DIR", "DETACHED_NEEDS", "jobs_dir", "running_jobs"]
 
+#: What a detached run needs (the error's ``accepted`` when it has none).
+DETACHED_NEEDS = "True only on a named cluster (skyward launch -c NAME -d; a run goes on without its client there)"
 #: The environment variable naming the directory of the cluster worker's socket (on the node).
 CLUSTER_DIR = "SKYWARD_CLUSTER_DIR"
 
@@ -20,7 +22,9 @@ def jobs_dir(node: int) -> str:
     (``<socket dir>/jobs/<node>``: the nodes of a Local cluster share one machine)."""
     base = os.environ.get(CLUSTER_DIR)
     if not base:
-        raise RuntimeError("not in a named cluster's worker: detached runs need a cluster (-c NAME)")
+        from skyward.errors import ConfigError
+
+        raise ConfigError("detach_run", DETACHED_NEEDS, True, detail="this is not a named cluster's worker")
     path = os.path.join(base, "jobs", str(node))
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path

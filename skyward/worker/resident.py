@@ -18,8 +18,11 @@ instead:
    client. A new connection while a session is open takes over (the client side lets only one
    client hold a cluster at a time, so the open session is one whose client is gone);
 4. enforces the cluster's autostop itself: after ``autostop`` seconds with no client attached
-   it exits, and its keepers end everything its tasks started. A machine that must power off
-   when idle (AWS) watches a heartbeat file that the worker touches while it is in use.
+   and no detached run going on it exits, and its keepers end everything its tasks started
+   (``autostop`` 0, a cluster made with ``down`` alone: as soon as the last client leaves and
+   the last detached run ends; a new worker always waits a while for its first client). A
+   machine that must power off when idle (AWS) watches a heartbeat file that the worker
+   touches while it is in use.
 
 Task ids are numbered by each client from 1, so a session's ids are kept apart from an older
 session's (:meth:`Resident.inner`); results of a cancelled session's tasks go nowhere.
@@ -49,6 +52,11 @@ _SESSION_SHIFT = 40
 LISTEN_TIMEOUT = 60.0
 #: Seconds between touches of the heartbeat file (the AWS watchdog's idle limit is minutes).
 TOUCH_INTERVAL = 10.0
+#: Seconds a new worker waits for its first client whatever its autostop (0 for a cluster
+#: made with ``down`` alone): the client that started it connects right after.
+FIRST_CLIENT_WAIT = LISTEN_TIMEOUT
+#: Seconds between looks at the detached runs that keep an idle worker up.
+JOB_POLL = 1.0
 
 
 
@@ -132,14 +140,17 @@ class Resident:
             since = self.detached_since
         if old is not None:
             old.close()
+        floor = 0.0
         while True:
-            timeout = None if self.autostop is None else max(0.0, since + self.autostop - time.monotonic())
+            limit = self._idle_limit()
+            timeout = None if limit is None else max(floor, since + limit - time.monotonic())
             try:
                 conn = self._incoming.get(timeout=timeout)
             except queue.Empty:
                 if not running_jobs():
                     return None
                 since = time.monotonic()  # a detached run is still going: not idle yet
+                floor = JOB_POLL  # (and it is looked at again a second later at the soonest)
                 continue
             with self._lock:
                 self._sessions += 1
@@ -176,8 +187,15 @@ class Resident:
         """A client is attached, or the last one left less than ``autostop`` seconds ago."""
         with self._lock:
             since = self.detached_since
-        return (since is None or self.autostop is None or time.monotonic() - since < self.autostop
-                or bool(running_jobs()))
+        limit = self._idle_limit()
+        return since is None or limit is None or time.monotonic() - since < limit or bool(running_jobs())
+
+    def _idle_limit(self) -> float | None:
+        """Seconds without a client before autostop: ``autostop``, at least FIRST_CLIENT_WAIT
+        before the first client came."""
+        if self.autostop is None:
+            return None
+        return self.autostop if self._sessions else max(self.autostop, FIRST_CLIENT_WAIT)
 
     def _touch_loop(self) -> None:
         assert self.heartbeat_file

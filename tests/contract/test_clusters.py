@@ -207,6 +207,20 @@ def test_autostop_with_down_removes_the_cluster(shape: dict) -> None:
     assert manage.status([cluster]) == []
 
 
+def test_down_alone_keeps_the_cluster_while_attached_and_ends_it_when_the_client_leaves(shape: dict) -> None:
+    """``down=True`` without ``idle_minutes`` (SkyPilot's ``--down``): no idle wait, a teardown."""
+    cluster = name()
+    with sky.ComputePool(name=cluster, console=False, down=True, **shape) as pool:
+        pids = worker_pid() @ pool
+        time.sleep(2)  # attached: nothing ends
+        assert worker_pid() @ pool == pids
+    assert wait_gone(pids, 30) == [], "the workers outlived their last client"
+    deadline = time.monotonic() + 30
+    while manage.status([cluster]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert manage.status([cluster]) == []
+
+
 def test_an_attached_client_keeps_autostop_from_firing(shape: dict) -> None:
     cluster = name()
     with sky.ComputePool(name=cluster, console=False, idle_minutes=0.03, **shape) as pool:  # 1.8 s
@@ -241,8 +255,10 @@ def test_named_pool_arguments_are_checked_before_anything_starts(home: str) -> N
         sky.ComputePool(nodes=1, idle_minutes=5)  # autostop needs a name
     with pytest.raises(sky.ConfigError, match="idle_minutes"):
         sky.ComputePool(name="x", nodes=1, idle_minutes=-1)
-    with pytest.raises(sky.ConfigError, match="down"):
-        sky.ComputePool(name="x", nodes=1, down=True)
+    with pytest.raises(sky.ConfigError, match="invalid down: expected False for an unnamed pool"):
+        sky.ComputePool(nodes=1, down=True)
+    with pytest.raises(sky.ConfigError, match="invalid down: expected True or False"):
+        sky.ComputePool(name="x", nodes=1, down="yes")
     with pytest.raises(sky.ConfigError, match="cluster name"):
         sky.ComputePool(name="no spaces", nodes=1)
     with pytest.raises(sky.ClusterError, match="no cluster by this name"):

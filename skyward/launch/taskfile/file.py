@@ -21,7 +21,7 @@ from typing import Any
 
 from skyward.launch.taskfile.check import Findings
 from skyward.launch.taskfile.schema import TaskSpec, check_task
-from skyward.errors import ConfigError, SkywardError
+from skyward.errors import ConfigError, MissingDependency
 
 __all__ = ["parse_minimum", "read_tasks"]
 
@@ -46,8 +46,7 @@ def read_tasks(path: str | os.PathLike[str]) -> tuple[str | None, list[TaskSpec]
     try:
         import yaml
     except ImportError as exc:  # an optional dependency: the worker and the library never need it
-        raise SkywardError("skyward launch reads task files with PyYAML, which is not installed: "
-                           "pip install 'skyward[launch]'") from exc
+        raise MissingDependency("PyYAML", "skyward launch (reading task files)", "launch") from exc
 
     where = os.fspath(path)
     found = Findings(where)

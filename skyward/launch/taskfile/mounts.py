@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skyward.errors import ConfigError
 from skyward.launch.taskfile.check import Findings
 from skyward.launch.taskfile.stores import STORE_NAMES, STORES, Bucket, is_store_url, parse
 
@@ -127,8 +128,8 @@ def resolve(workdir: str | None, mounts: Mapping[Any, Any], envs: Mapping[str, s
 def _bucket(url: str, dest: str, mode: str, found: Findings, at: str) -> BucketMount | None:
     try:
         where = parse(url)
-    except ValueError as exc:
-        found.problem(at, str(exc), url)
+    except ConfigError as exc:
+        found.problem(at, exc.accepted, url)
         return None
     if mode != "COPY" and not where.store.mount_tools:
         found.warn(at, f"mode {mode} is copied (COPY): Skyward mounts no {where.store.title}; the files reach "

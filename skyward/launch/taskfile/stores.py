@@ -26,6 +26,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from skyward.errors import ConfigError, FileMountError
+
 __all__ = ["STORES", "STORE_NAMES", "Bucket", "Store", "copy_commands", "fetch_store", "find_tool",
            "mount_command", "mount_store", "parse", "unmount"]
 
@@ -55,6 +57,10 @@ STORES = {s.scheme: s for s in (
 #: ``store:`` as a task file writes it -> the store's scheme.
 STORE_NAMES = {"s3": "s3", "gcs": "gs", "r2": "r2", "nebius": "nebius", "coreweave": "cw", "ibm": "cos",
                "oci": "oci", "azure": "az"}
+#: The tools :func:`copy_commands`, :func:`mount_command` and :func:`unmount` know.
+COPY_TOOLS = ("rclone", "gcloud", "gsutil", "aws", "oci", "az")
+MOUNT_TOOLS = ("mount-s3", "goofys", "s3fs", "gcsfuse", "rclone")
+UNMOUNT_TOOLS = ("fusermount", "fusermount3", "umount")
 _PROFILES = {"r2": "r2", "nebius": "nebius", "cw": "cw"}
 _AZURE = re.compile(r"https://([a-z0-9]{3,24})\.blob\.core\.windows\.net/([^/]+)/?(.*)")
 
@@ -92,18 +98,19 @@ def is_store_url(text: str) -> bool:
 
 
 def parse(url: str) -> Bucket:
-    """``url`` -> :class:`Bucket`; ``ValueError`` saying what is accepted for anything else."""
+    """``url`` -> :class:`Bucket`; :class:`~skyward.errors.ConfigError` (``file_mounts source``)
+    saying what is accepted for anything else."""
     text = url.strip().rstrip("/")
     match = _AZURE.fullmatch(text)
     if match:
         return Bucket("az", match.group(2), match.group(3), account=match.group(1))
     scheme, sep, rest = text.partition("://")
     if not sep or scheme not in STORES or scheme == "az" or not rest:
-        raise ValueError("a local path, or a bucket URL: " + ", ".join(_URL_FORMS))
+        raise ConfigError(SOURCE, "a local path, or a bucket URL: " + ", ".join(_URL_FORMS), url)
     if scheme == "cos":
         place, _, rest = rest.partition("/")
         if not place or not rest:
-            raise ValueError("cos://REGION/BUCKET[/PATH]")
+            raise ConfigError(SOURCE, "cos://REGION/BUCKET[/PATH]", url)
         bucket, _, prefix = rest.partition("/")
         return Bucket("cos", bucket, prefix, region=place)
     bucket, _, prefix = rest.partition("/")
@@ -113,6 +120,8 @@ def parse(url: str) -> Bucket:
     return Bucket(scheme, bucket, prefix, region=region)
 
 
+#: What :func:`parse`'s errors name as their parameter.
+SOURCE = "file_mounts source"
 _URL_FORMS = ("s3://", "gs://", "r2://", "nebius://", "cw://", "cos://REGION/", "oci://",
               "https://ACCOUNT.blob.core.windows.net/CONTAINER")
 
@@ -155,7 +164,7 @@ def copy_commands(b: Bucket, tool: str, dest: str) -> tuple[list[str] | None, li
                 ["az", "storage", "blob", "download", *at, "--container-name", b.bucket, "--name", key, "--file", dest],
                 ["az", "storage", "blob", "download-batch", *at, "--source", b.bucket, "--destination", dest,
                  *(["--pattern", f"{key}/*"] if key else [])])
-    raise ValueError(f"no copy command for {tool!r}")
+    raise ConfigError("tool", "one of " + ", ".join(COPY_TOOLS), tool)
 
 
 def _aws_options(b: Bucket) -> list[str]:
@@ -173,14 +182,13 @@ def _aws_options(b: Bucket) -> list[str]:
 def fetch_store(b: Bucket, dest: str) -> str:
     """On a node: copy ``b`` to ``dest`` (a file when ``b`` is one object, else a directory) with
     the first copy tool the node has; returns the tool used. Raises
-    :class:`~skyward.errors.SkywardError` naming the tools when the node has none, or the tool's
+    :class:`~skyward.errors.FileMountError` naming the tools when the node has none, or the tool's
     own last lines when it fails."""
-    from skyward.errors import SkywardError
-
     tools = b.store.copy_tools
     tool = next((t for t in tools if find_tool(t)), None)
     if tool is None:
-        raise SkywardError(f"file_mounts: copying {b.url} needs {' or '.join(tools)} on the node; it has none")
+        raise FileMountError("copy", b.url, dest, f"it needs {' or '.join(tools)} on the node, and the node has none",
+                             tools=tools)
     target = os.path.expanduser(dest)
     check, one, many = copy_commands(b, tool, target)
     is_object = bool(b.prefix) and check is not None and _run(check, quiet=True) == 0
@@ -189,7 +197,7 @@ def fetch_store(b: Bucket, dest: str) -> str:
         Path(target).mkdir(parents=True, exist_ok=True)
     done = _run(one if is_object else many)
     if done:
-        raise SkywardError(f"file_mounts: could not copy {b.url} to {dest} with {tool}: {done}")
+        raise FileMountError("copy", b.url, dest, str(done), tool=tool, tools=tools)
     return tool
 
 
@@ -212,17 +220,17 @@ def mount_command(b: Bucket, tool: str, dest: str, endpoint: str | None = None) 
         backend = ":gcs,env_auth=true" if b.scheme == "gs" else \
             ":s3,provider=AWS,env_auth=true" + (f",endpoint='{endpoint}'" if endpoint else "")
         return ["rclone", "mount", "--daemon", f"{backend}:{b.bucket}/{key}", dest]
-    raise ValueError(f"no mount command for {tool!r}")
+    raise ConfigError("tool", "one of " + ", ".join(MOUNT_TOOLS), tool)
 
 
 def mount_store(b: Bucket, dest: str) -> str:
     """On a node: mount ``b`` at ``dest`` with the first mount tool the node has; a node with
-    none copies it instead. Returns the tool ("copied" when it copied)."""
-    from skyward.errors import SkywardError
-
+    none copies it instead. Returns the tool ("copied" when it copied); raises
+    :class:`~skyward.errors.FileMountError` when ``dest`` is a mount point already or the tool fails."""
     target = os.path.expanduser(dest)
     if os.path.ismount(target):  # (and the unmount at the end would take away what is there)
-        raise SkywardError(f"file_mounts: {dest} is a mount point already; mounting {b.url} there would hide it")
+        raise FileMountError("mount", b.url, dest, f"{dest} is a mount point already; mounting {b.url} there "
+                                                   "would hide it", tools=b.store.mount_tools)
     tool = next((t for t in b.store.mount_tools if find_tool(t)), None)
     if tool is None:
         if b.scheme == "s3":
@@ -235,7 +243,7 @@ def mount_store(b: Bucket, dest: str) -> str:
         if b.scheme == "s3" else None
     failed = _run(mount_command(b, tool, target, endpoint))
     if failed:
-        raise SkywardError(f"file_mounts: could not mount {b.url} at {dest} with {tool}: {failed}")
+        raise FileMountError("mount", b.url, dest, str(failed), tool=tool, tools=b.store.mount_tools)
     marker = _marker(target)
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(target)
@@ -245,19 +253,18 @@ def mount_store(b: Bucket, dest: str) -> str:
 def unmount(dest: str) -> bool:
     """On a node: undo the mount :func:`mount_store` made at ``dest``; False when it made none
     there (nothing else mounted at ``dest`` is ever touched). Raises
-    :class:`~skyward.errors.SkywardError` when the mount stays."""
+    :class:`~skyward.errors.FileMountError` when the mount stays."""
     target = os.path.expanduser(dest)
     marker = _marker(target)
     if not marker.is_file():
         return False
-    for command in (["fusermount", "-u", target], ["fusermount3", "-u", target], ["umount", target]):
+    for command in ([tool, "-u", target] if tool != "umount" else [tool, target] for tool in UNMOUNT_TOOLS):
         if not os.path.ismount(target) or (find_tool(command[0]) and _run(command, quiet=True) == 0):
             break
     marker.unlink()
     if os.path.ismount(target):
-        from skyward.errors import SkywardError
-
-        raise SkywardError(f"file_mounts: {dest} is still mounted: fusermount -u and umount both failed")
+        raise FileMountError("unmount", "", dest, "it is still mounted: fusermount -u and umount both "
+                                                           "failed", tools=UNMOUNT_TOOLS)
     return True
 
 
@@ -296,7 +303,6 @@ def fetch_bucket(url: str, dest: str) -> int:
     boto3 finds the node's credentials and endpoint the usual way (environment, profile,
     instance role; ``AWS_ENDPOINT_URL_S3``)."""
     from skyward._optional import require
-    from skyward.errors import SkywardError
 
     errors = require("botocore.exceptions", "file_mounts from S3")
     BotoCoreError, ClientError = errors.BotoCoreError, errors.ClientError  # noqa: N806
@@ -304,7 +310,7 @@ def fetch_bucket(url: str, dest: str) -> int:
         return _fetch(url, dest)
     except (BotoCoreError, ClientError) as exc:  # a clear line, not botocore's traceback
         code = exc.response["Error"].get("Code", "") if isinstance(exc, ClientError) else type(exc).__name__
-        raise SkywardError(f"file_mounts: could not copy {url} to {dest}: {code}: {exc}") from None
+        raise FileMountError("copy", url, dest, f"{code}: {exc}", tool="boto3") from None
 
 
 def _fetch(url: str, dest: str) -> int:
