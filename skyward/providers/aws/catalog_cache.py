@@ -32,7 +32,7 @@ from typing import Any
 from skyward._home import home
 from skyward.providers.aws import catalog
 
-__all__ = ["cache_path", "current", "price_source", "refresh", "spot_price"]
+__all__ = ["cache_path", "current", "on_demand_prices", "price_source", "refresh", "spot_price"]
 
 BUNDLED_AS_OF = "2025-06-01"  # catalog.json's "prices_as_of"
 
@@ -60,7 +60,7 @@ def refresh(ec2: Any, pricing: Any = None, *, profile: str | None = None, now: d
              for item in page.get("InstanceTypes", [])]
     notes: dict[str, str] = {}
     try:
-        on_demand = _on_demand_prices(pricing, ec2.region, profile)
+        on_demand = on_demand_prices(pricing, ec2.region, profile)
         notes["on_demand"] = f"AWS Price List API ({len(on_demand)} types)"
     except Exception as exc:  # noqa: BLE001 - recorded: the snapshot's prices are kept
         on_demand = {}
@@ -82,7 +82,9 @@ def refresh(ec2: Any, pricing: Any = None, *, profile: str | None = None, now: d
     return path
 
 
-def _on_demand_prices(pricing: Any, region: str, profile: str | None = None) -> dict[str, float]:
+def on_demand_prices(pricing: Any, region: str, profile: str | None = None) -> dict[str, float]:
+    """USD per hour of every instance type on demand in ``region`` (Linux, shared tenancy), from
+    the AWS Price List API (``pricing``: a boto3 ``pricing`` client, or None for one of ``profile``)."""
     if pricing is None:
         from skyward._optional import require
 
