@@ -213,7 +213,7 @@ def cache_spot_prices(region: str) -> None:
     path = catalog_cache.cache_path(region)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"region": region, "fetched_at": "2026-01-01T00:00:00Z", "sources": {},
-                                "instance_types": catalog_cache._records(catalog.load_catalog()),
+                                "instance_types": catalog_cache.instance_records(catalog.load_catalog()),
                                 "spot_prices": {"t3.medium": SPOT_PRICE}}))
 
 

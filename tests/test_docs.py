@@ -65,10 +65,10 @@ CLI_PAGE = DOCS / "cli.md"
 
 
 def test_the_command_page_names_every_subcommand_and_option() -> None:
-    from skyward.cli import _parser
+    from skyward.cli.main import build_parser
 
     page = CLI_PAGE.read_text()
-    parser = _parser()
+    parser = build_parser()
     (commands,) = [a for a in parser._actions if a.choices and a.dest == "command"]
     missing = []
     for name, sub in sorted(commands.choices.items()):  # type: ignore[union-attr]

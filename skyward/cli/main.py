@@ -44,7 +44,8 @@ __all__ = ["main"]
 _COLUMNS = ("POOL", "RESOURCE", "ID", "TYPE", "MARKET", "STATE", "AGE", "PRICE/H")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``skyward`` command's argument parser, every subcommand included."""
     from skyward._version import __version__
 
     parser = argparse.ArgumentParser(
@@ -303,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (see the module docstring)."""
     from skyward.errors import SkywardError
 
-    parser = _parser()
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version (0) and usage errors (2)
