@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
@@ -388,14 +388,3 @@ def _explain_unpicklable(p: PendingCompute[Any], exc: Exception) -> Serializatio
                 detail=f"{type(arg_exc).__name__}: {arg_exc}",
             )
     return SerializationError(f"function {p.options.name}", "a picklable function", p.fn, detail=detail)
-
-
-def _iter_results(futures: list[Future[Any]], ordered: bool) -> Iterator[Any]:
-    from concurrent.futures import as_completed
-
-    if ordered:
-        for f in futures:
-            yield f.result()
-    else:
-        for f in as_completed(futures):
-            yield f.result()

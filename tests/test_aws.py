@@ -32,6 +32,7 @@ from skyward.providers.aws import inventory
 from skyward.providers.aws import watchdog
 from skyward.providers.aws.provider import AWS, DLAMI_PARAMETER, UBUNTU_PARAMETER
 from skyward.providers.base import PoolSpec
+from skyward.testing import aws_bookkeeping
 from tests.aws_conftest import aws, moto_server  # noqa: F401  (fixtures)
 
 CLIENT_CIDR = "198.51.100.7/32"
@@ -420,7 +421,7 @@ def test_a_spot_pool_is_launched_in_one_zone_tagged_and_released_completely(aws)
         text = base64.b64decode(user_data["UserData"]["Value"]).decode()
         assert text.startswith("#cloud-config") and "skyward-watchdog" in text
 
-        pool = p._pools[s.pool_id]
+        pool = aws_bookkeeping(p).pools[s.pool_id]
         assert stat.S_IMODE(os.stat(pool.directory).st_mode) == 0o700
         assert stat.S_IMODE(os.stat(pool.key_path).st_mode) == 0o600
         key_pairs = aws.client().describe_key_pairs(KeyNames=[f"skyward-{s.pool_id}"])["KeyPairs"]
@@ -496,7 +497,7 @@ def test_spot_if_available_falls_back_to_on_demand_when_spot_capacity_is_refused
         assert markets[-1] == "on-demand" and set(markets[:-1]) == {"spot"} and len(markets) > 2
         assert {c["type"] for c in calls} == {"g6.xlarge"}  # every AZ for spot, then on-demand
         assert all("InstanceLifecycle" not in i for i in describe(aws, [i.id for i in instances]))
-        assert p._pools[s.pool_id].summary.startswith("on-demand g6.xlarge")
+        assert aws_bookkeeping(p).pools[s.pool_id].summary.startswith("on-demand g6.xlarge")
     finally:
         p.terminate(instances)
 
@@ -603,7 +604,7 @@ def test_ctrl_c_while_the_launch_answer_is_in_flight_leaves_nothing(aws):
     with pytest.raises(KeyboardInterrupt):
         with sky.ComputePool(provider=p, nodes=2, console=False):
             pass
-    assert not p._pools
+    assert not aws_bookkeeping(p).pools
 
 
 def test_ctrl_c_while_waiting_for_instances_to_run_leaves_nothing(aws):
@@ -663,7 +664,7 @@ def test_an_own_ssh_key_is_imported_as_the_pool_key_pair(aws, tmp_path):
     s = spec(1)
     instances = p.provision(s)
     try:
-        assert p._pools[s.pool_id].key_path == str(key)
+        assert aws_bookkeeping(p).pools[s.pool_id].key_path == str(key)
         pair = aws.client().describe_key_pairs(KeyNames=[f"skyward-{s.pool_id}"])["KeyPairs"][0]
         assert pair["KeyType"] == "ed25519"
     finally:
@@ -679,4 +680,4 @@ def test_destroy_removes_every_pool_and_reports_nothing_left(aws):
     left = inventory.destroy(api.EC2.connect(), None)
     assert left.empty
     p.terminate(first + second)  # already gone: confirmed at once, nothing raised
-    assert not p._pools
+    assert not aws_bookkeeping(p).pools

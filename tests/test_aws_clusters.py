@@ -33,6 +33,7 @@ from skyward.clusters import manage
 from skyward.providers.aws import catalog, catalog_cache, watchdog
 from skyward.providers.aws import ec2 as api
 from skyward.providers.aws.provider import AWS
+from skyward.testing import aws_bookkeeping
 from tests.aws_conftest import aws, moto_server  # noqa: F401  (fixtures)
 from tests.conftest import pid_alive, wait_gone
 from tests.contract.test_clusters import home  # noqa: F401  (a SKYWARD_HOME of the test's own; clusters ended after)
@@ -88,8 +89,9 @@ def test_the_aws_provider_survives_pickling_without_its_lock_client_or_session()
     assert repr(again) == repr(provider)
     assert (again.region, again.allocation, again.max_lifetime, again.ssh_cidr) == (
         "us-east-1", "on-demand", 3600.0, "10.0.0.1/32")
-    assert again.session is None and again._pools == {} and again._owner == {}
-    with again._lock:  # a lock of its own, usable
+    kept = aws_bookkeeping(again)
+    assert again.session is None and kept.pools == {} and kept.owners == {}
+    with kept.lock:  # a lock of its own, usable
         pass
 
 
@@ -211,7 +213,7 @@ def cache_spot_prices(region: str) -> None:
     path = catalog_cache.cache_path(region)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"region": region, "fetched_at": "2026-01-01T00:00:00Z", "sources": {},
-                                "instance_types": catalog_cache._records(catalog.load_catalog()),
+                                "instance_types": catalog_cache.instance_records(catalog.load_catalog()),
                                 "spot_prices": {"t3.medium": SPOT_PRICE}}))
 
 

@@ -272,11 +272,11 @@ def test_on_demand_prices_are_read_from_the_price_list_api() -> None:
     import boto3
     from botocore.stub import Stubber
 
-    from skyward.providers.aws.catalog_cache import _on_demand_prices
+    from skyward.providers.aws.catalog_cache import on_demand_prices
 
     pricing = boto3.client("pricing", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     item = {"product": {"attributes": {"instanceType": "p5.4xlarge"}},
             "terms": {"OnDemand": {"T": {"priceDimensions": {"D": {"pricePerUnit": {"USD": "6.8800000000"}}}}}}}
     with Stubber(pricing) as stub:  # AWS's answer at the boundary; the parsing is ours
         stub.add_response("get_products", {"PriceList": [json.dumps(item)], "FormatVersion": "aws_v1"})
-        assert _on_demand_prices(pricing, "us-east-1") == {"p5.4xlarge": 6.88}
+        assert on_demand_prices(pricing, "us-east-1") == {"p5.4xlarge": 6.88}

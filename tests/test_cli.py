@@ -14,6 +14,7 @@ import pytest
 from skyward import cli
 from skyward.providers.aws.provider import AWS
 from skyward.providers.base import PoolSpec
+from skyward.testing import aws_bookkeeping
 from tests.aws_conftest import aws, moto_server  # noqa: F401  (fixtures)
 
 
@@ -30,7 +31,7 @@ def abandoned_pool(env, nodes: int, accelerator=None) -> str:
     pool_id = uuid.uuid4().hex[:8]
     provider = AWS(ami=env.ami, ssh_cidr="198.51.100.7/32", allocation="on-demand")
     provider.provision(PoolSpec(pool_id, nodes, parse_accelerator(accelerator)))
-    shutil.rmtree(provider._pools[pool_id].directory)  # the client's private files: not under test here
+    shutil.rmtree(aws_bookkeeping(provider).pools[pool_id].directory)  # the client's private files: not under test here
     return pool_id
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import skyward as sky
+from skyward import events as ev
 from tests.conftest import skyward_workers
 
 
@@ -66,15 +67,18 @@ def test_validation_errors_are_config_errors_without_pydantic_in_the_chain() -> 
 
 
 def test_pool_options_fill_in_defaults_and_keep_values() -> None:
-    callback = print
+    seen: list[ev.Event] = []
     pool = sky.ComputePool(nodes=2, concurrency=3, idle_timeout=5, console=False,
-                           on_event=callback, plugins=[sky.Plugin("p")])
+                           on_event=seen.append, plugins=[sky.Plugin("p")])
     assert (pool.nodes, pool.concurrency, pool.idle_timeout) == (2, 3, 5.0)
     assert isinstance(pool.provider, sky.Local) and pool.image == sky.Image() and pool.accelerator is None
     rented = sky.ComputePool(provider=sky.SSH(["10.0.0.1", "10.0.0.2"]), nodes=2, accelerator="A100:2", console=False)
     assert rented.accelerator is not None and rented.accelerator.count == 2
     assert rented.spec.accelerator == rented.accelerator
-    assert [p.name for p in pool.plugins] == ["p"] and callback in pool._subscribers
+    assert [p.name for p in pool.plugins] == ["p"]
+    with pool:  # on_event is kept: it hears the pool start
+        pass
+    assert [type(e) for e in seen if isinstance(e, (ev.PoolReady, ev.PoolStopped))] == [ev.PoolReady, ev.PoolStopped]
 
 
 def test_importing_skyward_or_its_worker_does_not_import_pydantic() -> None:

@@ -17,6 +17,9 @@ from rich.console import Console as RichConsole
 import skyward as sky
 from skyward import events as ev
 from skyward.console import Console
+from skyward.console.live import render as render_view
+from skyward.console.state import ConsoleState
+from skyward.testing import console_backlog
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -244,7 +247,21 @@ def rich_console(width: int = 100) -> tuple[RichConsole, io.StringIO]:
     return RichConsole(file=buf, force_terminal=True, width=width), buf
 
 
-def render(c: Console, width: int = 100) -> str:
+class LiveState:
+    """A live console's state and view, fed events directly: no live refresh thread."""
+
+    def __init__(self, rc: RichConsole) -> None:
+        self.state = ConsoleState(live=True, verbose=False, now=time.monotonic())
+        self.rc, self.lock = rc, threading.Lock()
+
+    def apply(self, event: ev.Event, now: float) -> None:
+        self.state.apply(event, now)
+
+    def renderable(self) -> object:
+        return render_view(self.state, self.lock, self.rc)
+
+
+def render(c: Console | LiveState, width: int = 100) -> str:
     rc, buf = rich_console(width)
     rc.print(c.renderable())
     return strip(buf.getvalue())
@@ -256,15 +273,15 @@ def row(text: str, node: int) -> str:
 
 def test_live_view_shows_stage_time_and_log_tail_per_node() -> None:
     rc, _ = rich_console()
-    c = Console(rich_console=rc)
-    assert c.mode == "live"
-    c._apply(ev.PoolStarting("p1", 3, "ssh"), time.monotonic())  # state only: no live refresh thread
+    assert Console(rich_console=rc).mode == "live"
+    c = LiveState(rc)
+    c.apply(ev.PoolStarting("p1", 3, "ssh"), time.monotonic())
     stages: list[ev.Stage] = ["provisioning", "bootstrapping", "starting"]
     for n, stage in enumerate(stages):
-        c._apply(ev.NodeStage(n, stage, f"10.0.0.{n + 1}" if n else ""), time.monotonic())
-    c._apply(ev.NodeLog(1, "Collecting numpy==2.1"), time.monotonic())
-    c._apply(ev.NodeLog(1, "\x1b[32mSuccessfully installed numpy\x1b[0m"), time.monotonic())
-    c._apply(ev.NodeLog(2, "worker listening"), time.monotonic())
+        c.apply(ev.NodeStage(n, stage, f"10.0.0.{n + 1}" if n else ""), time.monotonic())
+    c.apply(ev.NodeLog(1, "Collecting numpy==2.1"), time.monotonic())
+    c.apply(ev.NodeLog(1, "\x1b[32mSuccessfully installed numpy\x1b[0m"), time.monotonic())
+    c.apply(ev.NodeLog(2, "worker listening"), time.monotonic())
     text = render(c)
     assert "pool p1" in text and "ssh" in text and "3 nodes" in text and "starting" in text
     assert "provisioning" in row(text, 0)
@@ -277,18 +294,18 @@ def test_live_view_shows_stage_time_and_log_tail_per_node() -> None:
 
 def test_live_view_shows_task_counts_after_ready_and_lost_nodes() -> None:
     rc, _ = rich_console()
-    c = Console(rich_console=rc)
+    c = LiveState(rc)
     now = time.monotonic
-    c._apply(ev.PoolStarting("p1", 3, "local"), now())
+    c.apply(ev.PoolStarting("p1", 3, "local"), now())
     for n in range(3):
-        c._apply(ev.NodeStage(n, "ready"), now())
-    c._apply(ev.PoolReady("p1", 3, 0.4), now())
+        c.apply(ev.NodeStage(n, "ready"), now())
+    c.apply(ev.PoolReady("p1", 3, 0.4), now())
     for t in range(5):
-        c._apply(ev.TaskStarted(t, 0, "f"), now())
+        c.apply(ev.TaskStarted(t, 0, "f"), now())
     for t in range(3):
-        c._apply(ev.TaskFinished(t, 0, "f", t != 2, 0.1), now())
-    c._apply(ev.TaskStarted(9, 2, "f"), now())
-    c._apply(ev.NodeStage(2, "lost", "no heartbeat for 31s"), now())
+        c.apply(ev.TaskFinished(t, 0, "f", t != 2, 0.1), now())
+    c.apply(ev.TaskStarted(9, 2, "f"), now())
+    c.apply(ev.NodeStage(2, "lost", "no heartbeat for 31s"), now())
     text = render(c)
     header = text.splitlines()[0]
     assert "2/3 ready in 0.4s" in header and "2 running, 2 done, 2 failed" in header
@@ -300,12 +317,12 @@ def test_live_view_shows_task_counts_after_ready_and_lost_nodes() -> None:
 
 def test_live_view_collapses_many_nodes() -> None:
     rc = RichConsole(file=io.StringIO(), force_terminal=True, width=100, height=20)
-    c = Console(rich_console=rc)
-    c._apply(ev.PoolStarting("big", 64, "aws"), time.monotonic())
+    c = LiveState(rc)
+    c.apply(ev.PoolStarting("big", 64, "aws"), time.monotonic())
     for n in range(60):
-        c._apply(ev.NodeStage(n, "ready"), time.monotonic())
+        c.apply(ev.NodeStage(n, "ready"), time.monotonic())
     for n in range(60, 64):
-        c._apply(ev.NodeStage(n, "bootstrapping"), time.monotonic())
+        c.apply(ev.NodeStage(n, "bootstrapping"), time.monotonic())
     buf = io.StringIO()
     RichConsole(file=buf, force_terminal=True, width=100, height=20).print(c.renderable())
     text = strip(buf.getvalue())
@@ -319,7 +336,7 @@ def test_live_mode_prints_output_above_the_view_and_a_summary_at_the_end(
     rc, buf = rich_console()
     c = Console(mode="live", rich_console=rc)
     startup(c)
-    assert c._live is not None and c._live.is_started
+    assert c.showing
     deadline = time.monotonic() + 5  # let the view refresh (later on a loaded machine)
     while time.monotonic() < deadline:
         drawn = strip(buf.getvalue())
@@ -328,7 +345,7 @@ def test_live_mode_prints_output_above_the_view_and_a_summary_at_the_end(
         time.sleep(0.05)
     assert "bootstrap done on 1" in drawn and "ready" in drawn  # the table was drawn
     work_and_stop(c)
-    assert c._live is None
+    assert not c.showing
     text = strip(buf.getvalue())
     assert "[node 0] hello from 0" in text and "[node 1] hello from 1" in text
     assert "skyward: pool p1 ready: 2 nodes on ssh in 1.5s" in text
@@ -341,9 +358,9 @@ def test_live_mode_prints_output_above_the_view_and_a_summary_at_the_end(
     rc2, _ = rich_console()
     c2 = Console(rich_console=rc2)
     c2(ev.PoolStarting("p3", 1, "local"))
-    assert c2._live is not None
+    assert c2.showing
     c2(ev.PoolStopped("p3", 0.0, True))
-    assert c2._live is None
+    assert not c2.showing
 
 
 def test_live_events_from_many_threads() -> None:
@@ -524,15 +541,15 @@ def test_live_view_prints_in_batches_while_the_pool_runs() -> None:
 
 def test_running_counts_only_what_the_slots_hold_and_queued_tasks_apart() -> None:
     rc, _ = rich_console()
-    c = Console(rich_console=rc)
+    c = LiveState(rc)
     now = time.monotonic
-    c._apply(ev.PoolStarting("p1", 2, "local", concurrency=1), now())
+    c.apply(ev.PoolStarting("p1", 2, "local", concurrency=1), now())
     for n in range(2):
-        c._apply(ev.NodeStage(n, "ready"), now())
-    c._apply(ev.PoolReady("p1", 2, 0.2), now())
+        c.apply(ev.NodeStage(n, "ready"), now())
+    c.apply(ev.PoolReady("p1", 2, 0.2), now())
     for t in range(5):
-        c._apply(ev.TaskStarted(t, 0, "f"), now())
-    c._apply(ev.TaskStarted(9, 1, "f"), now())
+        c.apply(ev.TaskStarted(t, 0, "f"), now())
+    c.apply(ev.TaskStarted(9, 1, "f"), now())
     text = render(c, width=140)
     assert "2 running, 4 queued, 0 done, 0 failed" in text.splitlines()[0]
     assert re.search(r"ready\s+\S+ / \S+\s+1\s+0\s+0\b", row(text, 0))
@@ -607,9 +624,9 @@ def test_bootstrap_step_markers_are_never_shown(capsys: pytest.CaptureFixture[st
     c(ev.NodeLog(0, "::step:: pip"))
     c(ev.NodeLog(0, "::warm:: environment abc123 reused"))
     rc, _ = rich_console()
-    live = Console(rich_console=rc)
-    live._apply(ev.PoolStarting("p1", 1, "ssh"), time.monotonic())
-    live._apply(ev.NodeLog(0, "::step:: uv"), time.monotonic())
+    live = LiveState(rc)
+    live.apply(ev.PoolStarting("p1", 1, "ssh"), time.monotonic())
+    live.apply(ev.NodeLog(0, "::step:: uv"), time.monotonic())
     err = capsys.readouterr().err
     assert "[node 0] step pip" in err and "[node 0] environment abc123 reused" in err
     assert "::" not in err and "::" not in render(live) and "step uv" in render(live)
@@ -703,7 +720,7 @@ def test_tqdm_in_a_task_is_one_line_per_node_not_one_per_refresh(capsys: pytest.
 
 def queued(c: Console) -> int:
     """Characters of the lines the live view holds for the terminal."""
-    return sum(len(text) for _, text in list(c._pending))
+    return console_backlog(c)
 
 
 class _SlowTerminal(io.StringIO):

@@ -20,6 +20,7 @@ import pytest
 
 import skyward as sky
 from skyward.runtime import preemption as _preempt
+from skyward.testing import forget_preemptions
 from skyward.worker import preemption
 from tests.hosts import imds
 
@@ -27,9 +28,9 @@ from tests.hosts import imds
 @pytest.fixture(autouse=True)
 def fresh_process_state():
     """Notices and callbacks are per process: each test starts with none and leaves none."""
-    _preempt._reset()
+    forget_preemptions()
     yield
-    _preempt._reset()
+    forget_preemptions()
 
 
 def watcher_for(server: imds.StandIn) -> tuple[preemption.PreemptionWatcher, list[sky.Preemption]]:

@@ -1,7 +1,7 @@
 """Frames survive a real pipe; large buffers travel out of band.
 
-One internal on purpose: ``_plain``, which picks the C pickler for plain data; both picklers
-give the same values, so no public path can tell which one ran."""
+``payload.is_plain`` picks the C pickler for plain data: both picklers give the same values, so
+no other path tells which one ran."""
 
 from __future__ import annotations
 
@@ -125,18 +125,18 @@ def test_plain_data_takes_the_c_pickler_and_everything_else_cloudpickle() -> Non
 
     import cloudpickle
 
-    from skyward.protocol.payload import _plain
+    from skyward.protocol.payload import is_plain
 
     np = pytest.importorskip("numpy")
     plain = [None, 1, 2.5, "s", b"b", (1, "x"), [1, [2, [3]]], {"k": (1, 2)}, np.arange(4), range(3)]
     for value in plain:
-        assert _plain(value), value
+        assert is_plain(value), value
         back = pickle.loads(dumps_payload(value).data)
         assert repr(back) == repr(value)
     not_plain = [_Local(1), [_Local(2)], {"f": len}, (lambda: 1), np.array([object()]), [[[[1]]]],
                  list(range(100))]
     for value in not_plain:
-        assert not _plain(value), value
+        assert not is_plain(value), value
     # Anything else must go through cloudpickle: a local function, which the C pickler refuses
     # ("Can't pickle local object"), travels by value and runs after the round trip.
     def seven() -> int:

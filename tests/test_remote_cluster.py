@@ -2,8 +2,8 @@
 Local provider: the bytes go worker to worker (the client sees none of them), each node's
 operations stay in order, and leaving the cluster tears every compute down.
 
-Internals on purpose: the device tables of ``skyward.torch._backend`` (and ``_server``'s
-sessions) are read to check what no public call shows: that nothing accumulates, and which
+Internals on purpose, through ``skyward.testing``: the client's device records and the node's
+sessions are read to check what no public call shows: that nothing accumulates, and which
 peer a copy goes to."""
 
 from __future__ import annotations
@@ -23,19 +23,19 @@ nn = torch.nn
 
 import skyward as sky  # noqa: E402
 from skyward.torch import Cluster, Compute, compute  # noqa: E402
-from skyward.torch import _backend  # noqa: E402
+from skyward.testing import connection, device_record  # noqa: E402
 
 
 def received(*computes: Compute) -> int:
     """Bytes the client has read from these computes' workers."""
-    return sum(c.pool._connection(0).received_bytes for c in computes)
+    return sum(connection(c.pool, 0).received_bytes for c in computes)
 
 
 def count_calls(devices: list) -> list:
     """Record every round trip (a call the client waits for) these devices make."""
     calls: list = []
     for d in devices:
-        dev = _backend._devices[d.index]
+        dev = device_record(d)
         real = dev.link.call
         dev.link.call = lambda fn, args, real=real, dev=dev: calls.append((dev.index, args[3])) or real(fn, args)
     return calls
@@ -154,7 +154,7 @@ def test_a_sync_on_one_node_does_not_wait_for_the_other() -> None:
 
 def test_the_peer_port_listens_on_the_peer_address_and_refuses_strangers() -> None:
     with Compute() as node:
-        dev = _backend._devices[node.device().index]
+        dev = device_record(node.device())
         address, port = dev.peer["address"], dev.peer["port"]
         assert address == node.pool.instances[0].private_addr == "127.0.0.1"
         with open("/proc/net/tcp") as f:

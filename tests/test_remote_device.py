@@ -2,8 +2,8 @@
 node's worker, the client streams operations; results bit-exact against the same code on the
 client's CPU.
 
-Internals on purpose: the device tables of ``skyward.torch._backend`` (and ``_server``'s
-sessions) are read to check what no public call shows: that nothing accumulates, and which
+Internals on purpose, through ``skyward.testing``: the client's device records and the node's
+sessions are read to check what no public call shows: that nothing accumulates, and which
 peer a copy goes to."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ nn = torch.nn
 
 import skyward as sky  # noqa: E402
 from skyward.torch import Compute, compute  # noqa: E402
-from skyward.torch import _backend  # noqa: E402
+from skyward.testing import device_record  # noqa: E402
 
 # SkyTorch's MNIST example's network, as the guide defines it (guides/remote_mnist.py; its main() runs only as a script)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "guides"))
@@ -125,9 +125,9 @@ def test_pool_device_per_node_keeps_each_nodes_operations_apart() -> None:
         def tensors_here() -> dict:
             import os
 
-            from skyward.torch import _server
+            from skyward.testing import device_sessions
 
-            return {"pid": os.getpid(), "sessions": {s.index: len(s.tensors) for s in _server._sessions.values()}}
+            return {"pid": os.getpid(), "sessions": {s.index: len(s.tensors) for s in device_sessions()}}
 
         found = tensors_here() @ pool
         assert [f["pid"] for f in found] == [pids[0], pids[1]]
@@ -236,7 +236,7 @@ def test_a_training_step_costs_one_round_trip_per_sync_point() -> None:
     torch.manual_seed(0)
     with Compute() as node:
         d = node.device()
-        dev = _backend._devices[d.index]
+        dev = device_record(d)
         model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)).to(d)
         opt = torch.optim.AdamW(model.parameters(), lr=0.01)
         x, y = torch.randn(16, 32).to(d), torch.randint(0, 10, (16,)).to(d)
@@ -257,9 +257,9 @@ def test_a_training_step_costs_one_round_trip_per_sync_point() -> None:
 def test_a_thousand_steps_leave_the_nodes_table_flat() -> None:
     @sky.compute
     def table_size() -> int:
-        from skyward.torch import _server
+        from skyward.testing import device_sessions
 
-        return sum(len(s.tensors) for s in _server._sessions.values())
+        return sum(len(s.tensors) for s in device_sessions())
 
     torch.manual_seed(0)
     with Compute() as node:
@@ -294,12 +294,12 @@ def test_a_node_killed_during_a_step_raises_worker_lost() -> None:
 def test_a_compute_gives_its_node_the_clients_torch() -> None:
     from skyward.accelerators import Accelerator
     from skyward.plugins._base import PoolInfo
-    from skyward.torch._device import _torch_in_image
+    from skyward.torch._device import torch_in_image
 
     version = torch.__version__.split("+")[0]
-    cpu = _torch_in_image(sky.Image(), PoolInfo(nodes=1))
+    cpu = torch_in_image(sky.Image(), PoolInfo(nodes=1))
     assert cpu.pip == (f"torch=={version}", "numpy") and cpu.pip_indexes == ("https://download.pytorch.org/whl/cpu",)
-    gpu = _torch_in_image(sky.Image(), PoolInfo(nodes=1, accelerator=Accelerator("A100")))
+    gpu = torch_in_image(sky.Image(), PoolInfo(nodes=1, accelerator=Accelerator("A100")))
     assert gpu.pip[0] == f"torch=={version}" and gpu.pip_indexes == ("https://download.pytorch.org/whl/cu128",)
     own = sky.Image(pip=["torch==2.5.1"])
-    assert _torch_in_image(own, PoolInfo(nodes=1)) is own  # the image's own pin is left alone
+    assert torch_in_image(own, PoolInfo(nodes=1)) is own  # the image's own pin is left alone

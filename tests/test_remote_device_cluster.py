@@ -19,10 +19,10 @@ from skyward.torch import Cluster, Compute  # noqa: E402
 def bytes_held() -> int:
     """Bytes of the tensors this worker's sky sessions hold (looked at on the node, not asked of
     the device: no sync point of its own)."""
-    from skyward.torch import _server
+    from skyward.testing import device_sessions
 
     seen = {}
-    for session in list(_server._sessions.values()):
+    for session in device_sessions():
         for t in list(session.tensors.values()):
             seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
     return sum(seen.values())

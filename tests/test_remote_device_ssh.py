@@ -1,8 +1,8 @@
 """The remote ``sky`` torch device on SSH test hosts (network namespaces, real sshd): the same
 MNIST steps as on the client's CPU, bit-exact, and nothing left on the host afterwards.
 
-Internals on purpose: the device tables of ``skyward.torch._backend`` (and ``_server``'s
-sessions) are read to check what no public call shows: that nothing accumulates, and which
+Internals on purpose, through ``skyward.testing``: the client's device records and the node's
+sessions are read to check what no public call shows: that nothing accumulates, and which
 peer a copy goes to."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def test_mnist_steps_on_an_ssh_hosts_device_equal_the_cpu(test_hosts, wheelhouse
 
 def test_copies_between_two_hosts_go_host_to_host(test_hosts, wheelhouse) -> None:
     from skyward.torch import Cluster
-    from skyward.torch import _backend
+    from skyward.testing import connection, device_record
 
     hosts = test_hosts[:2]
     computes = [Compute(provider=ssh_provider([h], wheelhouse, system_site_packages=["torch", "numpy"]),
@@ -51,17 +51,17 @@ def test_copies_between_two_hosts_go_host_to_host(test_hosts, wheelhouse) -> Non
         warnings.simplefilter("error")  # (a copy through the client would warn)
         with Cluster(*computes) as (a, b):
             da, db = a.device(), b.device()
-            peer_b = _backend._devices[db.index].peer
+            peer_b = device_record(db).peer
             assert peer_b["address"] == hosts[1].ip  # b takes copies on the address a reaches it at
             x = torch.randn(1 << 20)  # 4 MiB
             sa = x.to(da)
             torch.sky.synchronize()
-            before = sum(c.pool._connection(0).received_bytes for c in (a, b))
+            before = sum(connection(c.pool, 0).received_bytes for c in (a, b))
             sb = sa.to(db)
             sb.mul_(2)
             sa.copy_(sb)
             total = sa.sum().item()
-            moved = sum(c.pool._connection(0).received_bytes for c in (a, b)) - before
+            moved = sum(connection(c.pool, 0).received_bytes for c in (a, b)) - before
             assert moved < 64 << 10, moved  # the 8 MiB copied went host to host
             assert total == pytest.approx(float(x.sum() * 2), rel=1e-4)
     assert not leftovers(hosts)

@@ -45,6 +45,7 @@ _COLUMNS = ("POOL", "RESOURCE", "ID", "TYPE", "MARKET", "STATE", "AGE", "PRICE/H
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``skyward`` command's argument parser, every subcommand included."""
     from skyward._version import __version__
 
     parser = argparse.ArgumentParser(

@@ -381,6 +381,12 @@ class Console:
     def close(self) -> None:
         """Take the live view down (the pool's ``PoolStopped`` does this by itself)."""
         self._stop_live()
+
+    @property
+    def showing(self) -> bool:
+        """True while the live view is on the screen (from the pool's start to its stop)."""
+        live = self._live
+        return live is not None and live.is_started
     def renderable(self) -> RenderableType:
         """The live view as it is now: a header line and one row per node (uses rich)."""
         return render(self._state, self._lock, self._live_console or self._rich)

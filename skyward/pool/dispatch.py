@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from skyward import events as ev
 from skyward._retry import Backoff, retry
 from skyward.compute import PendingCompute
-from skyward.compute import _iter_results as iter_results
 from skyward.errors import ConfigError, ConnectionLost
 from skyward.pool.connection import NodeConnection
 from skyward.pool.retry import retrying
@@ -265,6 +264,18 @@ def collect(futures: list[Future[Any]], owners: list[NodeConnection] | list[Node
             on_failure(futures, owners, error)
         raise error
     return [f.result() for f in futures]
+
+
+def iter_results(futures: list[Future[Any]], ordered: bool) -> Iterator[Any]:
+    """The futures' results, in their order or (``ordered=False``) as they complete."""
+    from concurrent.futures import as_completed
+
+    if ordered:
+        for f in futures:
+            yield f.result()
+    else:
+        for f in as_completed(futures):
+            yield f.result()
 
 
 def _stream(futures: list[Future[Any]], owners: list[NodeConnection | None], ordered: bool) -> Iterator[Any]:

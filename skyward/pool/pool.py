@@ -3,7 +3,8 @@
 validate → transform image (plugins) → provision → prepare → start workers → handshake (each
 gets its ``InstanceInfo``) → ready → dispatch → stop workers → confirm they are gone → release
 machines. The machines and workers are :class:`~skyward.pool.lifecycle.Nodes`; calls go
-through :class:`~skyward.pool.dispatch.Dispatcher`; events go to the subscribers (the console,
+through :class:`~skyward.pool.dispatch.Dispatcher` (the methods that send them, ``submit`` to
+``device``, are in :mod:`skyward.pool.calls`); events go to the subscribers (the console,
 ``on_event``, :meth:`ComputePool.subscribe`).
 
 Every exit path of the ``with`` block — return, exception, Ctrl-C, SIGTERM — runs the same
@@ -18,31 +19,27 @@ import contextlib
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
-from typing import Any, Literal, TypeVar, overload
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 from skyward import events as ev
 from skyward._features import NamedSession, features
 from skyward.runtime.instance import node_environment
-from skyward.compute import ComputeFunction, PendingCompute, TaskOptions
 from skyward.errors import ConfigError, SkywardError
 from skyward.messages import Setup
 from skyward.plugins._base import PoolInfo, Plugin
-from skyward.pool.connection import NodeConnection
-from skyward.pool.dispatch import Dispatcher, check_pending
+from skyward.pool.calls import PoolCalls
+from skyward.pool.dispatch import Dispatcher
 from skyward.pool.elastic import check_provider, elastic_parts
 from skyward.pool.guards import (
     install_exit_signals,
-    not_pending,
     plugin_hook,
     quiet_interrupt,
     restore_exit_signals,
-    swapped,
 )
 from skyward.pool.lifecycle import Nodes
 from skyward.protocol import dumps_payload, spin_from_env
-from skyward.providers.base import Instance, PoolSpec, Provider
+from skyward.providers.base import PoolSpec, Provider
 from skyward.runtime import InstanceInfo
 
 __all__ = ["ComputePool"]
@@ -50,12 +47,10 @@ __all__ = ["ComputePool"]
 #: Plugins whose ``around_app`` forms a group of every worker of the pool at once.
 GROUP_PLUGINS = frozenset({"torch", "jax"})
 
-T = TypeVar("T")
-A = TypeVar("A")
 Executor = Literal["thread", "process"]
 
 
-class ComputePool:
+class ComputePool(PoolCalls):
     """A pool of nodes that run ``@sky.compute`` tasks. Use it as a context manager.
 
     >>> import skyward as sky
@@ -355,100 +350,6 @@ class ComputePool:
         restore_exit_signals(self._restore_signals)
         self._restore_signals = []
 
-    # -- dispatch --------------------------------------------------------------------------------
-    def _require_open(self) -> list[NodeConnection]:
-        if self._state != "open":
-            raise ConfigError(
-                "pool", "an open ComputePool (dispatch inside `with sky.ComputePool(...) as pool:`)",
-                f"a {self._state} pool" if self._state != "new" else "a pool that was never entered",
-            )
-        return self._nodes.connections
-
-    def submit(self, pending: PendingCompute[T]) -> Future[T]:
-        """Run ``pending`` on the least busy node without waiting (same as ``pending > pool``)."""
-        check_pending(pending, "submit")
-        return self._dispatch.submit(pending)
-
-    def run(self, pending: PendingCompute[T]) -> T:
-        """Run ``pending`` on the least busy node and return its result (``pending >> pool``)."""
-        check_pending(pending, "run")
-        return self._dispatch.run(pending)
-
-    def broadcast(self, pending: PendingCompute[T]) -> list[T]:
-        """Run ``pending`` on every worker process; results in global rank order (``pending @ pool``;
-        with one process per node, one result per node). A shell command runs once per node.
-
-        The call is serialized once. If a node fails, the others' tasks are cancelled and
-        that node's error is raised.
-        """
-        check_pending(pending, "broadcast")
-        return self._dispatch.broadcast(pending)
-
-    def gather(self, *pending: PendingCompute[Any], stream: bool = False, ordered: bool = True) -> Any:
-        """Run several pending calls concurrently across the pool.
-
-        Returns a list in input order, or with ``stream=True`` an iterator yielding results
-        as they become available (input order, or completion order with ``ordered=False``).
-        """
-        for i, p in enumerate(pending):
-            check_pending(p, f"gather() argument {i}")
-        return self._dispatch.gather(pending, stream, ordered)
-
-    @overload
-    def map(self, fn: ComputeFunction[[A], T], iterable: Iterable[A]) -> list[T]: ...
-    @overload
-    def map(self, fn: Callable[[A], T], iterable: Iterable[A]) -> list[T]: ...
-    def map(self, fn: Any, iterable: Iterable[Any]) -> list[Any]:
-        """Run ``fn(item)`` for every item across the pool; results in input order."""
-        if isinstance(fn, ComputeFunction):
-            pending = [fn(item) for item in iterable]
-        elif callable(fn):
-            options = TaskOptions(getattr(fn, "__name__", "task"))
-            pending = [PendingCompute(fn, (item,), {}, options) for item in iterable]
-        else:
-            raise ConfigError("fn", "a @sky.compute function or a callable", fn)
-        return self.gather(*pending)
-
-    def device(self, kind: str = "cpu", node: int = 0) -> Any:
-        """A remote torch device on node ``node``: ``torch.device("sky:N")``.
-
-        ``kind`` is the node's device to use (``"cpu"``, ``"cuda"``, ``"cuda:1"``). Tensors moved
-        to the returned device live on that node's worker; the operations on them are streamed
-        there (see :mod:`skyward.torch`). The same (node, kind) gives the same device; the device
-        closes with the pool. Raises :class:`~skyward.DeviceError` listing the node's devices
-        when it has no ``kind``.
-        """
-        return features.device()(self, kind, node)
-
-    def _connection(self, node: int) -> NodeConnection:
-        """Node ``node``'s first worker process."""
-        for c in self._require_open():
-            if c.node == node and c.local_rank == 0:
-                return c
-        raise ConfigError("node", f"a node of this pool (0..{self.nodes - 1})", node)
-
-    # -- operators the wrong way round -------------------------------------------------------
-    # ``pending >> pool`` is PendingCompute's own operator; these catch ``pool >> pending``
-    # (operands swapped) and ``f >> pool`` (no pending call on the left), which Python would
-    # otherwise report as a bare "unsupported operand type(s)" TypeError.
-    def __rshift__(self, other: Any) -> Any:
-        raise swapped(">>", other)
-
-    def __matmul__(self, other: Any) -> Any:
-        raise swapped("@", other)
-
-    def __gt__(self, other: Any) -> Any:
-        raise swapped(">", other)
-
-    def __rrshift__(self, other: Any) -> Any:
-        raise not_pending(">>", other)
-
-    def __rmatmul__(self, other: Any) -> Any:
-        raise not_pending("@", other)
-
-    def __lt__(self, other: Any) -> Any:  # ``x > pool`` when x has no ``>`` of its own
-        raise not_pending(">", other)
-
     # -- notebooks: a pool across cells --------------------------------------------------------
     def open(self) -> ComputePool:
         """Start the pool without a ``with`` block (a notebook: one cell opens, later ones use it).
@@ -477,21 +378,6 @@ class ComputePool:
     def _close_at_exit(self) -> None:
         with contextlib.suppress(Exception):
             self._stop(clean=True)
-
-    # -- introspection ---------------------------------------------------------------------------
-    @property
-    def is_open(self) -> bool:
-        """True between a successful start (``with`` entered) and the start of teardown."""
-        return self._state == "open"
-
-    @property
-    def instances(self) -> list[Instance]:
-        """The pool's machines (id, node, addresses), once it is started."""
-        return list(self._nodes.instances)
-
-    def worker_pids(self) -> list[int | None]:
-        """The process id of each worker (by global rank) on its machine (None if unknown)."""
-        return [c.pid for c in self._nodes.connections]
 
     def __repr__(self) -> str:
         shown = f"({self.min_nodes}, {self.max_nodes})" if self.elastic else str(self.nodes)

@@ -39,7 +39,7 @@ class Payload:
 _PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, range, slice})
 
 
-def _plain(value: Any, depth: int = 0) -> bool:
+def is_plain(value: Any, depth: int = 0) -> bool:
     """True if stdlib pickle gives the same stream as cloudpickle (checked shallowly, cheaply).
 
     Anything that pickles by reference (functions, classes, instances of classes defined in
@@ -51,9 +51,9 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if depth >= 3:
         return False
     if t is tuple or t is list:
-        return not value or (len(value) <= 64 and all(_plain(v, depth + 1) for v in value))
+        return not value or (len(value) <= 64 and all(is_plain(v, depth + 1) for v in value))
     if t is dict:
-        return not value or len(value) <= 64 and all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+        return not value or len(value) <= 64 and all(is_plain(k, depth + 1) and is_plain(v, depth + 1) for k, v in value.items())
     if t.__name__ == "ndarray" and t.__module__ == "numpy":
         return not value.dtype.hasobject
     return False
@@ -97,7 +97,7 @@ def dumps_payload(value: Any) -> Payload:
         buffers.append(view)
         return False
 
-    if _plain(value):
+    if is_plain(value):
         data = pickle.dumps(value, protocol=5, buffer_callback=keep)
     else:
         data = dumps_by_value(value, buffer_callback=keep)

@@ -21,7 +21,7 @@ from skyward.plugins._base import Plugin, PoolInfo
 from skyward.protocol import dumps_payload
 from skyward.torch import _backend, _module, _server
 
-__all__ = ["open_device"]
+__all__ = ["open_device", "torch_in_image"]
 
 
 class PoolLink(_backend.Link):
@@ -77,7 +77,7 @@ def open_device(pool: Any, kind: str, node: int) -> torch.device:
     return dev.torch_device
 
 
-def _torch_in_image(image: Any, info: PoolInfo) -> Any:
+def torch_in_image(image: Any, info: PoolInfo) -> Any:
     """Every node needs the client's torch (the same version: operations must agree) and numpy."""
     from skyward.plugins._torch import DEFAULT_CUDA, _transform, requirement
 
@@ -88,4 +88,4 @@ def _torch_in_image(image: Any, info: PoolInfo) -> Any:
     return _transform(image, info, packages=(requirement("torch", version),), cuda=DEFAULT_CUDA)
 
 
-_DEVICE_PLUGIN = Plugin("sky-device", transform=_torch_in_image)
+_DEVICE_PLUGIN = Plugin("sky-device", transform=torch_in_image)

@@ -32,7 +32,7 @@ from typing import Any
 from skyward._home import home
 from skyward.providers.aws import catalog
 
-__all__ = ["cache_path", "current", "price_source", "refresh", "spot_price"]
+__all__ = ["cache_path", "current", "instance_records", "on_demand_prices", "price_source", "refresh", "spot_price"]
 
 BUNDLED_AS_OF = "2025-06-01"  # catalog.json's "prices_as_of"
 
@@ -41,7 +41,8 @@ def cache_path(region: str) -> Path:
     return home() / "catalog" / f"aws-{region}.json"
 
 
-def _records(types: tuple[catalog.InstanceType, ...]) -> list[dict[str, Any]]:
+def instance_records(types: tuple[catalog.InstanceType, ...]) -> list[dict[str, Any]]:
+    """Instance types as a cached catalog's ``instance_types`` holds them (JSON-ready)."""
     return [{"name": t.name, "vcpus": t.vcpus, "memory_gib": t.memory_gib, "gpu": t.gpu, "gpu_count": t.gpu_count,
              "gpu_memory_gib": t.gpu_memory_gib, "cuda": t.cuda, "arch": t.arch, "price_per_hour": t.price_per_hour}
             for t in types]
@@ -60,7 +61,7 @@ def refresh(ec2: Any, pricing: Any = None, *, profile: str | None = None, now: d
              for item in page.get("InstanceTypes", [])]
     notes: dict[str, str] = {}
     try:
-        on_demand = _on_demand_prices(pricing, ec2.region, profile)
+        on_demand = on_demand_prices(pricing, ec2.region, profile)
         notes["on_demand"] = f"AWS Price List API ({len(on_demand)} types)"
     except Exception as exc:  # noqa: BLE001 - recorded: the snapshot's prices are kept
         on_demand = {}
@@ -73,7 +74,7 @@ def refresh(ec2: Any, pricing: Any = None, *, profile: str | None = None, now: d
         notes["spot"] = f"unavailable ({str(exc)[:160]})"
     priced = tuple(replace(t, price_per_hour=on_demand.get(t.name, t.price_per_hour)) for t in types)
     data = {"region": ec2.region, "fetched_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "sources": notes,
-            "instance_types": _records(priced), "spot_prices": spot}
+            "instance_types": instance_records(priced), "spot_prices": spot}
     path = cache_path(ec2.region)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -82,7 +83,9 @@ def refresh(ec2: Any, pricing: Any = None, *, profile: str | None = None, now: d
     return path
 
 
-def _on_demand_prices(pricing: Any, region: str, profile: str | None = None) -> dict[str, float]:
+def on_demand_prices(pricing: Any, region: str, profile: str | None = None) -> dict[str, float]:
+    """USD per hour of every instance type on demand in ``region`` (Linux, shared tenancy), from
+    the AWS Price List API (``pricing``: a boto3 ``pricing`` client, or None for one of ``profile``)."""
     if pricing is None:
         from skyward._optional import require
 
