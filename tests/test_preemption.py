@@ -34,7 +34,9 @@ def fresh_process_state():
 
 def watcher_for(server: imds.StandIn) -> tuple[preemption.PreemptionWatcher, list[sky.Preemption]]:
     seen: list[sky.Preemption] = []
-    return preemption.PreemptionWatcher(seen.append, preemption.MetadataClient(server.endpoint)), seen
+    # (a generous timeout per request: on a loaded machine the stand-in answers late, not never)
+    client = preemption.MetadataClient(server.endpoint, timeout=30.0)
+    return preemption.PreemptionWatcher(seen.append, client), seen
 
 
 def wait_for(predicate, timeout: float = 10.0) -> bool:
