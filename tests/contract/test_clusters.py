@@ -164,6 +164,15 @@ def test_a_cluster_still_held_when_its_test_ends_is_ended_and_its_home_removed(
     assert not os.path.exists(path)
 
 
+def test_a_named_pool_left_open_by_a_failing_test_is_ended_with_its_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    with cluster_home(monkeypatch, "skyh") as path:
+        pool = sky.ComputePool(name="open", nodes=1, console=False).__enter__()  # never left
+        pids = worker_pid() @ pool
+    assert wait_gone(pids, 15) == [], "a worker of the open pool is still running"
+    assert not os.path.exists(path)
+    pool.__exit__(None, None, None)  # (late: its workers are gone already)
+
+
 def test_a_second_client_is_refused_at_once_naming_the_holder(shape: dict, tmp_path: Path) -> None:
     cluster = name()
     with sky.ComputePool(name=cluster, console=False, **shape):
