@@ -9,7 +9,11 @@ _skyward_pick_python
 PY="$PY" bash scripts/install-test-deps.sh
 # --strict fails the build on any warning; --quiet would hide the warnings it counts (and so
 # let a broken page pass), so only the INFO lines are dropped here.
-NO_MKDOCS_2_WARNING=1 "$PY" -m mkdocs build --strict --site-dir "$(mktemp -d)" 2>&1 \
+# The site is built into a folder of its own, removed on the way out whatever happens (the
+# tests remove their cluster homes themselves, and fail when a worker outlives the session).
+site="$(mktemp -d)"
+trap 'rm -rf "$site"' EXIT
+NO_MKDOCS_2_WARNING=1 "$PY" -m mkdocs build --strict --site-dir "$site" 2>&1 \
     | { grep -v '^INFO ' || true; }
 # Two pytest processes (pytest-xdist), a test file to each in turn (--dist loadfile: a module's
 # shared pool stays one pool): most tests wait on processes, timeouts and SSH round trips, not

@@ -23,6 +23,16 @@ NO_SKIP = "SKYWARD_TEST_NO_SKIP"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "may_skip(reason): a skip that SKYWARD_TEST_NO_SKIP=1 allows")
+    from tests.leftovers import tag_session
+
+    tag_session()  # (before xdist starts its workers: they and every process they start carry it)
+
+
+@pytest.hookimpl(trylast=True)  # after the session's fixtures are torn down
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests.leftovers import finish_session
+
+    finish_session(session)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from skyward.clusters import manage
 from skyward.launch import execute, plan
 from tests.conftest import pid_alive, wait_gone
 from tests.hosts.conftest_fixture import ssh_provider
+from tests.leftovers import cluster_home
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,11 +37,9 @@ run: |
 
 @pytest.fixture
 def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="skyc")
-    monkeypatch.setenv("SKYWARD_HOME", path)
-    yield path
-    for record in manage.ClusterStore().all():
-        manage.down(record.name)
+    """A SKYWARD_HOME of the test's own: see tests.leftovers.cluster_home."""
+    with cluster_home(monkeypatch, "skyc") as path:
+        yield path
 
 
 def sky(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:

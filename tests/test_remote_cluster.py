@@ -41,6 +41,31 @@ def count_calls(devices: list) -> list:
     return calls
 
 
+def bytes_in_flight_to(port: int) -> int:
+    """Bytes sent to local TCP port ``port`` and not yet read there: what waits in the send
+    queues of the connections to it and in its receive queues (/proc/net/tcp and tcp6)."""
+    total = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in list(f)[1:]:
+                _, local, remote, state, queues = line.split()[:5]
+                if state == "0A":  # listening
+                    continue
+                sent, unread = (int(q, 16) for q in queues.split(":"))
+                total += unread if int(local.rsplit(":", 1)[1], 16) == port else 0
+                total += sent if int(remote.rsplit(":", 1)[1], 16) == port else 0
+    return total
+
+
+def wait_until(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -176,11 +201,15 @@ def test_a_node_lost_before_its_copy_arrives_raises_worker_lost() -> None:
         target = torch.zeros(600, 600, device=db)
         target.copy_(m)  # the route is set up (the two workers are connected)
         torch.sky.synchronize()
-        for _ in range(200):  # a long time of work on a, then the copy
+        # a is frozen before it is asked for anything more: the work and the copy reach its
+        # socket and wait there, so it dies with the copy not sent, on a fast machine or a slow one
+        pid = a.pool.worker_pids()[0]
+        os.kill(pid, signal.SIGSTOP)
+        try:
             m = (m @ m).tanh_()
-        target.copy_(m)
-        time.sleep(0.5)
-        os.kill(a.pool.worker_pids()[0], signal.SIGKILL)
+            target.copy_(m)
+        finally:
+            os.kill(pid, signal.SIGKILL)
         started = time.monotonic()
         with pytest.raises(sky.WorkerLost, match="SIGKILL"):
             target.sum().item()
@@ -194,10 +223,16 @@ def test_a_receiver_lost_mid_copy_raises_worker_lost_on_both_sides() -> None:
         small = torch.zeros(4, device=db)
         small.copy_(big[:4])  # the route is set up
         torch.sky.synchronize()
-        for _ in range(8):
-            big.to(db)  # 2 GiB on their way to b (some 2 s of sending here)
-        time.sleep(0.2)
-        os.kill(b.pool.worker_pids()[0], signal.SIGKILL)
+        # b is frozen first: it reads nothing, so a's send fills the sockets' buffers (a few MiB)
+        # and waits, mid-copy, until b dies, however fast the machine
+        pid, port = b.pool.worker_pids()[0], device_record(db).peer["port"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            big.to(db)
+            sending = wait_until(lambda: bytes_in_flight_to(port) > 64 << 10, timeout=60)
+        finally:
+            os.kill(pid, signal.SIGKILL)
+        assert sending, "a never began sending to b"
         with pytest.raises(sky.WorkerLost, match="SIGKILL"):
             small.sum().item()  # on b itself
         with pytest.raises(sky.WorkerLost, match="SIGKILL"):

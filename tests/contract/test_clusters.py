@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import uuid
@@ -22,6 +21,7 @@ from skyward.clusters import manage
 from tests.conftest import pid_alive, wait_gone
 from tests.contract.tasks import echo
 from tests.hosts.conftest_fixture import ssh_provider
+from tests.leftovers import cluster_home
 
 NODES = 2
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,13 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A SKYWARD_HOME of the test's own (short: socket paths must stay under 108 bytes); every
-    cluster left in it is ended afterwards, so a failing test leaks nothing."""
-    path = tempfile.mkdtemp(prefix="skyh")
-    monkeypatch.setenv("SKYWARD_HOME", path)
-    yield path
-    for record in manage.ClusterStore().all():
-        manage.down(record.name)
+    """A SKYWARD_HOME of the test's own: see tests.leftovers.cluster_home."""
+    with cluster_home(monkeypatch, "skyh") as path:
+        yield path
 
 
 @pytest.fixture(params=("local", "ssh"))
@@ -151,6 +147,30 @@ def _client(cluster: str, release: str, tasks: int = NODES) -> subprocess.Popen[
     line = proc.stdout.readline()
     assert line.strip() == "holding", proc.stderr.read() if proc.stderr else ""
     return proc
+
+
+def test_a_cluster_still_held_when_its_test_ends_is_ended_and_its_home_removed(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What the ``home`` fixture does after a test that failed with a client still attached:
+    ``skyward down`` alone would be refused (ClusterBusy) and leave the workers running."""
+    with cluster_home(monkeypatch, "skyh") as path:
+        with sky.ComputePool(name="held", nodes=1, console=False) as pool:
+            pids = worker_pid() @ pool
+        holder = _client("held", str(tmp_path / "release"), tasks=1)
+        with pytest.raises(sky.ClusterBusy):
+            manage.down("held")
+    assert holder.wait(10) == -signal.SIGKILL
+    assert wait_gone(pids, 15) == [], "a worker of the held cluster is still running"
+    assert not os.path.exists(path)
+
+
+def test_a_named_pool_left_open_by_a_failing_test_is_ended_with_its_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    with cluster_home(monkeypatch, "skyh") as path:
+        pool = sky.ComputePool(name="open", nodes=1, console=False).__enter__()  # never left
+        pids = worker_pid() @ pool
+    assert wait_gone(pids, 15) == [], "a worker of the open pool is still running"
+    assert not os.path.exists(path)
+    pool.__exit__(None, None, None)  # (late: its workers are gone already)
 
 
 def test_a_second_client_is_refused_at_once_naming_the_holder(shape: dict, tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from skyward.clusters import manage
 from tests.conftest import interactive_signals
 from tests.faults.test_matrix import ROOT, apply_exit_path, clean_up_case, tagged, wait_for
 from tests.hosts.conftest_fixture import ssh_provider
+from tests.leftovers import cluster_home
 
 CLIENT = Path(__file__).with_name("cluster_client.py")
 SETTLE = 15.0
@@ -65,12 +66,10 @@ EXPECTED = {
 
 
 @pytest.fixture
-def home(monkeypatch: pytest.MonkeyPatch):
-    path = tempfile.mkdtemp(prefix="skyf")
-    monkeypatch.setenv("SKYWARD_HOME", path)
-    yield path
-    for record in manage.ClusterStore().all():
-        manage.down(record.name)
+def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A SKYWARD_HOME of the test's own: see tests.leftovers.cluster_home."""
+    with cluster_home(monkeypatch, "skyf") as path:
+        yield path
 
 
 @sky.compute

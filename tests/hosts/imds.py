@@ -160,17 +160,34 @@ class StandIn:
         """Every request answered so far (method, path, status, whether it had a token)."""
         if self._proc.stdin is None or self._proc.stdin.closed:  # stopped: all of them are in
             return list(self._requests)
-        self._marks += 1
-        self._command(op="mark", mark=self._marks)
-        while True:
-            record = self._lines.get(timeout=10)
-            if record is None or record.get("mark") == self._marks:
-                return list(self._requests)
+        self._caught_up()
+        return list(self._requests)
 
-    def _command(self, **command: Any) -> None:
+    def _caught_up(self, timeout: float = 60.0) -> None:
+        """Wait until the server has taken every command sent so far (and reported every
+        request it answered before): it takes them in order, so its answer to a new mark
+        says so. The bound is generous: a loaded machine is slow, not wrong."""
+        self._marks += 1
+        self._send(op="mark", mark=self._marks)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                record = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise RuntimeError(f"the stand-in IMDS took no command for {timeout:.0f} s") from None
+            if record is None or record.get("mark") == self._marks:
+                return
+
+    def _send(self, **command: Any) -> None:
         assert self._proc.stdin is not None
         self._proc.stdin.write(json.dumps(command) + "\n")
         self._proc.stdin.flush()
+
+    def _command(self, **command: Any) -> None:
+        """Send a command and return once the server has taken it: a request made afterwards
+        sees its effect (a notice published, tokens expired), however slow the machine."""
+        self._send(**command)
+        self._caught_up()
 
     def interrupt(self, action: str = "terminate", *, in_seconds: float = 120.0, after: float = 0.0) -> datetime:
         """Schedule the spot interruption notice: it appears ``after`` seconds from now and
