@@ -209,15 +209,12 @@ def _table(columns: tuple[str, ...], rows: list[list[str]], out: IO[str]) -> Non
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
 
 
-_COST_COLUMNS = ("NAME", "PROVIDER", "RESOURCES", "STATUS", "LAUNCHED", "DURATION", "$/H", "COST")
+_COST_COLUMNS = ("NAME", "PROVIDER", "RESOURCES", "STATUS", "LAUNCHED", "$/H", "COST")
 
 
 def _cost_report(out: IO[str]) -> int:
     """Every cluster's price per hour and cost since launch, from the records alone (no node is
     asked), and the total."""
-    from datetime import UTC, datetime
-
-    from skyward.cli.main import _age
     from skyward.clusters.manage import ClusterStatus
     from skyward.clusters.state import ClusterStore
 
@@ -225,13 +222,12 @@ def _cost_report(out: IO[str]) -> int:
     if not records:
         out.write("no clusters\n")
         return 0
-    now = datetime.now(UTC)
     rows, total = [], 0.0
     for record in records:
         d = ClusterStatus(record, record.status).as_dict()
         total += d["cost_so_far"] or 0.0
         rows.append([d["name"], d["provider"], d["resources"], d["status"], _ago(d["launched"]),
-                     _age(datetime.fromtimestamp(d["launched"], UTC), now), _dollars(d["price_per_hour"]),
+                     _dollars(d["price_per_hour"]),
                      _dollars(d["cost_so_far"])])
     _table(_COST_COLUMNS, rows, out)
     out.write(f"\ntotal ${total:.2f} for {len(records)} cluster(s) (price x time since launch; - : no price "
