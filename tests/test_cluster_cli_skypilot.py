@@ -82,6 +82,8 @@ def test_launch_c_with_an_inline_command_and_exec_flags(home: str, tmp_path: Pat
     many = sky("exec", "dev", "--num-nodes", "3", "true", cwd=tmp_path)
     assert many.returncode == 2
     assert "--num-nodes" in many.stderr and "2" in many.stderr and "3" in many.stderr
+    none = sky("exec", "dev", "--num-nodes", "0", "true", cwd=tmp_path)
+    assert none.returncode == 2 and "--num-nodes: expected an integer >= 1" in none.stderr
 
 
 def git(*args: str, cwd: Path) -> None:

@@ -163,7 +163,7 @@ def _exec(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         if args.num_nodes is not None and have is not None and args.num_nodes > have:
             raise ConfigError("--num-nodes", f"at most the {have} node(s) of cluster {args.name} (the run uses "
                               "the first N)", args.num_nodes)
-        p = task_plan(args, args.num_nodes or have)
+        p = task_plan(args, have if args.num_nodes is None else args.num_nodes)
     except ConfigError as exc:
         err.write(f"skyward: error: {exc}\n")
         return 2
