@@ -1,12 +1,16 @@
 """The cluster commands of ``skyward``, as SkyPilot users type them::
 
-    skyward launch -c NAME TASK.yaml [-i MIN] [--down] [-d] [flags]   create or reuse, then run
-    skyward exec NAME TASK.yaml [-d] [--env K=V]...                   run only the run block
-    skyward status [NAME...] [--json]                                 what is up, reconciled
-    skyward stop NAME... [-y]                                         workers (and cloud machines) off
-    skyward start NAME...                                             on again
-    skyward down NAME... | --all [-y]                                 end them (and leftover pools)
-    skyward logs NAME [--no-follow]                                   a detached run's output
+    skyward launch -c NAME [TASK.yaml|COMMAND] [-i MIN] [--down] [-d] [flags]   create or reuse, then run
+    skyward exec NAME TASK.yaml|COMMAND [-d] [--env K=V]... [flags]           run only the run block
+    skyward status [NAME...] [-r] [-o json|--json]                            what is up, reconciled
+    skyward stop NAME... [-y]                                                 workers (and cloud machines) off
+    skyward start NAME... [-y]                                                on again
+    skyward down NAME... | -a [-y]                                            end them (and leftover pools)
+    skyward logs NAME [--no-follow]                                           a detached run's output
+    skyward cost-report                                                       what each cluster cost so far
+
+A task is a task file or, as in SkyPilot, a shell command (``skyward exec dev 'nvidia-smi'``);
+``launch -c NAME`` with neither brings the cluster up (or reuses it) and runs nothing.
 
 ``launch -c`` runs the setup block when the cluster is created, and again only when the setup
 block (or the image it builds) changed; the run block always. ``-d`` starts the run block and
@@ -25,7 +29,40 @@ from typing import IO, Any
 
 __all__ = ["add_commands", "run_command"]
 
-COMMANDS = ("exec", "status", "stop", "start", "logs")
+COMMANDS = ("exec", "status", "stop", "start", "logs", "cost-report")
+
+
+def add_task_flags(p: argparse.ArgumentParser) -> None:
+    """The task flags ``launch`` and ``exec`` share, as SkyPilot spells them."""
+    p.add_argument("--num-nodes", type=int, metavar="N", help="nodes (overrides num_nodes; on exec, at most the "
+                                                              "cluster's: the run uses the first N)")
+    p.add_argument("--env", action="append", default=[], metavar="K[=V]",
+                   help="set a variable (K alone: take it from this environment); repeatable; wins over --env-file")
+    p.add_argument("--env-file", metavar="F", help="a dotenv file of K=V lines")
+    p.add_argument("--secret", action="append", default=[], metavar="K[=V]",
+                   help="set a secret (never shown); K alone: take it from this environment; repeatable")
+    p.add_argument("--workdir", metavar="DIR", help="a local directory synced to every node, where setup and run "
+                                                    "start (overrides workdir)")
+    p.add_argument("--git-url", metavar="URL", help="a git repository cloned on every node as the workdir "
+                                                    "(https://..., git@..., file://... or a path)")
+    p.add_argument("--git-ref", metavar="REF", help="the branch, tag or commit of --git-url (or of the task's "
+                                                    "git workdir) to check out")
+
+
+def task_plan(args: argparse.Namespace, num_nodes: int | None, **shape: Any) -> Any:
+    """The plan of ``launch``'s or ``exec``'s task: a task file or a command (``args.entrypoint``),
+    with the task flags applied. Raises ConfigError (a TaskFileError for the file's problems)."""
+    from skyward.errors import ConfigError
+    from skyward.launch import plan
+    from skyward.launch.plan import entrypoint
+
+    path, command = entrypoint(args.entrypoint)
+    args.task_file = path
+    if path is None and command is None and getattr(args, "cluster", None) is None:
+        raise ConfigError("TASK", "a task file or a command to run (or -c NAME alone: bring a cluster up and run "
+                          "nothing)", "nothing")
+    return plan(path, command=command, num_nodes=num_nodes, env=args.env, env_file=args.env_file,
+                secrets=args.secret, workdir=args.workdir, git_url=args.git_url, git_ref=args.git_ref, **shape)
 
 
 def add_cluster_flags(launch: argparse.ArgumentParser) -> None:
@@ -48,18 +85,22 @@ def _autostop_flags(p: argparse.ArgumentParser) -> None:
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``exec``, ``status``, ``stop``, ``start``, ``logs`` to the ``skyward`` parser."""
-    ex = commands.add_parser("exec", help="run a task file's run block on an existing cluster",
-                             description="Sync the workdir and run only the run block of TASK.yaml on "
-                                         "cluster NAME, at once (no provisioning, no setup).")
+    ex = commands.add_parser("exec", help="run a task file's run block, or a command, on an existing cluster",
+                             description="Sync the workdir and run only the run block of TASK.yaml (or COMMAND, "
+                                         "a shell command) on cluster NAME, at once (no provisioning, no setup).")
     ex.add_argument("name", metavar="NAME")
-    ex.add_argument("task", metavar="TASK.yaml")
-    ex.add_argument("--env", action="append", default=[], metavar="K[=V]", help="set a variable; repeatable")
-    ex.add_argument("--secret", action="append", default=[], metavar="K[=V]", help="set a secret; repeatable")
+    ex.add_argument("entrypoint", nargs="+", metavar="TASK.yaml|COMMAND",
+                    help="a task file, or a shell command run on the nodes (several words are joined)")
+    add_task_flags(ex)
     ex.add_argument("-d", "--detach-run", action="store_true", help="start the run and return")
 
     st = commands.add_parser("status", help="list named clusters (reconciled with their nodes)")
     st.add_argument("names", nargs="*", metavar="NAME")
-    st.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    st.add_argument("-o", "--output", choices=("table", "json"), default="table",
+                    help="table (default) or json, for scripts")
+    st.add_argument("--json", action="store_true", help="print JSON instead of a table (-o json)")
+    st.add_argument("-r", "--refresh", action="store_true",
+                    help="ask the nodes (every status does: accepted as SkyPilot spells it)")
 
     stop = commands.add_parser("stop", help="stop clusters' workers (and cloud machines, disks kept)")
     stop.add_argument("names", nargs="+", metavar="NAME")
@@ -67,7 +108,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     start = commands.add_parser("start", help="start stopped clusters again")
     start.add_argument("names", nargs="+", metavar="NAME")
+    start.add_argument("--yes", "-y", action="store_true", help="do not ask (when on a terminal)")
     _autostop_flags(start)
+
+    commands.add_parser("cost-report", help="what each cluster has cost so far",
+                        description="Each cluster this machine knows, with its price per hour and what it has "
+                                    "cost since it was launched (from the prices its machines were rented at), "
+                                    "and the total.")
 
     logs = commands.add_parser("logs", help="follow a cluster's detached run")
     logs.add_argument("name", metavar="NAME")
@@ -84,6 +131,8 @@ def run_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         return _each(args.names, "stop", out, err, ask=not args.yes)
     if args.command == "start":
         return _start(args, out, err)
+    if args.command == "cost-report":
+        return _cost_report(out)
     return _logs(args, out, err)
 
 
@@ -105,10 +154,19 @@ def cluster_pool_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def _exec(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from skyward.clusters.session import resolve
-    from skyward.launch import execute, plan
+    from skyward.errors import ConfigError
+    from skyward.launch import execute
 
     record, _ = resolve(args.name, {})  # raises naming the way out when there is none
-    p = plan(args.task, num_nodes=record.nodes if record else None, env=args.env, secrets=args.secret)
+    have = record.nodes if record else None
+    try:
+        if args.num_nodes is not None and have is not None and args.num_nodes > have:
+            raise ConfigError("--num-nodes", f"at most the {have} node(s) of cluster {args.name} (the run uses "
+                              "the first N)", args.num_nodes)
+        p = task_plan(args, have if args.num_nodes is None else args.num_nodes)
+    except ConfigError as exc:
+        err.write(f"skyward: error: {exc}\n")
+        return 2
     out.flush()
     return execute(p, cluster={"name": args.name, "attach_only": True}, run_setup=False,
                    detach_run=args.detach_run, err=err)
@@ -124,7 +182,7 @@ def _status(args: argparse.Namespace, out: IO[str]) -> int:
     from skyward.clusters import manage
 
     found = manage.status(args.names or None)
-    if args.json:
+    if args.json or args.output == "json":
         json.dump([s.as_dict() for s in found], out, indent=2)
         out.write("\n")
         return 0
@@ -139,12 +197,42 @@ def _status(args: argparse.Namespace, out: IO[str]) -> int:
         status = s.status + (" (attached)" if s.holder else "")
         rows.append([d["name"], d["provider"], str(d["nodes"]), d["resources"], status, s.record.autostop,
                      _ago(d["launched"]), price, cost])
-    widths = [max(len(r[i]) for r in [list(_COLUMNS), *rows]) for i in range(len(_COLUMNS))]
-    for row in [list(_COLUMNS), *rows]:
-        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+    _table(_COLUMNS, rows, out)
     for name in missing:
         out.write(f"no cluster named {name}\n")
     return 1 if missing else 0
+
+
+def _table(columns: tuple[str, ...], rows: list[list[str]], out: IO[str]) -> None:
+    widths = [max(len(r[i]) for r in [list(columns), *rows]) for i in range(len(columns))]
+    for row in [list(columns), *rows]:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+_COST_COLUMNS = ("NAME", "PROVIDER", "RESOURCES", "STATUS", "LAUNCHED", "$/H", "COST")
+
+
+def _cost_report(out: IO[str]) -> int:
+    """Every cluster's price per hour and cost since launch, from the records alone (no node is
+    asked), and the total."""
+    from skyward.clusters.manage import ClusterStatus
+    from skyward.clusters.state import ClusterStore
+
+    records = ClusterStore().all()
+    if not records:
+        out.write("no clusters\n")
+        return 0
+    rows, total = [], 0.0
+    for record in records:
+        d = ClusterStatus(record, record.status).as_dict()
+        total += d["cost_so_far"] or 0.0
+        rows.append([d["name"], d["provider"], d["resources"], d["status"], _ago(d["launched"]),
+                     _dollars(d["price_per_hour"]),
+                     _dollars(d["cost_so_far"])])
+    _table(_COST_COLUMNS, rows, out)
+    out.write(f"\ntotal ${total:.2f} for {len(records)} cluster(s) (price x time since launch; - : no price "
+              "known, as on Local and SSH hosts)\n")
+    return 0
 
 
 def _ago(when: float) -> str:
@@ -189,6 +277,11 @@ def _start(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     if args.autostop_down and args.idle_minutes is None:  # (alone it would end the cluster at once)
         raise ConfigError("--down", "--down with -i MIN on start (a teardown after MIN idle minutes)", "--down alone")
 
+    if not args.yes and sys.stdin.isatty():
+        answer = input(f"start {', '.join(args.names)}? [Y/n] ")
+        if answer.strip().lower() not in ("", "y", "yes"):
+            out.write("nothing started\n")
+            return 1
     for name in args.names:
         with ComputePool(name=name, idle_minutes=args.idle_minutes, down=args.autostop_down, console=False):
             pass

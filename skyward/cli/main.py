@@ -2,15 +2,16 @@
 
 ::
 
-    skyward launch [-c NAME [-i MIN] [--down] [-d]] TASK.yaml [--num-nodes N] [--gpus L4:2]
+    skyward launch [-c NAME [-i MIN] [--down] [-d]] [TASK.yaml | COMMAND] [--num-nodes N] [--gpus L4:2]
                    [--cpus 8+] [--memory 32+] [--provider local|ssh|aws] [--hosts user@h1,user@h2]
-                   [--env K[=V]]... [--env-file F] [--secret K[=V]]... [--dryrun] [-y]
-    skyward exec NAME TASK.yaml [-d]          skyward status [NAME...] [--json]
-    skyward stop NAME...   skyward start NAME...   skyward logs NAME
+                   [--env K[=V]]... [--env-file F] [--secret K[=V]]... [--workdir D | --git-url U [--git-ref R]]
+                   [--dryrun] [-y]
+    skyward exec NAME TASK.yaml|COMMAND [-d] [the task flags]     skyward status [NAME...] [-r] [-o json]
+    skyward stop NAME...   skyward start NAME... [-y]   skyward logs NAME   skyward cost-report
     skyward ls [--region R] [--profile P] [--json]
     skyward catalog refresh [--region R] [--profile P]
     skyward down NAME|POOL... [--region R] [--profile P] [--timeout S]
-    skyward down --all [--yes] [--region R] [--profile P] [--timeout S]
+    skyward down -a|--all [--yes] [--region R] [--profile P] [--timeout S]
 
 Named clusters (``launch -c``, ``exec``, ``status``, ``stop``, ``start``, ``down NAME``,
 ``logs``) are :mod:`skyward.cli.clusters`'s.
@@ -73,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "security group, and wait until AWS confirms.")
     down.add_argument("pools", nargs="*", metavar="NAME|POOL",
                       help="a cluster's name (as `skyward status` shows it) or a pool id (as `skyward ls` shows it)")
-    down.add_argument("--all", action="store_true", help="end every cluster and remove every skyward pool's "
+    down.add_argument("-a", "--all", action="store_true", help="end every cluster and remove every skyward pool's "
                                                          "resources")
     down.add_argument("--yes", "-y", action="store_true", help="do not ask before --all (when on a terminal)")
     down.add_argument("--timeout", type=float, default=300.0, metavar="S",
@@ -88,11 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     aws_options(catalog)
 
     launch = commands.add_parser(
-        "launch", help="run a task file (SkyPilot task YAML) on every node of a pool",
-        description="Run a task file's setup and run blocks on every node of a fresh pool (Local by default), "
-                    "streaming each node's output; flags override the file.")
-    launch.add_argument("task", metavar="TASK.yaml", help="the task file")
-    launch.add_argument("--num-nodes", type=int, metavar="N", help="nodes (overrides num_nodes)")
+        "launch", help="run a task file (SkyPilot task YAML) or a command on every node of a pool",
+        description="Run a task file's setup and run blocks (or a shell command) on every node of a fresh pool "
+                    "(Local by default) or of cluster -c NAME, streaming each node's output; flags override the "
+                    "file. With -c NAME and nothing to run: bring the cluster up (or reuse it) and run nothing.")
+    launch.add_argument("entrypoint", nargs="*", metavar="TASK.yaml|COMMAND",
+                        help="a task file, or a shell command run on every node (several words are joined)")
     launch.add_argument("--gpus", metavar="ACC", help="accelerators per node, e.g. L4:2 (overrides "
                                                      "resources.accelerators)")
     launch.add_argument("--cpus", metavar="N[+]", help="vCPUs per node, e.g. 8 or 8+ (at least)")
@@ -102,15 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "this machine)")
     launch.add_argument("--hosts", default="", metavar="H1,H2", help="SSH hosts, e.g. user@h1,user@h2 "
                                                                     "(with --provider ssh)")
-    launch.add_argument("--env", action="append", default=[], metavar="K[=V]",
-                        help="set a variable (K alone: take it from this environment); repeatable")
-    launch.add_argument("--env-file", metavar="F", help="a file of K=V lines")
-    launch.add_argument("--secret", action="append", default=[], metavar="K[=V]",
-                        help="set a secret (never shown); K alone: take it from this environment; repeatable")
     launch.add_argument("--dryrun", action="store_true", help="print the plan and start nothing")
     launch.add_argument("--yes", "-y", action="store_true", help="do not ask before renting machines")
     from skyward.cli import clusters
 
+    clusters.add_task_flags(launch)
     clusters.add_cluster_flags(launch)
     clusters.add_commands(commands)
     return parser
@@ -265,16 +263,15 @@ def _down_pool(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 
 def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    from skyward.cli.clusters import cluster_pool_args
+    from skyward.cli.clusters import cluster_pool_args, task_plan
     from skyward.errors import ConfigError, SkywardError
-    from skyward.launch import execute, plan
+    from skyward.launch import execute
 
     args.provider_given = args.provider is not None
     try:
         cluster = cluster_pool_args(args)
-        p = plan(args.task, num_nodes=args.num_nodes, gpus=args.gpus, cpus=args.cpus, memory=args.memory,
-                 provider=args.provider, hosts=[h for h in args.hosts.split(",") if h.strip()], env=args.env,
-                 env_file=args.env_file, secrets=args.secret)
+        p = task_plan(args, args.num_nodes, gpus=args.gpus, cpus=args.cpus, memory=args.memory,
+                      provider=args.provider, hosts=[h for h in args.hosts.split(",") if h.strip()])
         out.write(p.describe() + "\n")
     except ConfigError as exc:
         err.write(f"skyward: error: {exc}\n")
@@ -297,7 +294,10 @@ def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         cluster.update(idle_minutes=p.autostop.idle_minutes, down=cluster["down"] or p.autostop.down)
     # A provider the task file's infra names counts as given, as --provider does.
     given = args.provider_given or p.provider != "local"
-    return execute(p, err=err, cluster={**cluster, "provider_given": given}, detach_run=args.detach_run)
+    # A command (or nothing) asks no shape of its own: an existing cluster is used as it is.
+    shaped = args.task_file is not None or args.num_nodes is not None or args.gpus is not None
+    return execute(p, err=err, cluster={**cluster, "provider_given": given, "shape_given": shaped},
+                   detach_run=args.detach_run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     if args.command == "down" and (args.all == bool(args.pools)):
         print("usage: skyward down [-h] [--yes] [--timeout S] [--region REGION] [--profile PROFILE] "
-              "(NAME|POOL... | --all)\nskyward down: error: give cluster names or pool ids, or --all", file=sys.stderr)
+              "(NAME|POOL... | -a/--all)\nskyward down: error: give cluster names or pool ids, or --all", file=sys.stderr)
         return 2
     if args.command == "launch":
         return _launch(args, sys.stdout, sys.stderr)

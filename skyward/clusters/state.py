@@ -83,6 +83,9 @@ class ClusterRecord:
     roots: tuple[str, ...] = ()
     image_hash: str = ""
     setup_hash: str | None = None  # (skyward launch -c) the setup block last run
+    #: (skyward launch -c, exec) where the last workdir synced to it is on the nodes; later runs
+    #: without a workdir of their own start there, as SkyPilot's do.
+    workdir: str | None = None
     status: str = INIT
     idle_minutes: float | None = None
     down: bool = False

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from skyward.clusters.session import ClusterSession
     from skyward.pool.pool import ComputePool
 
-__all__ = ["SetupBlock", "pool_args", "run_detached", "setup_done", "setup_hash", "setup_needed"]
+__all__ = ["SetupBlock", "Workdir", "on_task_nodes", "pool_args", "run_detached", "run_directory", "setup_done", "setup_hash",
+           "setup_needed"]
 
 
 class SetupBlock(Protocol):
@@ -29,6 +30,16 @@ class SetupBlock(Protocol):
     def secrets(self) -> Mapping[str, str]: ...
 
 
+class Workdir(Protocol):
+    """A task's workdir, as a run on a cluster needs it (a :class:`~skyward.launch.run.LaunchPlan` has it)."""
+
+    @property
+    def workdir(self) -> str | None: ...
+
+    @property
+    def workdir_git(self) -> tuple[str, str | None] | None: ...
+
+
 def setup_hash(plan: SetupBlock) -> str | None:
     """What decides whether a cluster's setup runs again: the setup block and its env."""
     if not plan.setup:
@@ -39,7 +50,8 @@ def setup_hash(plan: SetupBlock) -> str | None:
 
 def pool_args(cluster: Mapping[str, Any], shape: Mapping[str, Any]) -> dict[str, Any]:
     """The ComputePool arguments for a launch on cluster ``cluster["name"]``: the task's shape
-    (checked against an existing cluster's; its provider only when given on the command line),
+    (checked against an existing cluster's, unless ``shape_given`` is false; its provider only
+    when given on the command line),
     or for ``exec`` (no shape given) the name alone."""
     from skyward.clusters.state import ClusterStore
 
@@ -52,6 +64,9 @@ def pool_args(cluster: Mapping[str, Any], shape: Mapping[str, Any]) -> dict[str,
     args.update(shape)
     if exists and not cluster.get("provider_given", True):
         args.pop("provider")
+    if exists and not cluster.get("shape_given", True):  # (a command, or nothing, on the cluster as it is)
+        for key in ("nodes", "accelerator", "processes_per_node"):
+            args.pop(key, None)
     return args
 
 
@@ -80,6 +95,36 @@ def setup_done(pool: ComputePool, p: SetupBlock) -> None:
     if current is not None:
         session.record = current.with_(setup_hash=setup_hash(p))
         ClusterStore().put(session.record)
+
+
+def run_directory(pool: ComputePool, p: Workdir, synced: str | None) -> str | None:
+    """Where a run on a cluster starts: the task's own workdir (``synced``, remembered for the
+    runs after it) when it has one, else the last workdir synced to the cluster (SkyPilot's
+    runs all start in the cluster's workdir), else ``synced``."""
+    from skyward.clusters.state import ClusterStore
+
+    session = _session(pool)
+    current = ClusterStore().get(session.name) or session.record
+    if p.workdir is None and p.workdir_git is None:
+        return current.workdir if current is not None and current.workdir else synced
+    if current is not None:
+        session.record = current.with_(workdir=synced)
+        ClusterStore().put(session.record)
+    return synced
+
+
+def on_task_nodes(pool: ComputePool, nodes: int, script: str) -> str:
+    """``script`` for a task of ``nodes`` nodes on a cluster that may have more: it runs on the
+    first ``nodes`` (the head first), the others exit 0 at once, and the task sees its own node
+    count and addresses (``SKYPILOT_NUM_NODES``, ``SKYPILOT_NODE_IPS``)."""
+    if nodes >= pool.nodes:
+        return script
+    from skyward.launch.recovery import only_on
+
+    view = (f"export SKYPILOT_NUM_NODES={nodes} SKYWARD_NUM_NODES={nodes}\n"
+            f"SKYPILOT_NODE_IPS=\"$(printf '%s\\n' \"$SKYPILOT_NODE_IPS\" | head -n {nodes})\"\n"
+            "export SKYPILOT_NODE_IPS SKYWARD_NODE_IPS=\"$SKYPILOT_NODE_IPS\"\n")
+    return only_on(range(nodes), view + script)
 
 
 def run_detached(pool: ComputePool, command: str, env: dict[str, str], cwd: str | None) -> list[str]:

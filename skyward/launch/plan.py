@@ -7,13 +7,14 @@ file's are reported together.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skyward.launch.taskfile.fields import describe_ports
 from skyward.errors import ConfigError
 
-__all__ = ["PROVIDERS", "check_flags", "describe_stage", "stage"]
+__all__ = ["PROVIDERS", "check_flags", "describe_stage", "entrypoint", "read_entry", "stage", "workdir_flags"]
 
 PROVIDERS = ("local", "ssh", "aws")
 MASK = "***"
@@ -21,6 +22,76 @@ MASK = "***"
 
 def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.rstrip().splitlines())
+
+
+def entrypoint(words: Sequence[str]) -> tuple[str | None, str | None]:
+    """What the command line's ENTRYPOINT words are, as SkyPilot decides: ``(task file, None)``
+    or ``(None, shell command)``; ``(None, None)`` for none at all. The words are joined with
+    spaces. One word ending in ``.yaml``/``.yml`` is a task file (if it cannot be read, the
+    plan says so, naming it); so is a readable file holding a YAML mapping; anything else
+    (``echo hi``, ``./train.sh``) is a command run on the nodes."""
+    import shlex
+
+    text = " ".join(words).strip()
+    if not text:
+        return None, None
+    try:
+        single = len(shlex.split(text)) == 1
+    except ValueError:  # (unbalanced quotes: not a path)
+        single = False
+    if single and text.endswith((".yaml", ".yml")):
+        return text, None
+    if single and os.path.isfile(text):
+        try:
+            import yaml
+
+            with open(text) as f:
+                first = next(iter(yaml.safe_load_all(f)), None)
+        except Exception:  # noqa: BLE001 - unreadable or not YAML: a command (a script, say)
+            first = None
+        if isinstance(first, dict):
+            return text, None
+    return None, text
+
+
+def read_entry(path: str | os.PathLike[str] | None, command: str | None) -> tuple[str | None, list[Any], Any]:
+    """The pipeline's name, tasks and findings of a task file, or of a command given instead
+    (a task whose run block it is; ``None``: a task that runs nothing)."""
+    from skyward.launch.taskfile.check import Findings
+    from skyward.launch.taskfile.file import read_tasks
+    from skyward.launch.taskfile.schema import TaskSpec
+
+    if path is not None:
+        return read_tasks(path)
+    return None, [TaskSpec(run=command or "", name="command")], Findings("the command line")
+
+
+def workdir_flags(tasks: list[Any], found: Any, workdir: str | None, git_url: str | None,
+                  git_ref: str | None) -> list[Any]:
+    """The tasks with ``--workdir`` or ``--git-url``/``--git-ref`` in place of their workdir."""
+    from dataclasses import replace
+
+    if workdir is not None and git_url is not None:
+        found.problem("--git-url", "either --git-url (a workdir cloned from git) or --workdir (a local "
+                      "directory), not both", f"--git-url {git_url} with --workdir {workdir}")
+        return tasks
+    if git_ref is not None and git_url is None and not all(t.workdir_git for t in tasks):
+        found.problem("--git-ref", "--git-ref with --git-url, or with a task file whose workdir is a git "
+                      "repository ({url, ref})", git_ref)
+        return tasks
+    if workdir is not None and not os.path.isdir(os.path.expanduser(workdir)):
+        found.problem("--workdir", "a local directory that exists (synced to every node; the run starts there)",
+                      workdir)
+        return tasks
+    changed = []
+    for task in tasks:
+        if workdir is not None:
+            task = replace(task, workdir=workdir, workdir_git=None)
+        elif git_url is not None or git_ref is not None:
+            url = git_url if git_url is not None else task.workdir_git[0]
+            task = replace(task, workdir=None, workdir_git=(url, git_ref))
+        changed.append(task)
+    return changed
 
 
 def check_flags(found: Any, provider: str | None, num_nodes: int | None, gpus: str | None, cpus: str | None,

@@ -114,8 +114,12 @@ class LaunchPlan:
         return "\n".join(lines)
 
 def plan(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | None,
     *,
+    command: str | None = None,
+    workdir: str | None = None,
+    git_url: str | None = None,
+    git_ref: str | None = None,
     num_nodes: int | None = None,
     gpus: str | None = None,
     cpus: str | None = None,
@@ -132,15 +136,18 @@ def plan(
     ``env`` items are ``K=V`` (or ``K``: the value is taken from ``environ``, default
     ``os.environ``); ``env_file`` holds ``K=V`` lines (``#`` comments, blank lines); ``secrets``
     items are ``K=V`` or ``K`` likewise. A variable the file leaves null must be given.
-    ``provider`` None: the one the file's ``infra`` names, else Local.
+    ``provider`` None: the one the file's ``infra`` names, else Local. ``path`` None: the task
+    is ``command`` (its run block; None: a task that runs nothing, to bring a cluster up).
+    ``workdir`` (a local directory) or ``git_url``/``git_ref`` (a repository cloned on every
+    node) replace the task's workdir.
     Raises :class:`~skyward.launch.taskfile.check.TaskFileError` (a :class:`~skyward.ConfigError`) listing
     every problem in the file and the flags at once.
     """
-    from skyward.launch.plan import check_flags, stage
-    from skyward.launch.taskfile.file import read_tasks
+    from skyward.launch.plan import check_flags, read_entry, stage, workdir_flags
 
     environ = os.environ if environ is None else environ
-    title, tasks, found = read_tasks(path)
+    title, tasks, found = read_entry(path, command)
+    tasks = workdir_flags(tasks, found, workdir, git_url, git_ref)
     flags = check_flags(found, provider, num_nodes, gpus, cpus, memory, hosts)
     overrides: dict[str, str] = {}
     if env_file is not None:
@@ -152,7 +159,8 @@ def plan(
     stages = []
     for number, task in enumerate(tasks, 1):
         where = f"task {number}: " if len(tasks) > 1 else ""
-        default = task.name or (f"{title or Path(path).stem}-{number}" if len(tasks) > 1 else Path(path).stem)
+        stem = Path(path).stem if path is not None else "command"
+        default = task.name or (f"{title or stem}-{number}" if len(tasks) > 1 else stem)
         stages.append(LaunchPlan(**stage(task, where, default, found, flags, overrides, given_secrets)))
     found.raise_problems()
     first = stages[0]
@@ -351,15 +359,19 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted:
     image = p.image or ""
     wrap = (lambda cmd: in_container(cmd, image[len("docker:"):], list(env), cwd)) \
         if image.startswith("docker:") else (lambda cmd: cmd)
+    script = wrap(p.run)
     if cluster is not None:
         from skyward.launch import cluster as clusters
+
+        cwd = clusters.run_directory(pool, p, cwd)
+        script = clusters.on_task_nodes(pool, p.nodes, script)
     if p.setup and run_setup and (cluster is None or clusters.setup_needed(pool, p)):
         shell(wrap(p.setup), env=env, cwd=cwd) @ pool
         if cluster is not None:
             clusters.setup_done(pool, p)
     phase[0] = "run"
     if p.run.strip() and detach_run:
-        logs = clusters.run_detached(pool, wrap(p.run), env, cwd)
+        logs = clusters.run_detached(pool, script, env, cwd)
         (err or sys.stderr).write(f"skyward: the run goes on on cluster {pool.name} (log: {logs[0]} on node 0); "
                                   f"follow it with `skyward logs {pool.name}`\n")
     elif p.run.strip():
@@ -376,6 +388,6 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted:
 
         recovery = p.job_recovery if cluster is None else None
         def run() -> None:
-            shell(wrap(p.run), env=env, cwd=cwd) @ pool
+            shell(script, env=env, cwd=cwd) @ pool
 
         run_with_recovery(pool, recovery, run, prepare, err)
