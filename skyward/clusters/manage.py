@@ -1,4 +1,4 @@
-"""What ``skyward status``, ``down``, ``stop`` and ``start`` do to a cluster by name.
+"""What ``skyward status``, ``autostop``, ``down``, ``stop`` and ``start`` do to a cluster by name.
 
 :func:`status` reconciles the records with the machines: the state shown is what the nodes
 say now (their workers answer on their sockets, or the cloud says the machines are stopped),
@@ -22,7 +22,7 @@ from skyward.runtime.cluster import CONTROL_SUFFIX
 if TYPE_CHECKING:
     from skyward.providers.base import Instance
 
-__all__ = ["ClusterStatus", "down", "start", "status", "stop"]
+__all__ = ["ClusterStatus", "autostop", "down", "start", "status", "stop"]
 
 #: Run with a node's Python: ask each worker's control socket (argv: the line, then the
 #: workers' sockets) and print one word per worker: its answer, or ``down`` when none comes.
@@ -192,6 +192,35 @@ def down(name: str) -> list[str]:
         else:
             ClusterStore().remove(name)
         return problems
+
+
+def autostop(name: str, idle_minutes: float | None, down: bool = False) -> list[str]:
+    """Set running cluster ``name``'s autostop (``idle_minutes`` None: cancel it): its workers
+    take the new limit at once, counting idle time from now, and its record keeps it for the
+    next start. Returns the problems (workers that did not take it)."""
+    found = status([name])
+    if not found:
+        raise ClusterError(name, "no cluster by this name", way_out="see `skyward status`")
+    record = found[0].record
+    if found[0].status != UP:
+        raise ClusterError(name, f"is {found[0].status}, not UP: autostop is set on a running cluster",
+                           way_out=f"`skyward start {name} -i MIN` starts it with one")
+    if down != record.down and getattr(record.provider, "machine_states", None) is not None:
+        raise ClusterError(name, f"its machines were launched to {'terminate' if record.down else 'stop'} "
+                           "when idle; that cannot be changed on running cloud machines yet",
+                           way_out=f"keep {'--down' if record.down else 'no --down'}, or `skyward down {name}` "
+                                   "and launch it again")
+    store = ClusterStore()
+    current = store.get(name) or record
+    store.put(current.with_(idle_minutes=idle_minutes, down=down if idle_minutes is not None else False))
+    line = "autostop " + ("none" if idle_minutes is None else f"{idle_minutes * 60:g}")
+    try:
+        answers = ask_workers(record, line)
+    except ConnectionError as exc:
+        return [str(exc)]
+    return [f"worker {rank}: " + ("runs a skyward from before `skyward autostop`: the new autostop applies from "
+                                  "its next start" if word == "old" else f"did not take it ({word})")
+            for rank, word in enumerate(answers) if word != "ok"]
 
 
 def stop(name: str) -> list[str]:

@@ -250,6 +250,16 @@ def test_autostop_fires_while_skyward_status_polls_the_cluster(shape: dict) -> N
     assert [s.status for s in manage.status([cluster])] == ["STOPPED"]
 
 
+def test_autostop_set_on_a_running_cluster_is_taken_by_its_workers_at_once(shape: dict) -> None:
+    cluster = name()
+    with sky.ComputePool(name=cluster, console=False, **shape) as pool:  # no autostop
+        pids = worker_pid() @ pool
+    assert manage.autostop(cluster, 0.05) == []  # 3 s, `skyward autostop NAME -i 0.05`
+    assert wait_gone(pids, 20) == [], "the running workers did not take the new autostop"
+    [state] = manage.status([cluster])
+    assert (state.status, state.record.idle_minutes) == ("STOPPED", 0.05)
+
+
 def test_an_attached_client_keeps_autostop_from_firing(shape: dict) -> None:
     cluster = name()
     with sky.ComputePool(name=cluster, console=False, idle_minutes=0.03, **shape) as pool:  # 1.8 s
