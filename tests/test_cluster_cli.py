@@ -102,7 +102,8 @@ def test_status_lists_the_cluster_and_down_ends_it(home: str, tmp_path: Path) ->
     assert table.returncode == 0
     header, row = table.stdout.splitlines()[:2]
     assert header.split()[:5] == ["NAME", "PROVIDER", "NODES", "RESOURCES", "STATUS"]
-    assert row.split()[:3] == ["dev", "local", "2"] and " UP " in f" {row} " and "30 min" in row
+    assert row.split()[:3] == ["dev", "local", "2"] and " UP " in f" {row} "
+    assert row[header.index("AUTOSTOP"):].split()[0] == "30m", row  # SkyPilot's style: 30m, 10m (down), -
     [shown] = json.loads(sky("status", "--json", cwd=tmp_path).stdout)
     assert (shown["name"], shown["status"], shown["autostop_minutes"]) == ("dev", "UP", 30.0)
     pids = [pid for pid, _ in manage.ClusterStore().get("dev").workers]
@@ -144,6 +145,45 @@ def test_autostop_minutes_from_the_command_line_end_the_workers(home: str, tmp_p
     pids = [pid for pid, _ in manage.ClusterStore().get("dev").workers]
     assert wait_gone(pids, 15) == []
     assert manage.status() == []  # --down: the cluster is gone, not stopped
+
+
+def test_autostop_command_sets_a_live_autostop_on_a_cluster_made_without_one(home: str, tmp_path: Path) -> None:
+    """SkyPilot's `sky autostop NAME -i N`: the running workers take the new limit at once."""
+    task(tmp_path, **{"@TAG@": "x"})
+    assert sky("launch", "-c", "dev", "task.yaml", cwd=tmp_path).returncode == 0
+    pids = [pid for pid, _ in manage.ClusterStore().get("dev").workers]
+    assert manage.ClusterStore().get("dev").idle_minutes is None
+    set_ = sky("autostop", "dev", "-i", "0.05", "-y", cwd=tmp_path)  # 3 s
+    assert set_.returncode == 0, set_.stderr
+    assert "cluster dev: autostop after 0.05m idle" in set_.stdout
+    assert manage.ClusterStore().get("dev").idle_minutes == 0.05
+    assert wait_gone(pids, 30) == [], "the workers did not take the autostop set on them"
+    assert [s.status for s in manage.status(["dev"])] == ["STOPPED"]
+
+
+def test_autostop_cancel_keeps_the_cluster_up_past_its_old_limit(home: str, tmp_path: Path) -> None:
+    task(tmp_path, **{"@TAG@": "x"})
+    assert sky("launch", "-c", "dev", "-i", "0.1", "task.yaml", cwd=tmp_path).returncode == 0  # 6 s
+    pids = [pid for pid, _ in manage.ClusterStore().get("dev").workers]
+    cancelled = sky("autostop", "dev", "--cancel", "-y", cwd=tmp_path)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "cluster dev: autostop cancelled" in cancelled.stdout
+    time.sleep(6 + 3)  # (a bounded negative check: the old limit and a margin)
+    assert all(pid_alive(p) for p in pids), "a cancelled autostop still fired"
+    header, row = sky("status", "dev", cwd=tmp_path).stdout.splitlines()[:2]
+    assert " UP " in f" {row} " and row[header.index("AUTOSTOP"):].split()[0] == "-"
+
+
+def test_autostop_command_refuses_bad_input_naming_the_flag(home: str, tmp_path: Path) -> None:
+    unknown = sky("autostop", "nothing", "-i", "5", "-y", cwd=tmp_path)
+    assert unknown.returncode == 1 and "nothing" in unknown.stderr and "no cluster by this name" in unknown.stderr
+    negative = sky("autostop", "nothing", "-i", "-1", "-y", cwd=tmp_path)
+    assert negative.returncode == 1
+    assert "invalid -i: expected a number of idle minutes >= 0" in negative.stderr and "-1" in negative.stderr
+    both = sky("autostop", "nothing", "-i", "5", "--cancel", "-y", cwd=tmp_path)
+    assert both.returncode == 1 and "invalid --cancel: expected --cancel alone" in both.stderr
+    word = sky("autostop", "nothing", "-i", "soon", cwd=tmp_path)
+    assert word.returncode == 2 and "-i" in word.stderr and "soon" in word.stderr
 
 
 def gone_from_status(name: str, timeout: float) -> bool:

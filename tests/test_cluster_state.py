@@ -72,3 +72,9 @@ def test_a_database_fault_that_is_not_contention_is_raised_at_once(tmp_path: Pat
     with pytest.raises(sqlite3.DatabaseError, match="not a database"):
         ClusterStore(path).all()
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(("idle", "down", "shown"), [(None, False, "-"), (1, False, "1m"), (10, True, "10m (down)"),
+                                                     (0, True, "0m (down)"), (0.5, False, "0.5m")])
+def test_the_autostop_column_is_written_as_skypilot_writes_it(idle: float | None, down: bool, shown: str) -> None:
+    assert record("c").with_(idle_minutes=idle, down=down).autostop == shown

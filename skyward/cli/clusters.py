@@ -7,6 +7,7 @@
     skyward start NAME... [-y]                                                on again
     skyward down NAME... | -a [-y]                                            end them (and leftover pools)
     skyward logs NAME [--no-follow]                                           a detached run's output
+    skyward autostop NAME... [-i MIN] [--down] | --cancel [-y]                set or cancel autostop, live
     skyward cost-report                                                       what each cluster cost so far
 
 A task is a task file or, as in SkyPilot, a shell command (``skyward exec dev 'nvidia-smi'``);
@@ -29,7 +30,9 @@ from typing import IO, Any
 
 __all__ = ["add_commands", "run_command"]
 
-COMMANDS = ("exec", "status", "stop", "start", "logs", "cost-report")
+COMMANDS = ("exec", "status", "stop", "start", "logs", "cost-report", "autostop")
+#: ``skyward autostop`` without -i (SkyPilot's default idle minutes).
+DEFAULT_IDLE_MINUTES = 5.0
 
 
 def add_task_flags(p: argparse.ArgumentParser) -> None:
@@ -116,6 +119,17 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                                     "cost since it was launched (from the prices its machines were rented at), "
                                     "and the total.")
 
+    auto = commands.add_parser("autostop", help="set or cancel running clusters' autostop",
+                               description="Set (or with --cancel remove) the autostop of running clusters: "
+                                           "their workers take it at once, idle time counted from now.")
+    auto.add_argument("names", nargs="+", metavar="NAME")
+    auto.add_argument("-i", "--idle-minutes", dest="idle_minutes", type=_minutes, metavar="MIN",
+                      help=f"stop after MIN idle minutes (fractions allowed; default {DEFAULT_IDLE_MINUTES:g})")
+    auto.add_argument("--down", dest="autostop_down", action="store_true",
+                      help="tear the cluster down instead of stopping it")
+    auto.add_argument("--cancel", action="store_true", help="remove the autostop")
+    auto.add_argument("--yes", "-y", action="store_true", help="do not ask (when on a terminal)")
+
     logs = commands.add_parser("logs", help="follow a cluster's detached run")
     logs.add_argument("name", metavar="NAME")
     logs.add_argument("--no-follow", action="store_true", help="print what is there and return")
@@ -133,6 +147,8 @@ def run_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         return _start(args, out, err)
     if args.command == "cost-report":
         return _cost_report(out)
+    if args.command == "autostop":
+        return _autostop(args, out, err)
     return _logs(args, out, err)
 
 
@@ -248,11 +264,8 @@ def _each(names: list[str], what: str, out: IO[str], err: IO[str], *, ask: bool)
     from skyward.clusters import manage
     from skyward.errors import SkywardError
 
-    if ask and sys.stdin.isatty():
-        answer = input(f"{what} {', '.join(names)}? [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
-            out.write(f"nothing to {what}\n")
-            return 1
+    if ask and not _confirmed(what, names, out):
+        return 1
     code = 0
     for name in names:
         try:
@@ -267,6 +280,54 @@ def _each(names: list[str], what: str, out: IO[str], err: IO[str], *, ask: bool)
         else:
             out.write({"down": f"cluster {name} ended (workers confirmed gone, machines released)\n",
                        "stop": f"cluster {name} stopped (start it with `skyward start {name}`)\n"}[what])
+    return code
+
+
+def _confirmed(what: str, names: list[str], out: IO[str]) -> bool:
+    """Whether to go on: yes when not on a terminal, else what the user answers."""
+    if not sys.stdin.isatty():
+        return True
+    if input(f"{what} {', '.join(names)}? [y/N] ").strip().lower() in ("y", "yes"):
+        return True
+    out.write(f"nothing to {what}\n")
+    return False
+
+
+def _minutes(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of idle minutes >= 0 (fractions allowed), "
+                                         f"got {text!r}") from None
+
+
+def _autostop(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from skyward.clusters import manage
+    from skyward.errors import ConfigError, SkywardError
+
+    if args.cancel and (args.idle_minutes is not None or args.autostop_down):
+        given = "--cancel with " + ("-i" if args.idle_minutes is not None else "--down")
+        raise ConfigError("--cancel", "--cancel alone (it removes the autostop), or -i MIN [--down] to set one", given)
+    minutes = None if args.cancel else DEFAULT_IDLE_MINUTES if args.idle_minutes is None else args.idle_minutes
+    if minutes is not None and not 0 <= minutes < float("inf"):
+        raise ConfigError("-i", "a number of idle minutes >= 0 (fractions allowed; 0: as soon as no client is "
+                                "attached and no detached run is left)", minutes)
+    if not args.yes and not _confirmed("autostop", args.names, out):
+        return 1
+    code = 0
+    for name in args.names:
+        try:
+            problems = manage.autostop(name, minutes, args.autostop_down)
+        except SkywardError as exc:
+            err.write(f"skyward: error: {exc}\n")
+            code = 1
+            continue
+        done = "autostop cancelled" if minutes is None else \
+            f"autostop after {minutes:g}m idle" + (", then down" if args.autostop_down else "")
+        out.write(f"cluster {name}: {done}\n")
+        if problems:
+            err.write(f"skyward: error: autostop {name}: not taken everywhere:\n  " + "\n  ".join(problems) + "\n")
+            code = 1
     return code
 
 

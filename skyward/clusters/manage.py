@@ -1,4 +1,4 @@
-"""What ``skyward status``, ``down``, ``stop`` and ``start`` do to a cluster by name.
+"""What ``skyward status``, ``autostop``, ``down``, ``stop`` and ``start`` do to a cluster by name.
 
 :func:`status` reconciles the records with the machines: the state shown is what the nodes
 say now (their workers answer on their sockets, or the cloud says the machines are stopped),
@@ -17,22 +17,36 @@ from typing import IO, TYPE_CHECKING, Any
 from skyward.clusters.nodes import ClusterNodes
 from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, hold
 from skyward.errors import ClusterBusy, ClusterError
+from skyward.runtime.cluster import CONTROL_SUFFIX
 
 if TYPE_CHECKING:
     from skyward.providers.base import Instance
 
-__all__ = ["ClusterStatus", "down", "start", "status", "stop"]
+__all__ = ["ClusterStatus", "autostop", "down", "start", "status", "stop"]
 
-#: Run with a node's Python: which of the sockets given answer (one word per socket).
-_PROBE = ("import socket, sys\n"
-          "for p in sys.argv[1:]:\n"
-          "    s = socket.socket(socket.AF_UNIX)\n"
-          "    s.settimeout(2)\n"
-          "    try:\n"
-          "        s.connect(p); print('up')\n"
-          "    except OSError:\n"
-          "        print('down')\n"
-          "    s.close()\n")
+#: Run with a node's Python: ask each worker's control socket (argv: the line, then the
+#: workers' sockets) and print one word per worker: its answer, or ``down`` when none comes.
+#: Asking is no use of the cluster (it never delays autostop); only a worker from before the
+#: control socket existed is asked on its own socket, and only whether it is up.
+_ASK = ("import socket, sys\n"
+        "ask = sys.argv[1]\n"
+        "for p in sys.argv[2:]:\n"
+        "    s = socket.socket(socket.AF_UNIX)\n"
+        "    s.settimeout(5)\n"
+        "    try:\n"
+        "        try:\n"
+        f"            s.connect(p + {CONTROL_SUFFIX!r})\n"
+        "        except FileNotFoundError:\n"
+        "            s.connect(p)\n"
+        "            print('up' if ask == 'status' else 'old')\n"
+        "            continue\n"
+        "        s.sendall(ask.encode() + b'\\n')\n"
+        "        print((s.makefile('rb').readline().decode().split() or ['down'])[0])\n"
+        "    except OSError:\n"
+        "        print('down')\n"
+        "    finally:\n"
+        "        s.close()\n")
+_ANSWERS = ("up", "ok", "old", "error", "down")
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,17 @@ def live_status(record: ClusterRecord) -> str:
             return STOPPED
         if states & {"terminated", "shutting-down", "missing"}:
             return "GONE" if states <= {"terminated", "shutting-down", "missing"} else INIT
+    answers = ask_workers(record, "status")
+    if answers and all(a == "up" for a in answers):
+        return UP
+    if all(a == "down" for a in answers):
+        return STOPPED
+    return INIT
+
+
+def ask_workers(record: ClusterRecord, line: str) -> list[str]:
+    """Ask every worker of the cluster ``line`` on its control socket; their answers by rank
+    (``down`` for one that did not answer). Raises ConnectionError when a node cannot be asked."""
     from skyward.transport import reach
 
     answers: list[str] = []
@@ -89,19 +114,16 @@ def live_status(record: ClusterRecord) -> str:
         transport = reach(inst)
         try:
             python = record.pythons[inst.node]
-            command = shlex.join([python, "-I", "-c", _PROBE, *(record.socket(r) for r in ranks)])
+            command = shlex.join([python, "-I", "-c", _ASK, line, *(record.socket(r) for r in ranks)])
             result = transport.run(command, timeout=30.0)
         except Exception as exc:
             raise ConnectionError(f"cannot reach node {inst.node} ({getattr(transport, 'host', '?')}): {exc}") from exc
         finally:
             with contextlib.suppress(Exception):
                 transport.close()
-        answers += [w for w in result.stdout.split() if w in ("up", "down")]
-    if answers and all(a == "up" for a in answers):
-        return UP
-    if all(a == "down" for a in answers):
-        return STOPPED
-    return INIT
+        words = [w for w in result.stdout.split() if w in _ANSWERS]
+        answers += words + ["down"] * (len(ranks) - len(words))
+    return answers
 
 
 def status(names: list[str] | None = None) -> list[ClusterStatus]:
@@ -170,6 +192,35 @@ def down(name: str) -> list[str]:
         else:
             ClusterStore().remove(name)
         return problems
+
+
+def autostop(name: str, idle_minutes: float | None, down: bool = False) -> list[str]:
+    """Set running cluster ``name``'s autostop (``idle_minutes`` None: cancel it): its workers
+    take the new limit at once, counting idle time from now, and its record keeps it for the
+    next start. Returns the problems (workers that did not take it)."""
+    found = status([name])
+    if not found:
+        raise ClusterError(name, "no cluster by this name", way_out="see `skyward status`")
+    record = found[0].record
+    if found[0].status != UP:
+        raise ClusterError(name, f"is {found[0].status}, not UP: autostop is set on a running cluster",
+                           way_out=f"`skyward start {name} -i MIN` starts it with one")
+    if down != record.down and getattr(record.provider, "machine_states", None) is not None:
+        raise ClusterError(name, f"its machines were launched to {'terminate' if record.down else 'stop'} "
+                           "when idle; that cannot be changed on running cloud machines yet",
+                           way_out=f"keep {'--down' if record.down else 'no --down'}, or `skyward down {name}` "
+                                   "and launch it again")
+    store = ClusterStore()
+    current = store.get(name) or record
+    store.put(current.with_(idle_minutes=idle_minutes, down=down if idle_minutes is not None else False))
+    line = "autostop " + ("none" if idle_minutes is None else f"{idle_minutes * 60:g}")
+    try:
+        answers = ask_workers(record, line)
+    except ConnectionError as exc:
+        return [str(exc)]
+    return [f"worker {rank}: " + ("runs a skyward from before `skyward autostop`: the new autostop applies from "
+                                  "its next start" if word == "old" else f"did not take it ({word})")
+            for rank, word in enumerate(answers) if word != "ok"]
 
 
 def stop(name: str) -> list[str]:

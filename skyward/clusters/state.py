@@ -115,7 +115,7 @@ class ClusterRecord:
     def autostop(self) -> str:
         if self.idle_minutes is None:
             return "-"
-        return f"{self.idle_minutes:g} min" + (" (down)" if self.down else "")
+        return f"{self.idle_minutes:g}m" + (" (down)" if self.down else "")  # (SkyPilot's: 10m (down))
 
 
 class ClusterStore:

@@ -9,12 +9,15 @@ import os
 
 from skyward._procs import alive
 
-__all__ = ["CLUSTER_DIR", "DETACHED_NEEDS", "jobs_dir", "running_jobs"]
+__all__ = ["CLUSTER_DIR", "CONTROL_SUFFIX", "DETACHED_NEEDS", "jobs_dir", "running_jobs"]
 
 #: What a detached run needs (the error's ``accepted`` when it has none).
 DETACHED_NEEDS = "True only on a named cluster (skyward launch -c NAME -d; a run goes on without its client there)"
 #: The environment variable naming the directory of the cluster worker's socket (on the node).
 CLUSTER_DIR = "SKYWARD_CLUSTER_DIR"
+#: The cluster worker's control socket is its socket's path with this added: ``skyward status``
+#: and ``skyward autostop`` ask there (one line, one answer), which is no use of the cluster.
+CONTROL_SUFFIX = ".ctl"
 
 
 def jobs_dir(node: int) -> str:

@@ -314,7 +314,7 @@ class Agent:
         self._live.clear()
         link = self.resident.next_link()
         if link is None:
-            log(f"no client for {self.resident.autostop:g}s: autostop")
+            log(f"no client for {self.resident.autostop or 0:g}s: autostop")
             self.resident.close()
             return False
         self._use(link)

@@ -17,7 +17,11 @@ instead:
    tasks it started are cancelled and their late results dropped, never delivered to the next
    client. A new connection while a session is open takes over (the client side lets only one
    client hold a cluster at a time, so the open session is one whose client is gone);
-4. enforces the cluster's autostop itself: after ``autostop`` seconds with no client attached
+4. answers ``skyward status`` and ``skyward autostop`` on a second socket, ``SOCKET.ctl``
+   (:meth:`Resident.answer`: one line asked, one answered), without opening a session: looking
+   at a cluster is no use of it, so it never delays the autostop; ``autostop SECONDS|none``
+   there sets the idle limit live (the idle clock starts again from then);
+5. enforces the cluster's autostop itself: after ``autostop`` seconds with no client attached
    and no detached run going on it exits, and its keepers end everything its tasks started
    (``autostop`` 0, a cluster made with ``down`` alone: as soon as the last client leaves and
    the last detached run ends; a new worker always waits a while for its first client). A
@@ -42,7 +46,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from skyward.runtime.cluster import CLUSTER_DIR, running_jobs
+from skyward.runtime.cluster import CLUSTER_DIR, CONTROL_SUFFIX, running_jobs
 from skyward.worker.log import log
 
 #: Task ids on the wire are a session's own; inside the worker they carry the session number
@@ -94,7 +98,8 @@ class Resident:
         self.path = path
         self.autostop = autostop
         self.heartbeat_file = heartbeat_file
-        self._incoming: queue.Queue[socket.socket] = queue.Queue()
+        # (None: the autostop was changed, look at the clock again)
+        self._incoming: queue.Queue[socket.socket | None] = queue.Queue()
         self._lock = threading.Lock()
         self.link: Link | None = None
         self._sessions = 0
@@ -103,16 +108,10 @@ class Resident:
         os.environ[CLUSTER_DIR] = directory  # (tasks start detached runs under it: jobs_dir)
         os.makedirs(directory, mode=0o700, exist_ok=True)
         os.chmod(directory, 0o700)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            self._server.bind(path)
-        finally:
-            os.umask(old)
-        self._server.listen(8)
+        self._server = _listen(path)
+        self._control = _listen(path + CONTROL_SUFFIX)
         threading.Thread(target=self._accept_loop, name="skyward-resident-accept", daemon=True).start()
+        threading.Thread(target=self._control_loop, name="skyward-resident-control", daemon=True).start()
         if heartbeat_file:
             threading.Thread(target=self._touch_loop, name="skyward-resident-touch", daemon=True).start()
 
@@ -129,6 +128,43 @@ class Resident:
             if link is not None:  # a new client: the one before it is gone (see the module doc)
                 log("a new client attached; ending the previous session", "resident")
                 link.cut()
+
+    def _control_loop(self) -> None:
+        while True:
+            try:
+                conn, _ = self._control.accept()
+            except OSError:
+                return
+            with contextlib.suppress(OSError), conn:
+                conn.settimeout(2.0)
+                asked = conn.makefile("rb").readline(200).decode("ascii", "replace")
+                conn.sendall(self.answer(asked).encode() + b"\n")
+
+    def answer(self, asked: str) -> str:
+        """The control socket's answer to one line: ``status`` -> ``up``; ``autostop SECONDS``
+        or ``autostop none`` -> ``ok`` (see :meth:`set_autostop`); anything else -> ``error``."""
+        words = asked.split()
+        if words == ["status"]:
+            return "up"
+        if len(words) == 2 and words[0] == "autostop":
+            try:
+                seconds = None if words[1] == "none" else float(words[1])
+            except ValueError:
+                return "error"
+            if seconds is None or seconds >= 0:
+                self.set_autostop(seconds)
+                return "ok"
+        return "error"
+
+    def set_autostop(self, seconds: float | None) -> None:
+        """A new idle limit (None: none), in force at once: an idle worker's clock starts again
+        now and its wait for the next client is looked at again."""
+        with self._lock:
+            self.autostop = seconds
+            if self.detached_since is not None:
+                self.detached_since = time.monotonic()
+        self._incoming.put(None)
+        log(f"autostop set to {'none' if seconds is None else f'{seconds:g}s'}", "resident")
 
     def next_link(self) -> Link | None:
         """Wait for the next client (the previous link, if any, is closed first); None once no
@@ -152,6 +188,11 @@ class Resident:
                 since = time.monotonic()  # a detached run is still going: not idle yet
                 floor = JOB_POLL  # (and it is looked at again a second later at the soonest)
                 continue
+            if conn is None:  # the autostop changed (set_autostop): its clock too
+                with self._lock:
+                    since = max(since, self.detached_since or since)
+                floor = 0.0
+                continue
             with self._lock:
                 self._sessions += 1
                 self.link = Link.of(conn, self._sessions)
@@ -166,10 +207,12 @@ class Resident:
             link.cut()
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._server.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+        for server in (self._server, self._control):
+            with contextlib.suppress(OSError):
+                server.close()
+        for path in (self.path, self.path + CONTROL_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     # -- task ids ------------------------------------------------------------------------------
     @staticmethod
@@ -204,6 +247,20 @@ class Resident:
                 with contextlib.suppress(OSError):
                     os.utime(self.heartbeat_file)
             time.sleep(TOUCH_INTERVAL)
+
+
+def _listen(path: str) -> socket.socket:
+    """A Unix socket listening on ``path`` (mode 0600; one left by an earlier worker replaced)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        server.bind(path)
+    finally:
+        os.umask(old)
+    server.listen(8)
+    return server
 
 
 def daemonize(path: str) -> None:

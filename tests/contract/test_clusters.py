@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -239,6 +240,44 @@ def test_down_alone_keeps_the_cluster_while_attached_and_ends_it_when_the_client
     while manage.status([cluster]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert manage.status([cluster]) == []
+
+
+def test_autostop_fires_while_skyward_status_polls_the_cluster(shape: dict) -> None:
+    """Observing must not change what it observes: `skyward status` every 0.5 s (a dashboard,
+    SkyPilot's wait loop) is no use of the cluster, and its autostop still fires."""
+    cluster = name()
+    with sky.ComputePool(name=cluster, console=False, idle_minutes=0.05, **shape) as pool:  # 3 s
+        pids = worker_pid() @ pool
+    done = threading.Event()
+    polls: list[int] = []
+
+    def poll() -> None:
+        while not done.is_set():
+            shown = subprocess.run([sys.executable, "-m", "skyward.cli", "status", cluster], capture_output=True,
+                                   text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            polls.append(shown.returncode)
+            done.wait(0.5)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        alive = wait_gone(pids, 30)
+    finally:
+        done.set()
+        poller.join(60)
+    assert len(polls) >= 2, "status was not polled while the cluster idled"
+    assert alive == [], "a cluster polled by `skyward status` never autostopped"
+    assert [s.status for s in manage.status([cluster])] == ["STOPPED"]
+
+
+def test_autostop_set_on_a_running_cluster_is_taken_by_its_workers_at_once(shape: dict) -> None:
+    cluster = name()
+    with sky.ComputePool(name=cluster, console=False, **shape) as pool:  # no autostop
+        pids = worker_pid() @ pool
+    assert manage.autostop(cluster, 0.05) == []  # 3 s, `skyward autostop NAME -i 0.05`
+    assert wait_gone(pids, 20) == [], "the running workers did not take the new autostop"
+    [state] = manage.status([cluster])
+    assert (state.status, state.record.idle_minutes) == ("STOPPED", 0.05)
 
 
 def test_an_attached_client_keeps_autostop_from_firing(shape: dict) -> None:
