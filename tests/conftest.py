@@ -150,3 +150,11 @@ def venv_seeing_this_environment(where: Path) -> Path:
     (Path(purelib) / "_skyward_test_parent_env.pth").write_text(
         "".join(f"import site; site.addsitedir({d!r})\n" for d in ours))
     return python
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a torchrun rendezvous on this machine."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -17,7 +17,7 @@ import pytest
 from skyward import events as ev
 from skyward.clusters import manage
 from skyward.launch import execute, plan
-from tests.conftest import pid_alive, wait_gone
+from tests.conftest import free_port, pid_alive, wait_gone
 from tests.hosts.conftest_fixture import ssh_provider
 from tests.leftovers import cluster_home
 
@@ -299,11 +299,14 @@ def test_launch_c_and_exec_on_ssh_hosts(home: str, tmp_path: Path, test_hosts, w
 def test_the_mingpt_recipes_command_lines_work_as_skypilot_users_type_them(home: str) -> None:
     """SkyPilot's minGPT recipe: `sky launch -c train train.yaml`, again on the same cluster,
     and the scale-up line (a dry run: it would rent machines), with `skyward` for `sky`."""
-    first = sky("launch", "-c", "train", "examples/mingpt/train.yaml", "--env", "MINGPT_STEPS=3", cwd=ROOT)
+    port = f"MINGPT_PORT={free_port()}"  # other test files may run the example at the same time
+    first = sky("launch", "-c", "train", "examples/mingpt/train.yaml", "--env", "MINGPT_STEPS=3", "--env", port,
+                cwd=ROOT)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     assert "[node 0] mingpt: done: 3 steps across 2 rank(s)" in first.stdout
     workers = manage.ClusterStore().get("train").workers
-    again = sky("launch", "-c", "train", "examples/mingpt/train.yaml", "--env", "MINGPT_STEPS=3", cwd=ROOT)
+    again = sky("launch", "-c", "train", "examples/mingpt/train.yaml", "--env", "MINGPT_STEPS=3", "--env", port,
+                cwd=ROOT)
     assert again.returncode == 0 and "weights identical on every rank" in again.stdout
     assert manage.ClusterStore().get("train").workers == workers
     scaled = sky("launch", "-c", "train2", "examples/mingpt/train.yaml", "--num-nodes", "4", "--gpus", "L4:4",

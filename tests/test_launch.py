@@ -17,7 +17,7 @@ import pytest
 import skyward as sky
 from skyward import events as ev
 from skyward.launch import execute, plan
-from tests.conftest import parent_of, skyward_workers
+from tests.conftest import free_port, parent_of, skyward_workers
 from tests.hosts.conftest_fixture import ssh_provider
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -230,7 +230,8 @@ def check_training(text: str) -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_the_mingpt_example_trains_across_two_nodes_of_a_local_pool(example: str) -> None:
-    done = cli(f"examples/mingpt/{example}")
+    # a free port: other test files may run the same example on this machine at the same time
+    done = cli(f"examples/mingpt/{example}", "--env", f"MINGPT_PORT={free_port()}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     check_training(done.stdout)
     if example == "train.yaml":  # --node_rank: rank 0 is node 0 (c10d may give it to either node)
@@ -305,3 +306,4 @@ def test_the_plan_configures_the_provider_it_names(tmp_path: Path) -> None:
     ssh = make_provider(plan(task, provider="ssh", hosts=["me@10.1.2.3", "me@10.1.2.4", "me@10.1.2.5"]))
     assert isinstance(ssh, sky.SSH) and len(ssh.hosts) == 2  # as many hosts as nodes
     assert isinstance(make_provider(plan(task)), sky.Local)
+
