@@ -165,6 +165,20 @@ def test_the_exit_status_is_the_failing_nodes_and_names_it(tmp_path: Path) -> No
     assert time.monotonic() - started < 60  # node 0's sleep was stopped, not waited for
 
 
+def test_a_run_block_of_200000_lines_runs_and_leaves_no_script_behind(tmp_path: Path) -> None:
+    # As SkyPilot's long-script smoke test: far past the 128 KiB one command-line argument may hold.
+    lines = 200_000
+    task = tmp_path / "long.yaml"
+    task.write_text("run: |\n" + "".join(f"  echo {i}\n" for i in range(lines)))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path), "SKYWARD_CONSOLE": "plain"}
+    done = subprocess.run([sys.executable, "-m", "skyward.cli", "launch", str(task)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = [line for line in done.stdout.splitlines() if line.startswith("[node 0] ")]
+    assert printed == [f"[node 0] {i}" for i in range(lines)]
+    assert list(tmp_path.glob("skyward-cmd-*")) == []
+
+
 FILES_TASK = """
     num_nodes: 2
     workdir: {workdir}

@@ -27,6 +27,7 @@ import select
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,11 +99,46 @@ def run_command(spec: ShellCommand) -> CommandResult:
             raise ConfigError("cwd", f"a directory that exists on node {info.node}", spec.cwd)
     env = {**os.environ, **dict(spec.env)}
     shell = shutil.which("bash") or "/bin/sh"
+    script = _write_script(spec.command, env.get("TMPDIR"))
+    try:
+        return _run(spec, info, script, shell, cwd, env)
+    finally:
+        os.close(script)
+
+
+def _write_script(command: str, tmpdir: str | None) -> int:
+    """``command`` in a file of its own, as an open descriptor: written with mode 0600 in a
+    private folder made for it (in the command's TMPDIR), then removed with its folder at once,
+    so that no exit path (a cancel, a worker killed with SIGKILL) can leave it behind. The
+    guardian runs the command from the descriptor: a command of any size runs, where one
+    command-line argument holds at most 128 KiB."""
+    folder = tempfile.mkdtemp(prefix="skyward-cmd-", dir=tmpdir if tmpdir and os.path.isdir(tmpdir) else None)
+    path = os.path.join(folder, "command.sh")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            data = memoryview(command.encode("utf-8", "surrogateescape"))
+            while data:
+                data = data[os.write(fd, data):]
+        except BaseException:
+            os.close(fd)
+            raise
+    finally:
+        for remove, what in ((os.unlink, path), (os.rmdir, folder)):
+            try:
+                remove(what)
+            except OSError:
+                pass
+    return fd
+
+
+def _run(spec: ShellCommand, info: runtime_instance.InstanceInfo, script: int, shell: str, cwd: str | None,
+         env: dict[str, str]) -> CommandResult:
     status_r, status_w = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", _REAPER, _PROCS, str(KILL_GRACE), shell, spec.command, str(status_w)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w,),
+            [sys.executable, "-I", "-S", _REAPER, _PROCS, str(KILL_GRACE), shell, str(script), str(status_w)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w, script),
             cwd=cwd, env=env, start_new_session=True,
         )
     except BaseException:
