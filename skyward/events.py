@@ -129,12 +129,16 @@ class TaskFinished:
 
 @dataclass(frozen=True, slots=True)
 class TaskOutput:
-    """One line a task printed (``task_id`` is None for output outside any task)."""
+    """One line a task printed (``task_id`` is None for output outside any task), without its
+    newline. With ``more``, ``line`` is a piece of a line that goes on in the next TaskOutput of
+    the same node, task and stream: a line longer than 64 KiB comes in pieces (never cut), and
+    so does a line the task flushed before its end (a progress bar, a prompt)."""
 
     node: int
     task_id: int | None
     stream: Literal["stdout", "stderr"]
     line: str
+    more: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -819,3 +819,15 @@ def test_a_stalled_terminal_costs_lines_counted_on_screen_not_the_worker_or_its_
     assert markers and shown + sum(markers) == lines, (shown, markers)  # every line shown or counted
     summary = [ln for ln in text.splitlines() if " stopped: " in ln]
     assert summary and f"{sum(markers):,} output lines not shown" in summary[-1], text[-500:]
+
+
+def test_a_line_in_pieces_is_printed_whole_and_another_nodes_line_breaks_it_off(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    c = Console(mode="plain")
+    startup(c, logs=False)
+    c(ev.TaskOutput(0, 1, "stdout", "ab", True))  # a line longer than 64 KiB, or flushed early
+    c(ev.TaskOutput(0, 1, "stdout", "cd"))
+    c(ev.TaskOutput(0, 1, "stdout", "ef", True))
+    c(ev.TaskOutput(1, 2, "stdout", "other"))  # another node's line meanwhile
+    c(ev.TaskOutput(0, 1, "stdout", "gh"))
+    assert capsys.readouterr().out == "[node 0] abcd\n[node 0] ef\n[node 1] other\n[node 0] gh\n"

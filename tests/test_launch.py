@@ -6,6 +6,7 @@ hosts."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -163,6 +164,90 @@ def test_the_exit_status_is_the_failing_nodes_and_names_it(tmp_path: Path) -> No
     assert "run failed on node 1" in done.stderr and "exit code 3" in done.stderr
     assert "[node 0] node 0 here" in done.stdout and "[node 1] node 1 here" in done.stdout
     assert time.monotonic() - started < 60  # node 0's sleep was stopped, not waited for
+
+
+def test_a_run_block_of_200000_lines_runs_and_leaves_no_script_behind(tmp_path: Path) -> None:
+    # As SkyPilot's long-script smoke test: far past the 128 KiB one command-line argument may hold.
+    lines = 200_000
+    task = tmp_path / "long.yaml"
+    task.write_text("run: |\n" + "".join(f"  echo {i}\n" for i in range(lines)))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path), "SKYWARD_CONSOLE": "plain"}
+    done = subprocess.run([sys.executable, "-m", "skyward.cli", "launch", str(task)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = [line for line in done.stdout.splitlines() if line.startswith("[node 0] ")]
+    assert printed == [f"[node 0] {i}" for i in range(lines)]
+    assert list(tmp_path.glob("skyward-cmd-*")) == []
+
+
+def test_a_line_of_1_mib_reaches_the_clients_stdout_whole(tmp_path: Path) -> None:
+    task = write(tmp_path, """
+        run: |
+          python3 -c "print('y' * (1 << 20))"
+          echo after
+    """)
+    done = cli(str(task), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = [line for line in done.stdout.splitlines() if line.startswith("[node 0] ")]
+    assert [len(line) for line in printed] == [len("[node 0] ") + (1 << 20), len("[node 0] after")]
+    assert printed[0] == "[node 0] " + "y" * (1 << 20)
+
+
+PROGRESS_TASK = """
+    run: |
+      printf 'frame-1\\rframe-2\\rframe-3\\n'
+      echo after
+"""
+
+
+def under_a_terminal(args: list[str], cwd: Path, timeout: float = 120) -> tuple[int, bytes]:
+    """Run ``args`` with a pseudo-terminal as its stdin, stdout and stderr (as a user's shell
+    does); returns its exit status and everything it wrote to the terminal."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm-256color", "COLUMNS": "200"}
+    env.pop("SKYWARD_CONSOLE", None)
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    seen = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    data = os.read(master, 1 << 16)
+                except OSError:  # EIO: the terminal's last writer is gone
+                    break
+                if not data:
+                    break
+                seen += data
+            elif proc.poll() is not None:
+                break
+        return proc.wait(timeout=max(1.0, deadline - time.monotonic())), bytes(seen)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+
+
+def test_every_carriage_return_frame_reaches_a_terminal(tmp_path: Path) -> None:
+    task = write(tmp_path, PROGRESS_TASK)
+    code, seen = under_a_terminal([sys.executable, "-m", "skyward.cli", "launch", str(task)], tmp_path)
+    assert code == 0, seen[-2000:]
+    seen = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", seen)  # (the live view's colours and cursor moves)
+    # Each frame with the node's prefix, as the task drew them: the terminal redraws the line.
+    assert b"[node 0] frame-1\r[node 0] frame-2\r[node 0] frame-3" in seen, seen[-2000:]
+    assert b"[node 0] after" in seen
+
+
+def test_off_a_terminal_a_redrawn_line_shows_its_last_frame(tmp_path: Path) -> None:
+    done = cli(str(write(tmp_path, PROGRESS_TASK)), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = [line for line in done.stdout.split("\n") if line.startswith("[node 0] ")]
+    assert printed == ["[node 0] frame-3", "[node 0] after"]
 
 
 FILES_TASK = """

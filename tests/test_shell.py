@@ -74,6 +74,16 @@ def test_a_line_without_a_final_newline_and_long_output_are_kept() -> None:
     assert len(lines) == 50 and lines[-2:] == ["1000", "tail-without-newline"]
 
 
+def test_a_command_of_1_mib_runs_here_and_leaves_no_script_behind(tmp_path: Path) -> None:
+    count = (1 << 20) // 10  # lines of "echo NNNN" (10 bytes), over 1 MiB: past what one argument may hold
+    command = ('stat -L -c %a "$0"\n' f"exec 3>&1 >{tmp_path}/lines\n"
+               + "".join(f"echo {i:04d}\n" for i in range(count)) + f"exec >&3\nwc -l < {tmp_path}/lines")
+    assert len(command) > 1 << 20
+    result = sky.shell(command, env={"TMPDIR": str(tmp_path)}).local()
+    assert result.output.splitlines() == ["600", str(count)]  # (its code: in a file only its user reads)
+    assert [p.name for p in tmp_path.iterdir()] == ["lines"]
+
+
 def test_command_failed_pickles_with_its_fields() -> None:
     error = sky.CommandFailed("exit 9", 1, -9, ["a", "b"])
     again = pickle.loads(pickle.dumps(error))

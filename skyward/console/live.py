@@ -52,20 +52,30 @@ class Batch:
         styles = {"stdout": Style(dim=True), "stderr": Style(color="red"), "notice": Style(bold=True),
                   "status": Style(dim=True)}
         newline = Segment.line()
+        going_on = ""  # the channel of the last line printed, when it is a piece of a line that goes on
         for channel, text in self.lines:
-            if channel in ("stdout", "stderr") and text.startswith("[node "):
-                prefix, _, line = text.partition("] ")
-                yield Segment(prefix + "] ", styles[channel])
-            else:
-                line = text
-                if channel in styles:
-                    yield Segment(line, styles[channel])
-                    yield newline
-                    continue
+            piece = channel.endswith("+")
+            channel = channel.rstrip("+")
+            if going_on and going_on != channel:  # something else comes between: the line breaks off
+                yield newline
+                going_on = ""
+            line = text
+            if channel in ("stdout", "stderr"):
+                if text.startswith("[node ") and not going_on:
+                    prefix, _, line = text.partition("] ")
+                    yield Segment(prefix + "] ", styles[channel])
+            elif channel in styles:
+                yield Segment(line, styles[channel])
+                yield newline
+                continue
             if "\x1b" in line:  # the task's own colours
                 yield from Text.from_ansi(line, end="").render(console)
             else:
                 yield Segment(line)
+            going_on = channel if piece else ""
+            if not piece:
+                yield newline
+        if going_on:  # the view is drawn below: the line goes on on the next row
             yield newline
 
 

@@ -91,20 +91,23 @@ class NodeState:
 
 # (channel, text) messages the state update produces; how each is shown depends on the mode.
 #   "stdout"/"stderr": output lines ([node N] ...), shown in every mode
+#   "stdout+"/"stderr+": a piece of an output line that goes on (no newline after it)
 #   "stage": a per-node stage line (plain mode only)
 #   "status": a pool-level line (plain and live)
 #   "notice": a pool-level line shown in every mode, off included (the Ctrl-C line)
 #   "log": a record of the client's own logging, already formatted (live only)
-Msg = tuple[Literal["stdout", "stderr", "stage", "status", "notice", "log"], str]
+Msg = tuple[Literal["stdout", "stderr", "stdout+", "stderr+", "stage", "status", "notice", "log"], str]
 
 
 class ConsoleState:
     """The pool as the console sees it. ``live``: the live view shows progress lines in its
     rows (plain mode prints them every few seconds); ``verbose``: every log line is shown."""
 
-    def __init__(self, live: bool, verbose: bool, now: float) -> None:
+    def __init__(self, live: bool, verbose: bool, now: float, tty: dict[str, bool] | None = None) -> None:
         self.live = live
         self.verbose = verbose
+        self.tty = tty or {}  # stream -> whether it is a terminal (carriage-return frames go through)
+        self.open: dict[str, tuple[int, int | None]] = {}  # stream -> (node, task) whose line goes on
         self.reset(now)
 
     def reset(self, now: float) -> None:
@@ -142,21 +145,8 @@ class ConsoleState:
         """Update the state with ``event``; return the lines it makes visible. Under the lock."""
         msgs: list[Msg] = []
         if isinstance(event, ev.TaskOutput):
-            shown = _carriage(event.line)
-            if shown is None:
-                node = self.nodes.get(event.node)
-                if not event.line and node is not None and node.progress and node.progress_task == event.task_id:
-                    return msgs  # the newline that ends a progress line (tqdm's close)
-                msgs.append((event.stream, f"[node {event.node}] {event.line}"))
-                return msgs
-            if not shown:
-                return msgs
-            node = self.node(event.node, now)
-            node.progress, node.progress_task, node.progress_stream = shown, event.task_id, event.stream
-            node.progress_dirty = True
-            if not self.live and now - node.progress_shown >= PLAIN_PROGRESS_EVERY:
-                msgs += self.progress_line(event.node, node, now)
-        elif isinstance(event, ev.NodeLog):
+            return self.output(event, now)
+        if isinstance(event, ev.NodeLog):
             node = self.node(event.node, now)
             line = readable_log_line(event.line)
             node.last_log = line
@@ -244,6 +234,46 @@ class ConsoleState:
                 msgs.append(("notice", self.interrupted(event)))
             else:
                 msgs.append(("status", self.summary(event, now)))
+        return msgs
+
+    def output(self, event: ev.TaskOutput, now: float) -> list[Msg]:
+        """A line of task output, or a piece of one (``more``: printed as it comes, without a
+        newline, so a line of any length goes through whole). A line redrawn with carriage
+        returns goes through frame by frame where its stream is a terminal (each frame
+        prefixed, so the terminal shows them as the task drew them); elsewhere, and for a
+        progress line still being drawn (pieces), it is the node's progress line."""
+        msgs: list[Msg] = []
+        source, stream = (event.node, event.task_id), event.stream
+        prefix = f"[node {event.node}] "
+        going_on = self.open.get(stream) == source  # this line began with earlier pieces
+        shown = _carriage(event.line)
+        if shown is not None and not going_on and (event.more or not self.tty.get(stream)):
+            if shown:
+                node = self.node(event.node, now)
+                node.progress, node.progress_task, node.progress_stream = shown, event.task_id, stream
+                node.progress_dirty = True
+                if not self.live and now - node.progress_shown >= PLAIN_PROGRESS_EVERY:
+                    msgs += self.progress_line(event.node, node, now)
+            return msgs
+        node = self.nodes.get(event.node)
+        if (not event.line and not event.more and not going_on and node is not None and node.progress
+                and node.progress_task == event.task_id):
+            return msgs  # the newline that ends a progress line (tqdm's close)
+        if stream in self.open and not going_on:  # another's line is open there: it breaks off
+            del self.open[stream]
+            msgs.append((stream, ""))  # type: ignore[arg-type]
+        text = event.line
+        if shown is not None:  # a terminal: every frame, each with the node's prefix
+            frames = text.rstrip("\r")  # (a CRLF line end is not a frame)
+            text = frames.replace("\r", "\r" + prefix) + text[len(frames):]
+        if not going_on:
+            text = prefix + text
+        if event.more:
+            self.open[stream] = source
+            msgs.append((f"{stream}+", text))  # type: ignore[arg-type]
+        else:
+            self.open.pop(stream, None)
+            msgs.append((stream, text))
         return msgs
 
     def membership(self, event: ev.NodeAdded | ev.NodeRemoved | ev.TaskRetried, now: float) -> list[Msg]:

@@ -82,7 +82,7 @@ FLUSH_CHUNK_BYTES = 256 << 10
 #: on screen where they were dropped and in the pool's summary.
 STALL_SECONDS = 2.0
 #: The channels whose lines may be dropped (the pool's own lines never are).
-_DROPPABLE = ("stdout", "stderr", "log")
+_DROPPABLE = ("stdout", "stderr", "stdout+", "stderr+", "log")
 
 # One live view per process: two would fight over the same lines of the terminal. A second
 # pool opened while one is live logs in plain mode (through the first view's stdout proxy).
@@ -166,7 +166,8 @@ class Console:
         self._flusher: threading.Thread | None = None
         self._flusher_stop = threading.Event()
         self._log_streams: list[tuple[Any, Any]] = []  # (logging handler, its own stream) while live
-        self._state = ConsoleState(live=self.mode == "live", verbose=self.verbose, now=time.monotonic())
+        self._state = ConsoleState(live=self.mode == "live", verbose=self.verbose, now=time.monotonic(),
+                                   tty={"stdout": _isatty(sys.stdout), "stderr": _isatty(sys.stderr)})
 
     # -- state -----------------------------------------------------------------------------------
     def _apply(self, event: ev.Event, now: float) -> list[Msg]:
@@ -243,6 +244,11 @@ class Console:
         return chunk
 
     def _write_plain(self, channel: str, text: str) -> None:
+        if channel in ("stdout+", "stderr+"):  # a piece of a line that goes on
+            out = sys.stdout if channel == "stdout+" else sys.stderr
+            out.write(text)
+            out.flush()
+            return
         if channel == "stdout":
             out = sys.stdout
         elif channel == "stderr":
@@ -279,7 +285,7 @@ class Console:
         for channel, text in batch:
             if channel == "stage":  # the table shows stages
                 continue
-            if rc is None or (channel == "stderr" and not self._stderr_on_screen):
+            if rc is None or (channel.startswith("stderr") and not self._stderr_on_screen):
                 with self._lock:  # a stream that is not on screen gets the line as it is
                     self._write_plain(channel, text)
             else:

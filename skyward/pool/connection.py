@@ -239,10 +239,10 @@ class NodeConnection:
                 failure: RemoteFailure = control[2]
                 _fail(task.future, failure.rebuild(self.node))
         elif kind == Kind.OUTPUT:
-            _, task_id, stream, line = control
-            self.tail.append(line)
+            _, task_id, stream, text, more = control
+            self.tail.append(text)
             if self.listening:
-                self.emit(ev.TaskOutput(self.node, task_id, stream, line))
+                self.emit(ev.TaskOutput(self.node, task_id, stream, text, more))
         elif kind == Kind.HEARTBEAT:
             pass
         elif kind == Kind.READY:

@@ -46,7 +46,7 @@ class Kind:
     # worker -> client
     READY = "ready"          # (READY, pid)
     FATAL = "fatal"          # (FATAL, messages.Fatal) - the worker could not start
-    OUTPUT = "output"        # (OUTPUT, task_id, stream, text)
+    OUTPUT = "output"        # (OUTPUT, task_id, stream, text, more) - a line, or a piece of one (more)
     RESULT = "result"        # (RESULT, task_id) + payload: the return value
     ERROR = "error"          # (ERROR, task_id, messages.RemoteFailure)
     HEARTBEAT = "heartbeat"  # (HEARTBEAT,)
@@ -54,10 +54,10 @@ class Kind:
     BYE = "bye"              # (BYE,) - clean shutdown finished
 
 
-#: The longest line of output a worker sends, in characters (OUTPUT), and the longest line of
-#: its own stderr the client keeps, in bytes; the rest of a longer line is cut and the line
-#: ends with :func:`cut_marker` (a task printing one huge line must not be able to exhaust
-#: the client's memory, nor the worker's).
+#: The longest piece of a line of output a worker sends, in characters (OUTPUT: a longer line
+#: goes in pieces, never cut, so a task printing one huge line cannot exhaust the worker's
+#: memory nor the client's), and the longest line of the worker's own stderr the client
+#: keeps, in bytes (the rest of such a line is cut and it ends with :func:`cut_marker`).
 MAX_LINE = 64 * 1024
 
 

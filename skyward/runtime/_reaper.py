@@ -1,7 +1,7 @@
 """The guardian of one shell command: runs it, and owns every process it starts.
 
-Run as a script, never imported by skyward (``python -I -S _reaper.py PROCS GRACE SHELL COMMAND
-STATUS_FD``), so it starts in a few milliseconds and depends on the standard library alone: it
+Run as a script, never imported by skyward (``python -I -S _reaper.py PROCS GRACE SHELL
+SCRIPT_FD STATUS_FD``), so it starts in a few milliseconds and depends on the standard library alone: it
 reads /proc with skyward's own reader, ``skyward/_procs.py`` (stdlib only), loaded from the
 path ``PROCS``. The worker
 (:mod:`skyward.runtime.command`) starts it in a session of its own, with:
@@ -9,6 +9,10 @@ path ``PROCS``. The worker
 * stdin: a pipe from the worker. End of input means "stop the command": the worker closes it
   to cancel, and the kernel closes it when the worker dies, however it dies (SIGKILL too).
 * stdout/stderr: inherited by the command (the worker reads its lines from them).
+* SCRIPT_FD: the command's code, an open file already removed from its folder (the worker
+  wrote it with mode 0600 in a private folder and removed both at once): the shell reads it
+  through this process's descriptor (``SHELL /proc/PID/fd/SCRIPT_FD``), which the command and
+  its processes never inherit. A command of any size runs, and no file is ever left behind.
 * STATUS_FD: a pipe on which it writes one line when all is over: ``<returncode> <stopped> <left>``
   (returncode negative for a signal, as ``subprocess`` reports it; ``stopped`` 1 if it was
   stopped; ``left`` the number of processes that could not be killed, normally 0).
@@ -115,14 +119,16 @@ def main(argv: list[str]) -> int:
     global procs
     procs = load_procs(argv[1])
     grace = float(argv[2])
-    shell, command, status_fd = argv[3], argv[4], int(argv[5])
+    shell, script_fd, status_fd = argv[3], int(argv[4]), int(argv[5])
+    os.set_inheritable(script_fd, False)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when the command stops
     me = os.getpid()
     become_subreaper()
     status = os.fdopen(status_fd, "w")
     try:
         # (SIGINT is ignored here and by the worker; the command gets the default back.)
-        proc = subprocess.Popen([shell, "-c", command], stdin=subprocess.DEVNULL, process_group=0, close_fds=True,
+        proc = subprocess.Popen([shell, f"/proc/{me}/fd/{script_fd}"], stdin=subprocess.DEVNULL, process_group=0,
+                                close_fds=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509 (one thread)
     except OSError as exc:
         print(f"skyward: cannot start {shell}: {exc}", file=sys.stderr, flush=True)

@@ -21,18 +21,21 @@ Guarantees:
 
 from __future__ import annotations
 
+import codecs
 import collections
 import os
 import select
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from skyward import _procs
+from skyward.protocol import MAX_LINE, cut_marker
 from skyward.runtime import instance as runtime_instance, output as runtime_output
 from skyward.errors import CommandFailed, ConfigError
 
@@ -98,11 +101,46 @@ def run_command(spec: ShellCommand) -> CommandResult:
             raise ConfigError("cwd", f"a directory that exists on node {info.node}", spec.cwd)
     env = {**os.environ, **dict(spec.env)}
     shell = shutil.which("bash") or "/bin/sh"
+    script = _write_script(spec.command, env.get("TMPDIR"))
+    try:
+        return _run(spec, info, script, shell, cwd, env)
+    finally:
+        os.close(script)
+
+
+def _write_script(command: str, tmpdir: str | None) -> int:
+    """``command`` in a file of its own, as an open descriptor: written with mode 0600 in a
+    private folder made for it (in the command's TMPDIR), then removed with its folder at once,
+    so that no exit path (a cancel, a worker killed with SIGKILL) can leave it behind. The
+    guardian runs the command from the descriptor: a command of any size runs, where one
+    command-line argument holds at most 128 KiB."""
+    folder = tempfile.mkdtemp(prefix="skyward-cmd-", dir=tmpdir if tmpdir and os.path.isdir(tmpdir) else None)
+    path = os.path.join(folder, "command.sh")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            data = memoryview(command.encode("utf-8", "surrogateescape"))
+            while data:
+                data = data[os.write(fd, data):]
+        except BaseException:
+            os.close(fd)
+            raise
+    finally:
+        for remove, what in ((os.unlink, path), (os.rmdir, folder)):
+            try:
+                remove(what)
+            except OSError:
+                pass
+    return fd
+
+
+def _run(spec: ShellCommand, info: runtime_instance.InstanceInfo, script: int, shell: str, cwd: str | None,
+         env: dict[str, str]) -> CommandResult:
     status_r, status_w = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", _REAPER, _PROCS, str(KILL_GRACE), shell, spec.command, str(status_w)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w,),
+            [sys.executable, "-I", "-S", _REAPER, _PROCS, str(KILL_GRACE), shell, str(script), str(status_w)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w, script),
             cwd=cwd, env=env, start_new_session=True,
         )
     except BaseException:
@@ -159,34 +197,58 @@ def _stop(proc: subprocess.Popen[bytes], status_r: int, lines: _Lines) -> None:
 
 
 class _Lines:
-    """The command's output: sent as the task's output line by line, the last lines kept."""
+    """The command's output: sent as the task's output line by line, the last lines kept.
+
+    Memory stays bounded whatever the command prints: a line longer than :data:`MAX_LINE`
+    characters goes on as pieces (the task's sink sends them, never cut), and the kept tail
+    holds at most its first :data:`MAX_LINE` characters."""
 
     def __init__(self, printing: bool):
         self.printing = printing
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        self._partial = {"stdout": b"", "stderr": b""}
+        self._partial = {"stdout": "", "stderr": ""}
+        self._long: dict[str, list] = {}  # stream -> [the start of a long line, characters after it]
+        self._decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
         self._status = b""
         self._open: dict[int, str] = {}
 
     def add(self, stream: str, line: str) -> None:
-        self.tail.append(line)
+        """The end of a line (all of it, or what is left after its pieces)."""
+        long = self._long.pop(stream, None)
+        self.tail.append(line if long is None else long[0] + cut_marker(long[1] + len(line)))
+        self._print(stream, line + "\n")
+
+    def _piece(self, stream: str, text: str) -> None:
+        """A piece of a line longer than MAX_LINE (its start is kept for the tail)."""
+        if stream in self._long:
+            self._long[stream][1] += len(text)
+        else:
+            self._long[stream] = [text, 0]
+        self._print(stream, text)
+
+    def _print(self, stream: str, text: str) -> None:
         if not self.printing:
             return
         sink = runtime_output.task_sink.get()
         if sink is not None:
-            sink(stream, line + "\n")
+            sink(stream, text)
         else:  # run here (``.local()``): our own stdout/stderr
-            print(line, file=sys.stdout if stream == "stdout" else sys.stderr, flush=True)
+            print(text, end="", file=sys.stdout if stream == "stdout" else sys.stderr, flush=True)
 
     def _feed(self, stream: str, data: bytes) -> None:
+        text = self._decoders[stream].decode(data, final=not data)
         if not data:  # end of the stream: a last line without a newline counts too
-            rest, self._partial[stream] = self._partial[stream], b""
-            if rest:
-                self.add(stream, rest.decode("utf-8", "replace"))
+            rest, self._partial[stream] = self._partial[stream] + text, ""
+            if rest or stream in self._long:
+                self.add(stream, rest)
             return
-        *whole, self._partial[stream] = (self._partial[stream] + data).split(b"\n")
-        for raw in whole:
-            self.add(stream, raw.rstrip(b"\r").decode("utf-8", "replace"))
+        *whole, rest = (self._partial[stream] + text).split("\n")
+        for line in whole:
+            self.add(stream, line.removesuffix("\r"))
+        while len(rest) > MAX_LINE:  # (reads are at most 64 KiB: this holds at most twice that)
+            self._piece(stream, rest[:MAX_LINE])
+            rest = rest[MAX_LINE:]
+        self._partial[stream] = rest
 
     def pump(self, proc: subprocess.Popen[bytes], status_r: int,
              deadline: float | None = None) -> tuple[int, bool, int]:

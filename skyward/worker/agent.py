@@ -100,8 +100,8 @@ class Agent:
             # The client is gone; nothing to report to.
             _kill_group_and_exit(0 if self.stopping.is_set() else 2)
 
-    def send_output(self, task_id: int | None, stream: str, line: str) -> None:
-        self.send((Kind.OUTPUT, task_id, stream, line))
+    def send_output(self, task_id: int | None, stream: str, text: str, more: bool = False) -> None:
+        self.send((Kind.OUTPUT, task_id, stream, text, more))
 
     # -- start -----------------------------------------------------------------------------
     def handshake(self) -> tuple[Setup, tuple[Plugin, ...]]:

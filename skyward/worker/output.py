@@ -8,73 +8,66 @@ from collections.abc import Callable
 from typing import Any
 
 from skyward.runtime import output as runtime_output
-from skyward.protocol import MAX_LINE, cut_marker
+from skyward.protocol import MAX_LINE
 
-SendOutput = Callable[[int | None, str, str], None]  # (task id or None, stream, line)
+#: (task id or None, stream, text, more): ``text`` is a whole line, or with ``more`` a piece of
+#: one that goes on in the next call for the same stream.
+SendOutput = Callable[[int | None, str, str, bool], None]
 _FIRST_WRITE = threading.Lock()
 
 
 class LineSink:
-    """Collects a task's (or the worker's) writes and sends them as whole lines, each at most
-    :data:`MAX_LINE` characters (plus the marker of what was cut)."""
+    """Collects a task's (or the worker's) writes and sends them line by line, never cut: a
+    line longer than :data:`MAX_LINE` characters goes in pieces of that size (``more``), so
+    neither the worker nor the client ever holds a whole huge line. ``flush()`` sends the
+    pending part of a line at once, as a piece (a progress bar redrawn with ``\r``, a prompt);
+    the end of the task ends it."""
 
-    __slots__ = ("_send", "_task_id", "_buffers", "_cut", "_lock")
+    __slots__ = ("_send", "_task_id", "_buffers", "_lock")
 
     def __init__(self, send: Any, task_id: int | None):
         self._send = send
         self._task_id = task_id
         # Made on the first write: most tasks print nothing, and this runs once per task.
         self._buffers: dict[str, str] | None = None
-        self._cut: dict[str, int] | None = None  # characters dropped from the pending line
         self._lock: threading.Lock | None = None
 
-    def __call__(self, stream: str, text: str) -> None:
+    def __call__(self, stream: str, text: str, *, end: bool = False) -> None:
         lock = self._lock
         if lock is None:
             with _FIRST_WRITE:
                 if self._lock is None:
                     self._buffers = {"stdout": "", "stderr": ""}
-                    self._cut = {"stdout": 0, "stderr": 0}
                     self._lock = threading.Lock()
             lock = self._lock
-        buffers, cuts = self._buffers, self._cut
-        assert lock is not None and buffers is not None and cuts is not None
+        buffers = self._buffers
+        assert lock is not None and buffers is not None
+        out: list[tuple[str, bool]] = []
         with lock:
-            if text == "":  # flush(): send a partial line too
+            if text == "":  # flush(): the pending part of the line goes now (and the line ends, at ``end``)
                 pending, buffers[stream] = buffers[stream], ""
-                cut, cuts[stream] = cuts[stream], 0
-                lines = [pending + cut_marker(cut) if cut else pending] if pending or cut else []
-            elif "\n" not in text:  # a piece of a line
-                pending = buffers[stream]
-                room = MAX_LINE - len(pending)
-                if len(text) <= room:
-                    buffers[stream] = pending + text
-                else:
-                    buffers[stream] = pending + text[:room]
-                    cuts[stream] += len(text) - room
-                return
+                if pending:
+                    out.append((pending, not end))
             else:
-                *lines, rest = (buffers[stream] + text if len(buffers[stream]) < MAX_LINE else text).split("\n")
-                if len(buffers[stream]) >= MAX_LINE:  # the pending line is full: all of text's first line is cut
-                    cuts[stream] += len(lines[0])
-                    lines[0] = buffers[stream]
-                if cuts[stream] or len(lines[0]) > MAX_LINE:
-                    first = lines[0]
-                    cut = cuts[stream] + max(0, len(first) - MAX_LINE)
-                    lines[0] = first[:MAX_LINE] + cut_marker(cut)
-                for i in range(1, len(lines)):
-                    if len(lines[i]) > MAX_LINE:
-                        lines[i] = lines[i][:MAX_LINE] + cut_marker(len(lines[i]) - MAX_LINE)
-                cuts[stream] = max(0, len(rest) - MAX_LINE)
-                buffers[stream] = rest[:MAX_LINE]
-        for line in lines:
-            self._send(self._task_id, stream, line)
+                *lines, rest = (buffers[stream] + text).split("\n")
+                for line in lines:
+                    while len(line) > MAX_LINE:
+                        out.append((line[:MAX_LINE], True))
+                        line = line[MAX_LINE:]
+                    out.append((line, False))
+                while len(rest) > MAX_LINE:
+                    out.append((rest[:MAX_LINE], True))
+                    rest = rest[MAX_LINE:]
+                buffers[stream] = rest
+            # Sent under the lock: two threads of one task cannot reorder the pieces of a line.
+            for piece, more in out:
+                self._send(self._task_id, stream, piece, more)
 
     def close(self) -> None:
         if self._lock is None:
             return  # nothing was written
-        self("stdout", "")
-        self("stderr", "")
+        self("stdout", "", end=True)
+        self("stderr", "", end=True)
 
 
 class _WorkerStream:

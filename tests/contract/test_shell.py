@@ -55,6 +55,14 @@ def recorded_pids(directory: Path, nodes: tuple[int, ...], timeout: float = 30) 
         time.sleep(0.02)
 
 
+def assert_no_script_left(directory: Path, timeout: float = 5) -> None:
+    """No command script (nor its private folder) is left in ``directory``, the commands' TMPDIR."""
+    deadline = time.monotonic() + timeout
+    while (left := list(directory.glob("skyward-cmd-*"))) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert left == [], f"command scripts left behind: {left}"
+
+
 def assert_tree_gone(pids: list[int]) -> None:
     assert pids
     left = wait_gone(pids, 5)
@@ -183,6 +191,36 @@ def test_a_failing_node_stops_the_other_nodes_commands_promptly(pool: sky.Comput
     assert [r.output for r in sky.shell("echo free") @ pool] == ["free", "free"]
 
 
+def long_command(directory: Path, count: int) -> str:
+    """A command of ``count`` echo lines (17 bytes each) whose output is counted: it says the
+    mode of its own file and how many lines it wrote."""
+    return ('stat -L -c %a "$0"\n'
+            f"exec 3>&1 >{directory}/lines-$SKYWARD_NODE_RANK.txt\n"
+            + "".join(f"echo line-{i:06d}\n" for i in range(count))
+            + f"exec >&3\nwc -l < {directory}/lines-$SKYWARD_NODE_RANK.txt\n")
+
+
+def test_a_command_of_1_mib_runs_from_a_private_file_never_left_behind(pool: sky.ComputePool,
+                                                                       tmp_path: Path) -> None:
+    # 1 MiB of shell code: far past the 128 KiB a single command-line argument may hold.
+    count = (1 << 20) // 17 + 1
+    command = long_command(tmp_path, count)
+    assert len(command) > 1 << 20
+    results = sky.shell(command, env={"TMPDIR": str(tmp_path)}) @ pool
+    assert [r.output.splitlines() for r in results] == [["600", str(count)]] * 2
+    assert_no_script_left(tmp_path)
+
+
+def test_a_cancelled_command_leaves_no_script_behind(pool: sky.ComputePool, tmp_path: Path, output: Output,
+                                                     tag: str) -> None:
+    future = sky.shell(f"echo {tag} started; sleep 300", env={"TMPDIR": str(tmp_path)}) > pool
+    output.wait_for(f"{tag} started")
+    assert future.cancel()
+    with pytest.raises(CancelledError):
+        future.result(timeout=5)
+    assert_no_script_left(tmp_path)
+
+
 # -- every way of stopping kills the whole tree ------------------------------------------------
 
 
@@ -246,7 +284,7 @@ def test_closing_the_pool_kills_running_commands(new_pool, tmp_path: Path, tag: 
 
 def test_a_dead_worker_takes_its_commands_tree_with_it(new_pool, tmp_path: Path, tag: str) -> None:
     with new_pool() as pool:
-        futures = [sky.shell(tree(tmp_path, tag)) > pool for _ in range(2)]
+        futures = [sky.shell(tree(tmp_path, tag), env={"TMPDIR": str(tmp_path)}) > pool for _ in range(2)]
         pids = recorded_pids(tmp_path, (0, 1))
         for pid in pool.worker_pids():
             assert pid is not None
@@ -255,6 +293,7 @@ def test_a_dead_worker_takes_its_commands_tree_with_it(new_pool, tmp_path: Path,
             with pytest.raises(sky.WorkerLost):
                 f.result(timeout=30)
         assert_tree_gone(pids)
+        assert_no_script_left(tmp_path)  # removed by the command's guardian, the worker being gone
 
 
 WORKER_SCRIPT = """

@@ -177,8 +177,8 @@ def _child_main(conn: Any, plugins_blob: bytes, env: dict[str, str], notices: An
         parts = [] if payload is None else [bytes(p) for p in payload.parts]
         conn.send((control, parts))
 
-    def send_output(task_id: int | None, stream: str, line: str) -> None:
-        conn.send(((Kind.OUTPUT, task_id, stream, line), []))
+    def send_output(task_id: int | None, stream: str, text: str, more: bool = False) -> None:
+        conn.send(((Kind.OUTPUT, task_id, stream, text, more), []))
 
     route_output(send_output)
     while True:
