@@ -1,15 +1,16 @@
 """The cluster commands of ``skyward``, as SkyPilot users type them::
 
-    skyward launch -c NAME TASK.yaml [-i MIN] [--down] [-d] [flags]   create or reuse, then run
+    skyward launch -c NAME TASK.yaml [-i MIN] [--down] [-d] [--fast]  create or reuse, then run
     skyward exec NAME TASK.yaml [-d] [--env K=V]...                   run only the run block
     skyward status [NAME...] [--json]                                 what is up, reconciled
     skyward stop NAME... [-y]                                         workers (and cloud machines) off
     skyward start NAME...                                             on again
     skyward down NAME... | --all [-y]                                 end them (and leftover pools)
-    skyward logs NAME [--no-follow]                                   a detached run's output
+    skyward logs NAME [--no-follow]                                   a detached run's output and status
 
-``launch -c`` runs the setup block when the cluster is created, and again only when the setup
-block (or the image it builds) changed; the run block always. ``-d`` starts the run block and
+``launch -c`` runs the setup block on every launch, as SkyPilot's does (with ``--fast``: when
+the cluster is created, and again only when the setup block or its variables changed); the run
+block always, on the task's ``num_nodes`` (the cluster's first nodes when it has more). ``-d`` starts the run block and
 returns at once: the run goes on on the cluster (its output in a log there), ``logs`` follows
 it, and autostop waits for it to end. ``--down`` without ``-i`` (SkyPilot's) tears the cluster
 down once the run has finished (the detached run too): autostop after 0 idle minutes, a teardown.
@@ -35,6 +36,9 @@ def add_cluster_flags(launch: argparse.ArgumentParser) -> None:
     _autostop_flags(launch)
     launch.add_argument("-d", "--detach-run", action="store_true",
                         help="start the run block and return; `skyward logs NAME` follows it (needs -c)")
+    launch.add_argument("--fast", action="store_true",
+                        help="on a cluster that is up, run setup only when it changed since it last ran there "
+                             "(without it, setup runs on every launch, as SkyPilot's)")
 
 
 def _autostop_flags(p: argparse.ArgumentParser) -> None:
@@ -100,15 +104,15 @@ def cluster_pool_args(args: argparse.Namespace) -> dict[str, Any]:
 
                 raise ConfigError(flag, f"{flag} only with -c NAME (a cluster that stays up)", "no -c")
         return {}
-    return {"name": args.cluster, "idle_minutes": args.idle_minutes, "down": args.autostop_down}
+    return {"name": args.cluster, "idle_minutes": args.idle_minutes, "down": args.autostop_down, "fast": args.fast}
 
 
 def _exec(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from skyward.clusters.session import resolve
     from skyward.launch import execute, plan
 
-    record, _ = resolve(args.name, {})  # raises naming the way out when there is none
-    p = plan(args.task, num_nodes=record.nodes if record else None, env=args.env, secrets=args.secret)
+    resolve(args.name, {})  # raises naming the way out when there is none
+    p = plan(args.task, env=args.env, secrets=args.secret)  # (the task's num_nodes: its cluster's first nodes)
     out.flush()
     return execute(p, cluster={"name": args.name, "attach_only": True}, run_setup=False,
                    detach_run=args.detach_run, err=err)
@@ -211,7 +215,7 @@ def down_names(names: list[str], everything: bool, yes: bool, out: IO[str], err:
 def _logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from skyward.clusters.manage import follow_logs
 
-    return follow_logs(args.name, out, follow=not args.no_follow)
+    return follow_logs(args.name, out, follow=not args.no_follow, err=err)
 
 
 def _dollars(amount: float | None) -> str:

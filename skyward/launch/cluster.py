@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from skyward.clusters.session import ClusterSession
     from skyward.pool.pool import ComputePool
 
-__all__ = ["SetupBlock", "pool_args", "run_detached", "setup_done", "setup_hash", "setup_needed"]
+__all__ = ["SetupBlock", "pool_args", "run_detached", "run_on", "setup_done", "setup_hash", "setup_needed"]
 
 
 class SetupBlock(Protocol):
@@ -48,11 +48,25 @@ def pool_args(cluster: Mapping[str, Any], shape: Mapping[str, Any]) -> dict[str,
                             "down": cluster.get("down", False)}
     if cluster.get("attach_only"):
         return args
-    exists = ClusterStore().get(name) is not None
+    record = ClusterStore().get(name)
     args.update(shape)
-    if exists and not cluster.get("provider_given", True):
+    if record is not None and not cluster.get("provider_given", True):
         args.pop("provider")
+    if record is not None and isinstance(args.get("nodes"), int) and args["nodes"] < record.nodes:
+        args["nodes"] = record.nodes  # a task of fewer nodes runs on the cluster's first ones (run_on)
     return args
+
+
+def run_on(pool: ComputePool, nodes: int) -> int | None:
+    """How many of a cluster's nodes a task of ``nodes`` nodes runs on: None for all of them,
+    else its first ``nodes`` (SkyPilot runs a task on fewer nodes than its cluster has).
+    :class:`~skyward.ConfigError` when the task asks for more nodes than the cluster has."""
+    if nodes > pool.nodes:
+        from skyward.errors import ConfigError
+
+        raise ConfigError("num_nodes", f"at most the {pool.nodes} node(s) of cluster {pool.name!r} (a task runs on "
+                          "the cluster's nodes, or on its first ones)", nodes)
+    return nodes if nodes < pool.nodes else None
 
 
 def _session(pool: ComputePool) -> ClusterSession:
@@ -108,8 +122,11 @@ def _start_job(command: str, env: dict[str, str], cwd: str | None, job: str) -> 
     log = os.path.join(directory, f"{job}.log")
     full = {**os.environ, **env}
     where = os.path.expanduser(cwd) if cwd else None
+    # An outer bash keeps the run's exit status next to its log (`skyward logs` returns it).
+    record = '/bin/bash -c "$1"; code=$?; echo "$code" > "$2"; exit "$code"'
     with open(log, "ab") as f:
-        proc = subprocess.Popen(["/bin/bash", "-c", command], stdin=subprocess.DEVNULL, stdout=f,
+        proc = subprocess.Popen(["/bin/bash", "-c", record, "skyward", command, os.path.join(directory, f"{job}.exit")],
+                                stdin=subprocess.DEVNULL, stdout=f,
                                 stderr=subprocess.STDOUT, env=full, cwd=where, start_new_session=True)
     with open(os.path.join(directory, f"{job}.pid"), "w") as f:
         f.write(str(proc.pid))

@@ -339,6 +339,7 @@ def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[str], *, cluster: M
 def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted: list[str], *,
                      cluster: Mapping[str, Any] | None, run_setup: bool, detach_run: bool, err: IO[str]) -> None:
     from skyward._shell import shell
+    from skyward.launch.blocks import login_shell, on_first
     from skyward.launch.files import sync_files
     from skyward.launch.where import in_container
 
@@ -350,16 +351,22 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted:
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     image = p.image or ""
     wrap = (lambda cmd: in_container(cmd, image[len("docker:"):], list(env), cwd)) \
-        if image.startswith("docker:") else (lambda cmd: cmd)
+        if image.startswith("docker:") else login_shell
+    run_wrap = wrap
     if cluster is not None:
         from skyward.launch import cluster as clusters
-    if p.setup and run_setup and (cluster is None or clusters.setup_needed(pool, p)):
+
+        # A task of fewer nodes than the cluster runs on its first ones (setup on every node).
+        run_on = clusters.run_on(pool, p.nodes)
+        if run_on is not None:
+            run_wrap = lambda cmd: on_first(run_on, wrap(cmd))  # noqa: E731
+    if p.setup and run_setup and (cluster is None or not cluster.get("fast") or clusters.setup_needed(pool, p)):
         shell(wrap(p.setup), env=env, cwd=cwd) @ pool
         if cluster is not None:
             clusters.setup_done(pool, p)
     phase[0] = "run"
     if p.run.strip() and detach_run:
-        logs = clusters.run_detached(pool, wrap(p.run), env, cwd)
+        logs = clusters.run_detached(pool, run_wrap(p.run), env, cwd)
         (err or sys.stderr).write(f"skyward: the run goes on on cluster {pool.name} (log: {logs[0]} on node 0); "
                                   f"follow it with `skyward logs {pool.name}`\n")
     elif p.run.strip():
@@ -376,6 +383,6 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted:
 
         recovery = p.job_recovery if cluster is None else None
         def run() -> None:
-            shell(wrap(p.run), env=env, cwd=cwd) @ pool
+            shell(run_wrap(p.run), env=env, cwd=cwd) @ pool
 
         run_with_recovery(pool, recovery, run, prepare, err)
