@@ -309,7 +309,8 @@ def test_a_setup_that_fails_on_a_worker_only_fails_the_launch(home: str, tmp_pat
 VARIABLES = """\
 num_nodes: 2
 setup: |
-  echo "setup rank=$SKYPILOT_SETUP_NODE_RANK gpus=$SKYPILOT_SETUP_NUM_GPUS_PER_NODE ips=$(echo "$SKYPILOT_SETUP_NODE_IPS" | wc -l)"
+  ips=$(echo "$SKYPILOT_SETUP_NODE_IPS" | wc -l)
+  echo "setup rank=$SKYPILOT_SETUP_NODE_RANK gpus=$SKYPILOT_SETUP_NUM_GPUS_PER_NODE ips=$ips"
 run: |
   echo "user=$SKYPILOT_USER"
   echo "info=$SKYPILOT_CLUSTER_INFO"
@@ -397,3 +398,29 @@ def test_logs_after_a_failed_run_exits_non_zero(home: str, tmp_path: Path) -> No
     assert lines(followed.stdout, "ending on") == ["[node 0] ending on 0", "[node 1] ending on 1"]
     assert followed.returncode == 100, (followed.stdout, followed.stderr)  # SkyPilot's code for a failed job
     assert "failed on node 1 (exit code 5)" in followed.stderr
+
+
+def test_run_reads_the_bashrc_that_setup_wrote_on_ssh_hosts(home: str, tmp_path: Path, test_hosts,
+                                                             wheelhouse) -> None:
+    provider = ssh_provider(test_hosts[:2], wheelhouse)
+    rcs = [Path(h.home) / ".bashrc" for h in test_hosts[:2]]
+    kept = [rc.read_text() if rc.exists() else None for rc in rcs]
+    for rc in rcs:  # (Ubuntu's guard: a non-interactive bash returns before setup's line)
+        rc.write_text("case $- in *i*) ;; *) return;; esac\n")
+    seen: list[str] = []
+
+    def on_event(event: ev.Event) -> None:
+        if isinstance(event, ev.TaskOutput):
+            seen.append(event.line)
+
+    try:
+        path = task(tmp_path, BASHRC, "rc.yaml")
+        assert execute(plan(path), provider=provider, console=False, on_event=on_event, cluster={"name": "rc"}) == 0
+        assert sorted(x.strip() for x in seen if "FOO is" in x) == ["FOO is bar on 0", "FOO is bar on 1"]
+    finally:
+        manage.down("rc")
+        for rc, text in zip(rcs, kept, strict=True):
+            if text is None:
+                rc.unlink(missing_ok=True)
+            else:
+                rc.write_text(text)

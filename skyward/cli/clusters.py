@@ -10,10 +10,11 @@
 
 ``launch -c`` runs the setup block on every launch, as SkyPilot's does (with ``--fast``: when
 the cluster is created, and again only when the setup block or its variables changed); the run
-block always, on the task's ``num_nodes`` (the cluster's first nodes when it has more). ``-d`` starts the run block and
-returns at once: the run goes on on the cluster (its output in a log there), ``logs`` follows
-it, and autostop waits for it to end. ``--down`` without ``-i`` (SkyPilot's) tears the cluster
-down once the run has finished (the detached run too): autostop after 0 idle minutes, a teardown.
+block always, on the task's ``num_nodes`` (the cluster's first nodes when it has more). ``-d``
+starts the run block and returns at once: the run goes on on the cluster (its output in a log
+there), ``logs`` follows it and exits with its status, and autostop waits for it to end.
+``--down`` without ``-i`` (SkyPilot's) tears the cluster down once the run has finished (the
+detached run too): autostop after 0 idle minutes, a teardown.
 """
 
 from __future__ import annotations

@@ -124,10 +124,10 @@ def _start_job(command: str, env: dict[str, str], cwd: str | None, job: str) -> 
     where = os.path.expanduser(cwd) if cwd else None
     # An outer bash keeps the run's exit status next to its log (`skyward logs` returns it).
     record = '/bin/bash -c "$1"; code=$?; echo "$code" > "$2"; exit "$code"'
+    status = os.path.join(directory, f"{job}.exit")
     with open(log, "ab") as f:
-        proc = subprocess.Popen(["/bin/bash", "-c", record, "skyward", command, os.path.join(directory, f"{job}.exit")],
-                                stdin=subprocess.DEVNULL, stdout=f,
-                                stderr=subprocess.STDOUT, env=full, cwd=where, start_new_session=True)
+        proc = subprocess.Popen(["/bin/bash", "-c", record, "skyward", command, status], stdin=subprocess.DEVNULL,
+                                stdout=f, stderr=subprocess.STDOUT, env=full, cwd=where, start_new_session=True)
     with open(os.path.join(directory, f"{job}.pid"), "w") as f:
         f.write(str(proc.pid))
     threading.Thread(target=proc.wait, name="skyward-detached-run", daemon=True).start()  # (no zombie)
