@@ -61,7 +61,7 @@ def lines(out: str, containing: str) -> list[str]:
     return sorted(line for line in out.splitlines() if line.startswith("[node") and containing in line)
 
 
-def test_launch_c_creates_a_cluster_reuses_it_without_setup_and_reruns_changed_setup(home: str, tmp_path: Path) -> None:
+def test_launch_c_fast_reuses_the_cluster_without_setup_and_reruns_changed_setup(home: str, tmp_path: Path) -> None:
     task(tmp_path, **{"@TAG@": "v1"})
     first = sky("launch", "-c", "dev", "task.yaml", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
@@ -70,14 +70,14 @@ def test_launch_c_creates_a_cluster_reuses_it_without_setup_and_reruns_changed_s
     assert ran == ["[node 0] hi from node 0 of 2", "[node 1] hi from node 1 of 2"]
     workers = manage.ClusterStore().get("dev").workers
 
-    again = sky("launch", "-c", "dev", "task.yaml", cwd=tmp_path)
+    again = sky("launch", "-c", "dev", "--fast", "task.yaml", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert lines(again.stdout, "setup ran") == [], "setup ran again on a cluster that had it"
     assert lines(again.stdout, "hi from node") == ran
     assert manage.ClusterStore().get("dev").workers == workers  # the same worker processes
 
     task(tmp_path, **{"@TAG@": "v2"})
-    changed = sky("launch", "-c", "dev", "task.yaml", cwd=tmp_path)
+    changed = sky("launch", "-c", "dev", "--fast", "task.yaml", cwd=tmp_path)
     assert len(lines(changed.stdout, "setup ran on node")) == 2, "a changed setup block must run again"
 
 
@@ -314,3 +314,156 @@ def test_the_mingpt_recipes_command_lines_work_as_skypilot_users_type_them(home:
     assert scaled.returncode == 0, scaled.stderr
     assert "4 node(s) on aws" in scaled.stdout and "dry run: nothing was started" in scaled.stdout
     assert manage.ClusterStore().get("train2") is None  # a dry run creates no cluster
+
+
+# -- SkyPilot's environment and behaviour on a cluster ------------------------------------------
+
+
+def sky_home(*args: str, cwd: Path, home: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``sky`` with ``HOME`` a temporary folder (the Local nodes' home is the client's)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "skyward.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+FAILED_WORKER_SETUP = """\
+num_nodes: 2
+setup: |
+  echo "setup on $SKYPILOT_SETUP_NODE_RANK"
+  if [ "$SKYPILOT_SETUP_NODE_RANK" = 1 ]; then echo "worker setup fails"; exit 7; fi
+  if [ "$SKYPILOT_SETUP_NODE_RANK" = 0 ]; then sleep 120; fi
+run: |
+  echo "run ran on $SKYPILOT_NODE_RANK"
+"""
+
+
+def test_a_setup_that_fails_on_a_worker_only_fails_the_launch(home: str, tmp_path: Path) -> None:
+    task(tmp_path, FAILED_WORKER_SETUP, "bad.yaml")
+    started = time.monotonic()
+    done = sky("launch", "-c", "dev", "bad.yaml", cwd=tmp_path)
+    assert done.returncode == 7, (done.stdout, done.stderr)
+    assert "setup failed on node 1" in done.stderr
+    assert lines(done.stdout, "run ran") == []
+    assert time.monotonic() - started < 60  # the head's sleep was stopped, not waited for
+
+
+VARIABLES = """\
+num_nodes: 2
+setup: |
+  ips=$(echo "$SKYPILOT_SETUP_NODE_IPS" | wc -l)
+  echo "setup rank=$SKYPILOT_SETUP_NODE_RANK gpus=$SKYPILOT_SETUP_NUM_GPUS_PER_NODE ips=$ips"
+run: |
+  echo "user=$SKYPILOT_USER"
+  echo "info=$SKYPILOT_CLUSTER_INFO"
+"""
+
+
+def test_the_setup_variables_cluster_info_and_user_are_skypilots(home: str, tmp_path: Path) -> None:
+    import getpass
+
+    task(tmp_path, VARIABLES, "vars.yaml")
+    done = sky("launch", "-c", "dev", "vars.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert lines(done.stdout, "setup rank=") == ["[node 0] setup rank=0 gpus=1 ips=2",
+                                                 "[node 1] setup rank=1 gpus=1 ips=2"]
+    assert lines(done.stdout, "user=") == [f"[node 0] user={getpass.getuser()}", f"[node 1] user={getpass.getuser()}"]
+    for line in lines(done.stdout, "info="):
+        info = json.loads(line.split("info=", 1)[1])
+        assert info["cluster_name"] == "dev" and info["num_nodes"] == 2
+        assert info["cloud"] == "Local" and "region" in info
+
+
+BASHRC = """\
+num_nodes: 2
+setup: |
+  echo 'export FOO=bar' >> ~/.bashrc
+run: |
+  echo "FOO is ${FOO:-unset} on $SKYPILOT_NODE_RANK"
+"""
+
+
+def test_on_local_the_users_own_bashrc_stays_out_of_the_run(home: str, tmp_path: Path) -> None:
+    """Local's node is this machine, set up already: its ~/.bashrc (pyenv's shims, a prompt's
+    tools) is not read, so the run keeps this interpreter's environment. (SSH hosts read theirs:
+    test_run_reads_the_bashrc_that_setup_wrote_on_ssh_hosts.)"""
+    user_home = tmp_path / "home"
+    user_home.mkdir()
+    (user_home / ".bashrc").write_text("case $- in *i*) ;; *) return;; esac\nexport PATH=/nowhere:$PATH\n")
+    task(tmp_path, BASHRC + "  echo \"python is $(command -v python3)\"\n", "rc.yaml")
+    done = sky_home("launch", "-c", "dev", "rc.yaml", cwd=tmp_path, home=user_home)
+    assert done.returncode == 0, done.stderr
+    assert lines(done.stdout, "FOO is") == ["[node 0] FOO is unset on 0", "[node 1] FOO is unset on 1"]
+    assert lines(done.stdout, "python is")[0].endswith(f"python is {Path(sys.executable).parent}/python3")
+
+
+ONE_NODE = """\
+run: |
+  echo "job on $SKYPILOT_NODE_RANK of $SKYPILOT_NUM_NODES: $(echo "$SKYPILOT_NODE_IPS" | wc -l) ip(s)"
+"""
+
+
+def test_a_task_of_one_node_runs_on_the_head_of_a_two_node_cluster(home: str, tmp_path: Path) -> None:
+    task(tmp_path, **{"@TAG@": "x"})
+    assert sky("launch", "-c", "dev", "task.yaml", cwd=tmp_path).returncode == 0
+    task(tmp_path, ONE_NODE, "one.yaml")
+    launched = sky("launch", "-c", "dev", "one.yaml", cwd=tmp_path)
+    assert launched.returncode == 0, launched.stderr
+    assert lines(launched.stdout, "job on") == ["[node 0] job on 0 of 1: 1 ip(s)"]
+    ran = sky("exec", "dev", "one.yaml", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert lines(ran.stdout, "job on") == ["[node 0] job on 0 of 1: 1 ip(s)"]
+
+
+def test_launch_again_runs_setup_again_and_fast_skips_it(home: str, tmp_path: Path) -> None:
+    task(tmp_path, **{"@TAG@": "x"})
+    assert len(lines(sky("launch", "-c", "dev", "task.yaml", cwd=tmp_path).stdout, "setup ran on node")) == 2
+    again = sky("launch", "-c", "dev", "task.yaml", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert len(lines(again.stdout, "setup ran on node")) == 2, "plain launch -c runs setup again, as SkyPilot's"
+    fast = sky("launch", "-c", "dev", "--fast", "task.yaml", cwd=tmp_path)
+    assert fast.returncode == 0, fast.stderr
+    assert lines(fast.stdout, "setup ran on node") == []
+    assert len(lines(fast.stdout, "hi from node")) == 2
+
+
+FAILING_RUN = """\
+num_nodes: 2
+run: |
+  echo "ending on $SKYPILOT_NODE_RANK"
+  if [ "$SKYPILOT_NODE_RANK" = 1 ]; then exit 5; fi
+"""
+
+
+def test_logs_after_a_failed_run_exits_non_zero(home: str, tmp_path: Path) -> None:
+    task(tmp_path, FAILING_RUN, "fails.yaml")
+    assert sky("launch", "-c", "dev", "-d", "fails.yaml", cwd=tmp_path).returncode == 0
+    followed = sky("logs", "dev", cwd=tmp_path)
+    assert lines(followed.stdout, "ending on") == ["[node 0] ending on 0", "[node 1] ending on 1"]
+    assert followed.returncode == 100, (followed.stdout, followed.stderr)  # SkyPilot's code for a failed job
+    assert "failed on node 1 (exit code 5)" in followed.stderr
+
+
+def test_run_reads_the_bashrc_that_setup_wrote_on_ssh_hosts(home: str, tmp_path: Path, test_hosts,
+                                                             wheelhouse) -> None:
+    provider = ssh_provider(test_hosts[:2], wheelhouse)
+    rcs = [Path(h.home) / ".bashrc" for h in test_hosts[:2]]
+    kept = [rc.read_text() if rc.exists() else None for rc in rcs]
+    for rc in rcs:  # (Ubuntu's guard: a non-interactive bash returns before setup's line)
+        rc.write_text("case $- in *i*) ;; *) return;; esac\n")
+    seen: list[str] = []
+
+    def on_event(event: ev.Event) -> None:
+        if isinstance(event, ev.TaskOutput):
+            seen.append(event.line)
+
+    try:
+        path = task(tmp_path, BASHRC, "rc.yaml")
+        assert execute(plan(path), provider=provider, console=False, on_event=on_event, cluster={"name": "rc"}) == 0
+        assert sorted(x.strip() for x in seen if "FOO is" in x) == ["FOO is bar on 0", "FOO is bar on 1"]
+    finally:
+        manage.down("rc")
+        for rc, text in zip(rcs, kept, strict=True):
+            if text is None:
+                rc.unlink(missing_ok=True)
+            else:
+                rc.write_text(text)

@@ -27,17 +27,20 @@ def test_bare_launch_c_makes_a_cluster_that_runs_nothing_and_exec_runs_inline_co
     assert [(s["name"], s["status"], s["nodes"]) for s in status_json(tmp_path)] == [("dev", "UP", 2)]
     workers = manage.ClusterStore().get("dev").workers
 
-    quoted = sky("exec", "dev", "echo hi from $SKYPILOT_NODE_RANK", cwd=tmp_path)
+    # A command is a task of one node (SkyPilot's num_nodes default): the head runs it, and
+    # --num-nodes puts it on the cluster's first N nodes.
+    quoted = sky("exec", "dev", "echo hi from $SKYPILOT_NODE_RANK of $SKYPILOT_NUM_NODES", cwd=tmp_path)
     assert quoted.returncode == 0, quoted.stderr
-    assert lines(quoted.stdout, "hi from") == ["[node 0] hi from 0", "[node 1] hi from 1"]
-    words = sky("exec", "dev", "echo", "two", "words", cwd=tmp_path)  # SkyPilot joins them with spaces
+    assert lines(quoted.stdout, "hi from") == ["[node 0] hi from 0 of 1"]
+    every = sky("exec", "dev", "--num-nodes", "2", "echo hi from $SKYPILOT_NODE_RANK", cwd=tmp_path)
+    assert lines(every.stdout, "hi from") == ["[node 0] hi from 0", "[node 1] hi from 1"]
+    words = sky("exec", "dev", "--num-nodes", "2", "echo", "two", "words", cwd=tmp_path)  # joined with spaces
     assert lines(words.stdout, "two words") == ["[node 0] two words", "[node 1] two words"]
-    failed = sky("exec", "dev", "echo before; exit 3", cwd=tmp_path)
+    failed = sky("exec", "dev", "--num-nodes", "2", "echo before; exit 3", cwd=tmp_path)
     assert failed.returncode == 3, failed.stderr
     assert len(lines(failed.stdout, "before")) == 2
     assert manage.ClusterStore().get("dev").workers == workers  # the same workers all along
 
-    # A command is a task of one node (SkyPilot's num_nodes default): on the 2-node cluster, the head runs it.
     reused = sky("launch", "-c", "dev", "echo again on $SKYPILOT_NUM_NODES", cwd=tmp_path)
     assert reused.returncode == 0, reused.stderr
     assert lines(reused.stdout, "again on") == ["[node 0] again on 1"]
@@ -64,15 +67,15 @@ def test_launch_c_with_an_inline_command_and_exec_flags(home: str, tmp_path: Pat
 
     envs = tmp_path / "vars.env"
     envs.write_text("# a dotenv file\nFROM_FILE=file-value\nBOTH=from-file\n")
-    got = sky("exec", "dev", "--env-file", str(envs), "--env", "BOTH=from-flag", "echo $FROM_FILE $BOTH",
-              cwd=tmp_path)
+    got = sky("exec", "dev", "--num-nodes", "2", "--env-file", str(envs), "--env", "BOTH=from-flag",
+              "echo $FROM_FILE $BOTH", cwd=tmp_path)
     assert got.returncode == 0, got.stderr
     assert lines(got.stdout, "file-value") == ["[node 0] file-value from-flag", "[node 1] file-value from-flag"]
 
     work = tmp_path / "project"
     work.mkdir()
     (work / "marker.txt").write_text("in the workdir\n")
-    seen = sky("exec", "dev", "--workdir", str(work), "cat marker.txt", cwd=tmp_path)
+    seen = sky("exec", "dev", "--num-nodes", "2", "--workdir", str(work), "cat marker.txt", cwd=tmp_path)
     assert seen.returncode == 0, seen.stderr
     assert len(lines(seen.stdout, "in the workdir")) == 2
 

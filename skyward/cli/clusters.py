@@ -1,23 +1,25 @@
 """The cluster commands of ``skyward``, as SkyPilot users type them::
 
-    skyward launch -c NAME [TASK.yaml|COMMAND] [-i MIN] [--down] [-d] [flags]   create or reuse, then run
+    skyward launch -c NAME [TASK.yaml|COMMAND] [-i MIN] [--down] [-d] [--fast] [flags]  create or reuse, then run
     skyward exec NAME TASK.yaml|COMMAND [-d] [--env K=V]... [flags]           run only the run block
     skyward status [NAME...] [-r] [-o json|--json]                            what is up, reconciled
     skyward stop NAME... [-y]                                                 workers (and cloud machines) off
     skyward start NAME... [-y]                                                on again
     skyward down NAME... | -a [-y]                                            end them (and leftover pools)
-    skyward logs NAME [--no-follow]                                           a detached run's output
+    skyward logs NAME [--no-follow]                                           a detached run's output and status
     skyward autostop NAME... [-i MIN] [--down] | --cancel [-y]                set or cancel autostop, live
     skyward cost-report                                                       what each cluster cost so far
 
 A task is a task file or, as in SkyPilot, a shell command (``skyward exec dev 'nvidia-smi'``);
 ``launch -c NAME`` with neither brings the cluster up (or reuses it) and runs nothing.
 
-``launch -c`` runs the setup block when the cluster is created, and again only when the setup
-block (or the image it builds) changed; the run block always. ``-d`` starts the run block and
-returns at once: the run goes on on the cluster (its output in a log there), ``logs`` follows
-it, and autostop waits for it to end. ``--down`` without ``-i`` (SkyPilot's) tears the cluster
-down once the run has finished (the detached run too): autostop after 0 idle minutes, a teardown.
+``launch -c`` runs the setup block on every launch, as SkyPilot's does (with ``--fast``: when
+the cluster is created, and again only when the setup block or its variables changed); the run
+block always, on the task's ``num_nodes`` (the cluster's first nodes when it has more). ``-d``
+starts the run block and returns at once: the run goes on on the cluster (its output in a log
+there), ``logs`` follows it and exits with its status, and autostop waits for it to end.
+``--down`` without ``-i`` (SkyPilot's) tears the cluster down once the run has finished (the
+detached run too): autostop after 0 idle minutes, a teardown.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ def add_cluster_flags(launch: argparse.ArgumentParser) -> None:
     _autostop_flags(launch)
     launch.add_argument("-d", "--detach-run", action="store_true",
                         help="start the run block and return; `skyward logs NAME` follows it (needs -c)")
+    launch.add_argument("--fast", action="store_true",
+                        help="on a cluster that is up, run setup only when it changed since it last ran there "
+                             "(without it, setup runs on every launch, as SkyPilot's)")
 
 
 def _autostop_flags(p: argparse.ArgumentParser) -> None:
@@ -165,7 +170,7 @@ def cluster_pool_args(args: argparse.Namespace) -> dict[str, Any]:
 
                 raise ConfigError(flag, f"{flag} only with -c NAME (a cluster that stays up)", "no -c")
         return {}
-    return {"name": args.cluster, "idle_minutes": args.idle_minutes, "down": args.autostop_down}
+    return {"name": args.cluster, "idle_minutes": args.idle_minutes, "down": args.autostop_down, "fast": args.fast}
 
 
 def _exec(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
@@ -179,7 +184,7 @@ def _exec(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         if args.num_nodes is not None and have is not None and args.num_nodes > have:
             raise ConfigError("--num-nodes", f"at most the {have} node(s) of cluster {args.name} (the run uses "
                               "the first N)", args.num_nodes)
-        p = task_plan(args, have if args.num_nodes is None else args.num_nodes)
+        p = task_plan(args, args.num_nodes)  # (else the task's num_nodes: the cluster's first nodes)
     except ConfigError as exc:
         err.write(f"skyward: error: {exc}\n")
         return 2
@@ -365,7 +370,7 @@ def down_names(names: list[str], everything: bool, yes: bool, out: IO[str], err:
 def _logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from skyward.clusters.manage import follow_logs
 
-    return follow_logs(args.name, out, follow=not args.no_follow)
+    return follow_logs(args.name, out, follow=not args.no_follow, err=err)
 
 
 def _dollars(amount: float | None) -> str:

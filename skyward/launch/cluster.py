@@ -13,8 +13,8 @@ if TYPE_CHECKING:
     from skyward.clusters.session import ClusterSession
     from skyward.pool.pool import ComputePool
 
-__all__ = ["SetupBlock", "Workdir", "on_task_nodes", "pool_args", "run_detached", "run_directory", "setup_done", "setup_hash",
-           "setup_needed"]
+__all__ = ["SetupBlock", "Workdir", "pool_args", "run_detached", "run_directory", "run_on", "setup_done",
+           "setup_hash", "setup_needed"]
 
 
 class SetupBlock(Protocol):
@@ -60,14 +60,28 @@ def pool_args(cluster: Mapping[str, Any], shape: Mapping[str, Any]) -> dict[str,
                             "down": cluster.get("down", False)}
     if cluster.get("attach_only"):
         return args
-    exists = ClusterStore().get(name) is not None
+    record = ClusterStore().get(name)
     args.update(shape)
-    if exists and not cluster.get("provider_given", True):
+    if record is not None and not cluster.get("provider_given", True):
         args.pop("provider")
-    if exists and not cluster.get("shape_given", True):  # (a command, or nothing, on the cluster as it is)
+    if record is not None and not cluster.get("shape_given", True):  # (a command, or nothing, on the cluster as it is)
         for key in ("nodes", "accelerator", "processes_per_node"):
             args.pop(key, None)
+    if record is not None and isinstance(args.get("nodes"), int) and args["nodes"] < record.nodes:
+        args["nodes"] = record.nodes  # a task of fewer nodes runs on the cluster's first ones (run_on)
     return args
+
+
+def run_on(pool: ComputePool, nodes: int) -> int | None:
+    """How many of a cluster's nodes a task of ``nodes`` nodes runs on: None for all of them,
+    else its first ``nodes`` (SkyPilot runs a task on fewer nodes than its cluster has).
+    :class:`~skyward.ConfigError` when the task asks for more nodes than the cluster has."""
+    if nodes > pool.nodes:
+        from skyward.errors import ConfigError
+
+        raise ConfigError("num_nodes", f"at most the {pool.nodes} node(s) of cluster {pool.name!r} (a task runs on "
+                          "the cluster's nodes, or on its first ones)", nodes)
+    return nodes if nodes < pool.nodes else None
 
 
 def _session(pool: ComputePool) -> ClusterSession:
@@ -113,20 +127,6 @@ def run_directory(pool: ComputePool, p: Workdir, synced: str | None) -> str | No
     return synced
 
 
-def on_task_nodes(pool: ComputePool, nodes: int, script: str) -> str:
-    """``script`` for a task of ``nodes`` nodes on a cluster that may have more: it runs on the
-    first ``nodes`` (the head first), the others exit 0 at once, and the task sees its own node
-    count and addresses (``SKYPILOT_NUM_NODES``, ``SKYPILOT_NODE_IPS``)."""
-    if nodes >= pool.nodes:
-        return script
-    from skyward.launch.recovery import only_on
-
-    view = (f"export SKYPILOT_NUM_NODES={nodes} SKYWARD_NUM_NODES={nodes}\n"
-            f"SKYPILOT_NODE_IPS=\"$(printf '%s\\n' \"$SKYPILOT_NODE_IPS\" | head -n {nodes})\"\n"
-            "export SKYPILOT_NODE_IPS SKYWARD_NODE_IPS=\"$SKYPILOT_NODE_IPS\"\n")
-    return only_on(range(nodes), view + script)
-
-
 def run_detached(pool: ComputePool, command: str, env: dict[str, str], cwd: str | None) -> list[str]:
     """Start ``command`` on every node of a cluster, detached from this client: it goes on when
     the client leaves (still inside the cluster worker's process tree, so it ends with the
@@ -153,9 +153,12 @@ def _start_job(command: str, env: dict[str, str], cwd: str | None, job: str) -> 
     log = os.path.join(directory, f"{job}.log")
     full = {**os.environ, **env}
     where = os.path.expanduser(cwd) if cwd else None
+    # An outer bash keeps the run's exit status next to its log (`skyward logs` returns it).
+    record = '/bin/bash -c "$1"; code=$?; echo "$code" > "$2"; exit "$code"'
+    status = os.path.join(directory, f"{job}.exit")
     with open(log, "ab") as f:
-        proc = subprocess.Popen(["/bin/bash", "-c", command], stdin=subprocess.DEVNULL, stdout=f,
-                                stderr=subprocess.STDOUT, env=full, cwd=where, start_new_session=True)
+        proc = subprocess.Popen(["/bin/bash", "-c", record, "skyward", command, status], stdin=subprocess.DEVNULL,
+                                stdout=f, stderr=subprocess.STDOUT, env=full, cwd=where, start_new_session=True)
     with open(os.path.join(directory, f"{job}.pid"), "w") as f:
         f.write(str(proc.pid))
     threading.Thread(target=proc.wait, name="skyward-detached-run", daemon=True).start()  # (no zombie)

@@ -347,6 +347,7 @@ def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[str], *, cluster: M
 def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted: list[str], *,
                      cluster: Mapping[str, Any] | None, run_setup: bool, detach_run: bool, err: IO[str]) -> None:
     from skyward._shell import shell
+    from skyward.launch.blocks import login_shell, on_first
     from skyward.launch.files import sync_files
     from skyward.launch.where import in_container
 
@@ -357,21 +358,27 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted:
         # a remote node whose worker environment is on PATH, without activating anything.
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     image = p.image or ""
+    # Nodes' setup and run read ~/.bashrc as SkyPilot's do; Local's node is this machine, set up
+    # already: the user's shell start-up (pyenv's shims before this interpreter) stays out.
+    plain: Callable[[str], str] = (lambda cmd: cmd) if pool.provider.name == "local" else login_shell
     wrap = (lambda cmd: in_container(cmd, image[len("docker:"):], list(env), cwd)) \
-        if image.startswith("docker:") else (lambda cmd: cmd)
-    script = wrap(p.run)
+        if image.startswith("docker:") else plain
+    run_wrap = wrap
     if cluster is not None:
         from skyward.launch import cluster as clusters
 
         cwd = clusters.run_directory(pool, p, cwd)
-        script = clusters.on_task_nodes(pool, p.nodes, script)
-    if p.setup and run_setup and (cluster is None or clusters.setup_needed(pool, p)):
+        # A task of fewer nodes than the cluster runs on its first ones (setup on every node).
+        run_on = clusters.run_on(pool, p.nodes)
+        if run_on is not None:
+            run_wrap = lambda cmd: on_first(run_on, wrap(cmd))  # noqa: E731
+    if p.setup and run_setup and (cluster is None or not cluster.get("fast") or clusters.setup_needed(pool, p)):
         shell(wrap(p.setup), env=env, cwd=cwd) @ pool
         if cluster is not None:
             clusters.setup_done(pool, p)
     phase[0] = "run"
     if p.run.strip() and detach_run:
-        logs = clusters.run_detached(pool, script, env, cwd)
+        logs = clusters.run_detached(pool, run_wrap(p.run), env, cwd)
         (err or sys.stderr).write(f"skyward: the run goes on on cluster {pool.name} (log: {logs[0]} on node 0); "
                                   f"follow it with `skyward logs {pool.name}`\n")
     elif p.run.strip():
@@ -388,6 +395,6 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted:
 
         recovery = p.job_recovery if cluster is None else None
         def run() -> None:
-            shell(script, env=env, cwd=cwd) @ pool
+            shell(run_wrap(p.run), env=env, cwd=cwd) @ pool
 
         run_with_recovery(pool, recovery, run, prepare, err)

@@ -258,7 +258,7 @@ class ComputePool(PoolCalls):
         """The SETUP message for one node (its environment: the node's variables, then the image's)."""
         # breakpoint() in a task explains itself instead of reading the protocol as a terminal;
         # an image that names its own PYTHONBREAKPOINT (a remote debugger) keeps it.
-        env = node_environment(info, self.task_id)
+        env = node_environment(info, self.task_id, cluster=self.name or f"skyward-{self.id}", provider=self.provider)
         env["PYTHONBREAKPOINT"] = "skyward.runtime.output.no_terminal_breakpoint"
         env.update(self.image.env)
         record = self._cluster.record if self._cluster is not None else None

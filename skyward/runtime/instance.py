@@ -143,26 +143,46 @@ def instance_info() -> InstanceInfo:
     return info
 
 
-def node_environment(info: InstanceInfo, task_id: str) -> dict[str, str]:
-    """The variables every node's worker exports (and so every task and shell command sees).
+def node_environment(info: InstanceInfo, task_id: str, *, cluster: str = "", provider: object = None,
+                     user: str | None = None) -> dict[str, str]:
+    """The variables every node's worker exports (and so every task and shell command sees);
+    built on the client (``user``, default the client's login name, is who launched the pool).
 
     ``SKYWARD_NODE_IPS`` lists each node's address as the others reach it, one per line, head
     first; ``SKYWARD_NUM_GPUS_PER_NODE`` is the node's accelerator count, or on a node without
     accelerators the number of worker processes per node (so ``torchrun
     --nproc_per_node=$SKYWARD_NUM_GPUS_PER_NODE`` starts one process per slot on a laptop);
-    ``SKYWARD_TASK_ID`` is the same on every node and unique per pool. Each ``SKYPILOT_*``
-    name is an alias, so run scripts written for SkyPilot work unchanged.
+    ``SKYWARD_TASK_ID`` is the same on every node and unique per pool. The ``SETUP_*`` names
+    hold the same node values for every node of the cluster (a task file's run on fewer nodes
+    narrows ``NODE_IPS`` and ``NUM_NODES``, not these); ``CLUSTER_INFO`` is JSON naming the
+    cluster (``cluster``), its cloud (``provider``'s name) and region, and its number of nodes.
+    Each ``SKYPILOT_*`` name is an alias, so run scripts written for SkyPilot work unchanged.
     """
+    import getpass
+
     ips = "\n".join(p.addr for p in sorted(info.peers, key=lambda p: p.node))
     gpus = info.accelerators if info.accelerators > 0 else info.processes_per_node
+    name = getattr(provider, "name", "") or ""
+    region = getattr(provider, "region", None) or getattr(getattr(provider, "_client", None), "region", None)
+    where = {"cluster_name": cluster, "cloud": _CLOUDS.get(name, name), "region": region or None,
+             "zone": None, "num_nodes": info.total_nodes}
     env = {
         "NODE_IPS": ips,
         "NODE_RANK": str(info.node),
         "NUM_NODES": str(info.total_nodes),
         "NUM_GPUS_PER_NODE": str(gpus),
         "TASK_ID": task_id,
+        "SETUP_NODE_IPS": ips,
+        "SETUP_NODE_RANK": str(info.node),
+        "SETUP_NUM_GPUS_PER_NODE": str(gpus),
+        "CLUSTER_INFO": json.dumps(where),
+        "USER": user if user is not None else getpass.getuser(),
     }
     out = {f"SKYWARD_{k}": v for k, v in env.items()}
     out["SKYWARD_HEAD_IP"] = info.head_addr
     out.update({f"SKYPILOT_{k}": v for k, v in env.items()})
     return out
+
+
+#: How SKYPILOT_CLUSTER_INFO spells a provider's cloud (SkyPilot's capitals).
+_CLOUDS = {"aws": "AWS", "local": "Local", "ssh": "SSH"}

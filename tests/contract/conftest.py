@@ -73,6 +73,11 @@ class Output:
                 self.events.append(event)
                 self._changed.notify_all()
 
+    def snapshot(self) -> list[ev.TaskOutput]:
+        """Every output event so far."""
+        with self._changed:
+            return list(self.events)
+
     def lines(self, containing: str, stream: str = "stdout") -> list[tuple[int, str]]:
         """``(node, line)`` of every line of ``stream`` that contains ``containing``, in arrival order."""
         with self._changed:

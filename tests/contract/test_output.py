@@ -128,8 +128,7 @@ def test_a_very_long_line_arrives_whole_in_pieces_none_longer_than_the_bound(poo
                                                                              output: Output, tag: str) -> None:
     length = 10 * MAX_LINE
     prints_a_long_line(tag, length) >> pool
-    with output._changed:
-        events = list(output.events)
+    events = output.snapshot()
     mine = [line for _, line in whole_lines(events) if line.startswith(tag)]
     assert mine == [tag + "x" * length, tag + "-pieces " + "y" * (length // 1000 * 1000), tag + " after"]
     assert max(len(e.line) for e in events) <= MAX_LINE  # never a whole huge line in memory
