@@ -6,12 +6,12 @@
     skyward stop NAME... [-y]                                         workers (and cloud machines) off
     skyward start NAME...                                             on again
     skyward down NAME... | --all [-y]                                 end them (and leftover pools)
-    skyward logs NAME [--no-follow]                                   a detached run's output
+    skyward queue / cancel / logs                                     a cluster's jobs (skyward.cli.jobs)
 
 ``launch -c`` runs the setup block when the cluster is created, and again only when the setup
-block (or the image it builds) changed; the run block always. ``-d`` starts the run block and
-returns at once: the run goes on on the cluster (its output in a log there), ``logs`` follows
-it, and autostop waits for it to end. ``--down`` without ``-i`` (SkyPilot's) tears the cluster
+block (or the image it builds) changed; the run block always, as a job in the cluster's queue
+(``Job ID: N``), followed until it ends unless ``-d``: the job goes on on the cluster whatever
+becomes of the client, ``logs`` follows it, and autostop waits for it to end. ``--down`` without ``-i`` (SkyPilot's) tears the cluster
 down once the run has finished (the detached run too): autostop after 0 idle minutes, a teardown.
 """
 
@@ -25,7 +25,7 @@ from typing import IO, Any
 
 __all__ = ["add_commands", "run_command"]
 
-COMMANDS = ("exec", "status", "stop", "start", "logs")
+COMMANDS = ("exec", "status", "stop", "start", "logs", "queue", "cancel")
 
 
 def add_cluster_flags(launch: argparse.ArgumentParser) -> None:
@@ -34,7 +34,7 @@ def add_cluster_flags(launch: argparse.ArgumentParser) -> None:
                                                                  "after the run; `skyward down NAME` ends it)")
     _autostop_flags(launch)
     launch.add_argument("-d", "--detach-run", action="store_true",
-                        help="start the run block and return; `skyward logs NAME` follows it (needs -c)")
+                        help="submit the run block as a job and return; `skyward logs NAME` follows it (needs -c)")
 
 
 def _autostop_flags(p: argparse.ArgumentParser) -> None:
@@ -55,7 +55,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     ex.add_argument("task", metavar="TASK.yaml")
     ex.add_argument("--env", action="append", default=[], metavar="K[=V]", help="set a variable; repeatable")
     ex.add_argument("--secret", action="append", default=[], metavar="K[=V]", help="set a secret; repeatable")
-    ex.add_argument("-d", "--detach-run", action="store_true", help="start the run and return")
+    ex.add_argument("-d", "--detach-run", action="store_true", help="submit the job and return")
 
     st = commands.add_parser("status", help="list named clusters (reconciled with their nodes)")
     st.add_argument("names", nargs="*", metavar="NAME")
@@ -69,9 +69,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     start.add_argument("names", nargs="+", metavar="NAME")
     _autostop_flags(start)
 
-    logs = commands.add_parser("logs", help="follow a cluster's detached run")
-    logs.add_argument("name", metavar="NAME")
-    logs.add_argument("--no-follow", action="store_true", help="print what is there and return")
+    from skyward.cli import jobs
+
+    jobs.add_commands(commands)  # queue, cancel, logs
 
 
 def run_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
@@ -84,7 +84,9 @@ def run_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         return _each(args.names, "stop", out, err, ask=not args.yes)
     if args.command == "start":
         return _start(args, out, err)
-    return _logs(args, out, err)
+    from skyward.cli import jobs
+
+    return jobs.run_command(args, out, err)
 
 
 # -- launch -c / exec ---------------------------------------------------------------------------
@@ -206,12 +208,6 @@ def down_names(names: list[str], everything: bool, yes: bool, out: IO[str], err:
     rest = [] if everything else [n for n in names if n not in known]
     code = _each(clusters, "down", out, err, ask=not yes and everything) if clusters else 0
     return code, rest
-
-
-def _logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    from skyward.clusters.manage import follow_logs
-
-    return follow_logs(args.name, out, follow=not args.no_follow)
 
 
 def _dollars(amount: float | None) -> str:

@@ -12,14 +12,11 @@ import contextlib
 import shlex
 import time
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import Any
 
 from skyward.clusters.nodes import ClusterNodes
 from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, hold
 from skyward.errors import ClusterBusy, ClusterError
-
-if TYPE_CHECKING:
-    from skyward.providers.base import Instance
 
 __all__ = ["ClusterStatus", "down", "start", "status", "stop"]
 
@@ -187,49 +184,6 @@ def stop(name: str) -> list[str]:
             stop_machines(list(record.instances))
         ClusterStore().put(record.with_(status=STOPPED, workers=()))
         return problems
-
-
-def follow_logs(name: str, out: IO[str], *, follow: bool = True) -> int:
-    """Print cluster ``name``'s latest detached run's output, every node's lines prefixed with
-    ``[node N]``; with ``follow``, until the run ends on every node. Returns 0, or 1 when the
-    cluster has no detached run."""
-    import threading
-
-    from skyward.transport import reach
-
-    record = _record(name)
-    lock = threading.Lock()
-    found: list[bool] = []
-
-    def one(inst: Instance) -> None:
-        directory = f"{record.roots[inst.node]}/c/{record.id}/jobs/{inst.node}"
-        tail = "tail -n +1 -F --pid=\"$pid\" \"$log\" 2>/dev/null" if follow else "cat \"$log\""
-        command = (f"log=$(ls -1t {shlex.quote(directory)}/*.log 2>/dev/null | head -n 1); "
-                   f"[ -n \"$log\" ] || exit 3; pid=$(cat \"${{log%.log}}.pid\" 2>/dev/null || echo 1); {tail}")
-        transport = reach(inst)
-
-        def line(stream: str, text: str) -> None:
-            with lock:
-                out.write(f"[node {inst.node}] {text}\n")
-                out.flush()
-
-        try:
-            code = transport.stream(command, line)
-        finally:
-            with contextlib.suppress(Exception):
-                transport.close()
-        if code != 3:
-            found.append(True)
-
-    threads = [threading.Thread(target=one, args=(inst,), daemon=True) for inst in record.instances]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if not found:
-        out.write(f"cluster {name} has no detached run (start one with `skyward exec -d {name} TASK.yaml`)\n")
-        return 1
-    return 0
 
 
 def start(name: str, *, console: bool = True) -> None:

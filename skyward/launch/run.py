@@ -279,7 +279,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
     from skyward.pool import ComputePool
 
     attempts: list[Resources | None] = [*p.candidates] or [None]
-    phase = ["setup"]
+    phase: list[Any] = ["setup"]
     try:
         for index, candidate in enumerate(attempts):
             accelerator = candidate.accelerator if candidate is not None else p.accelerator
@@ -309,6 +309,10 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
                               f"{following.describe()}\n")
                     continue
                 _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
+            if len(phase) > 1 and not detach_run and cluster is not None:  # a job submitted: follow it
+                from skyward.clusters.jobs import follow_job
+
+                return follow_job(str(cluster["name"]), int(phase[1]), sys.stdout, err)
             return 0
         return 1
     except CommandFailed as exc:
@@ -323,7 +327,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
         return 1
 
 
-def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[str], *, cluster: Mapping[str, Any] | None = None,
+def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[Any], *, cluster: Mapping[str, Any] | None = None,
                run_setup: bool = True, detach_run: bool = False, err: IO[str] | None = None) -> None:
     from skyward.launch.files import unmount_all
 
@@ -332,11 +336,11 @@ def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[str], *, cluster: M
         _run_stage_body(pool, p, phase, mounted, cluster=cluster, run_setup=run_setup, detach_run=detach_run,
                          err=err or sys.stderr)
     finally:
-        if mounted and not detach_run:
+        if mounted and cluster is None:  # (a cluster's job may still use them)
             unmount_all(pool, mounted, err or sys.stderr)
 
 
-def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted: list[str], *,
+def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[Any], mounted: list[str], *,
                      cluster: Mapping[str, Any] | None, run_setup: bool, detach_run: bool, err: IO[str]) -> None:
     from skyward._shell import shell
     from skyward.launch.files import sync_files
@@ -358,10 +362,13 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted:
         if cluster is not None:
             clusters.setup_done(pool, p)
     phase[0] = "run"
-    if p.run.strip() and detach_run:
-        logs = clusters.run_detached(pool, wrap(p.run), env, cwd)
-        (err or sys.stderr).write(f"skyward: the run goes on on cluster {pool.name} (log: {logs[0]} on node 0); "
-                                  f"follow it with `skyward logs {pool.name}`\n")
+    if p.run.strip() and cluster is not None:
+        job = clusters.submit_job(pool, p, wrap(p.run), env, cwd)
+        phase.append(job)  # (followed once the cluster is let go: see _execute_stage)
+        print(f"Job ID: {job}", flush=True)
+        if detach_run:
+            err.write(f"skyward: job {job} goes on on cluster {pool.name}; follow it with "
+                      f"`skyward logs {pool.name} {job}`\n")
     elif p.run.strip():
         from skyward.launch.recovery import only_on, run_with_recovery
 

@@ -1,0 +1,392 @@
+"""A named cluster's job queue, on its nodes (SkyPilot's job queue, in a few hundred lines).
+
+Every ``skyward launch -c`` / ``skyward exec`` run on a cluster is a *job*: an id from the head
+node (1, 2, 3... per cluster), and on every node one entry of the job in that node's queue. The
+queue is a small SQLite database next to the cluster worker's socket
+(``$SKYWARD_CLUSTER_DIR/jobs.db``, in the worker's 0700 folder): the head's holds the ids, and
+each node's the state of its part of each job. So it lives on the cluster, not on the laptop: it
+outlives the client that submitted, and any ``skyward`` process reaches it over the node's
+transport (this file runs as a script there, see :func:`main`).
+
+The cluster worker (node rank 0's first process on each node) starts a job's command when the
+node has room for it, in submission order: a job's demand is its task's accelerators and cpus
+(a task with neither takes :data:`DEFAULT_TASK_CPU_DEMAND`), a node's room its CPUs and
+accelerators (on a node without accelerators, its worker processes stand in for them, as
+``SKYPILOT_NUM_GPUS_PER_NODE`` says). A job that does not fit waits PENDING, and the ones behind
+it wait too. The command runs under the command guardian (``runtime/_reaper.py``), a child of the
+worker, so it ends with the cluster and a cancel ends every process it started; a thread of the
+worker waits for it, keeps its exit code and starts whatever waits next (no client needed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+PENDING, SETTING_UP, RUNNING = "PENDING", "SETTING_UP", "RUNNING"
+SUCCEEDED, FAILED, FAILED_SETUP, CANCELLED = "SUCCEEDED", "FAILED", "FAILED_SETUP", "CANCELLED"
+#: The states of a job that has not ended.
+ACTIVE = (PENDING, SETTING_UP, RUNNING)
+#: What a task with no accelerators and no cpus asks of a node (SkyPilot's default).
+DEFAULT_TASK_CPU_DEMAND = 0.5
+#: The queue's database, in the cluster worker's folder.
+DATABASE = "jobs.db"
+#: The file in that folder naming this module's path on the node (clients run it as a script).
+TOOL = "jobqueue.path"
+#: Seconds a cancelled job's processes get between SIGTERM and SIGKILL.
+GRACE = 5.0
+#: Seconds between looks at a followed log that has no new bytes.
+FOLLOW_POLL = 0.2
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT, submitted REAL,
+    cpus REAL, gpus REAL, resources TEXT, nodes INTEGER);
+CREATE TABLE IF NOT EXISTS tasks (job INTEGER, node INTEGER, status TEXT, exit_code INTEGER, pid INTEGER,
+    owner INTEGER, started REAL, ended REAL, spec TEXT, PRIMARY KEY (job, node));
+"""
+_lock = threading.Lock()  # (one scheduler at a time in this process; SQLite orders the processes)
+
+
+def _here(name: str) -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *name.split("/"))
+
+
+def _load_procs() -> ModuleType:
+    """skyward's /proc reader: imported in the worker, loaded by its path when run as a script."""
+    if __name__ != "__main__":
+        from skyward import _procs
+
+        return _procs
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_skyward_procs", _here("_procs.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def connect(base: str) -> sqlite3.Connection:
+    """The queue in folder ``base`` (made, mode 0600, if new)."""
+    path = os.path.join(base, DATABASE)
+    if not os.path.exists(path):
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.executescript(_SCHEMA)
+    return conn
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def log_path(base: str, node: int, job: int) -> str:
+    return os.path.join(base, "jobs", str(node), f"{job}.log")
+
+
+# -- the worker's side: called as tasks of the client that submits ----------------------------
+
+
+def _cluster_dir() -> str:
+    from skyward.runtime.cluster import jobs_dir
+
+    jobs_dir(0)  # (raises naming what is needed when this is no cluster's worker)
+    return os.environ["SKYWARD_CLUSTER_DIR"]
+
+
+def capacity() -> tuple[float, float]:
+    """(cpus, accelerators) of this node, as the queue counts them."""
+    from skyward.runtime import instance_info
+
+    info = instance_info()
+    return float(len(os.sched_getaffinity(0))), float(info.accelerators or info.processes_per_node)
+
+
+def _check_fits(meta: dict[str, Any]) -> None:
+    from skyward.errors import ConfigError
+    from skyward.runtime import instance_info
+
+    cpus, gpus = capacity()
+    node = instance_info().node
+    if meta["gpus"] > gpus:
+        raise ConfigError("resources.accelerators", f"at most {gpus:g} (what node {node} of the cluster has)",
+                          meta["resources"], detail="the job could never start on this cluster")
+    if meta["cpus"] > cpus:
+        raise ConfigError("resources.cpus", f"at most {cpus:g} (what node {node} of the cluster has)",
+                          meta["resources"], detail="the job could never start on this cluster")
+
+
+def new_job(meta: dict[str, Any]) -> int | None:
+    """Broadcast: every node checks that the job fits it; the head numbers it (None elsewhere)."""
+    from skyward.runtime import instance_info
+
+    info = instance_info()
+    if info.local_rank:
+        return None
+    _check_fits(meta)
+    if info.node:
+        return None
+    base = _cluster_dir()
+    conn = connect(base)
+    try:
+        with _transaction(conn):
+            cur = conn.execute("INSERT INTO jobs (name, submitted, cpus, gpus, resources, nodes) VALUES (?,?,?,?,?,?)",
+                               (meta["name"], time.time(), meta["cpus"], meta["gpus"], meta["resources"],
+                                meta["nodes"]))
+        return int(cur.lastrowid or 0)
+    finally:
+        conn.close()
+
+
+def enqueue(job: int, meta: dict[str, Any], command: str, env: dict[str, str], cwd: str | None) -> None:
+    """Broadcast: put job ``job`` in this node's queue, and start it if the node has room."""
+    from skyward.runtime import instance_info
+
+    info = instance_info()
+    if info.local_rank:
+        return
+    base = _cluster_dir()
+    with open(os.path.join(base, TOOL), "w") as f:
+        f.write(os.path.abspath(__file__))
+    node_env = {k: v for k, v in os.environ.items() if k.startswith(("SKYWARD_", "SKYPILOT_"))}
+    spec = json.dumps({"command": command, "env": {**node_env, **env, "SKYWARD_JOB_ID": str(job)}, "cwd": cwd})
+    conn = connect(base)
+    try:
+        with _transaction(conn):
+            conn.execute("INSERT OR IGNORE INTO jobs (id, name, submitted, cpus, gpus, resources, nodes) "
+                         "VALUES (?,?,?,?,?,?,?)", (job, meta["name"], time.time(), meta["cpus"], meta["gpus"],
+                                                    meta["resources"], meta["nodes"]))
+            conn.execute("INSERT INTO tasks (job, node, status, owner, spec) VALUES (?,?,?,?,?)",
+                         (job, info.node, PENDING, os.getpid(), spec))
+    finally:
+        conn.close()
+    schedule(base, info.node)
+
+
+def schedule(base: str, node: int) -> None:
+    """Start node ``node``'s pending jobs that fit, in submission order (the first that does not
+    fit holds the ones behind it)."""
+    room = capacity()
+    with _lock:
+        conn = connect(base)
+        try:
+            with _transaction(conn):
+                _reconcile(conn, _load_procs())
+                rows = conn.execute("SELECT t.job, t.status, t.spec, j.cpus, j.gpus FROM tasks t JOIN jobs j "
+                                    "ON j.id = t.job WHERE t.node = ? AND t.status IN (?,?,?) ORDER BY t.job",
+                                    (node, *ACTIVE)).fetchall()
+                cpus = room[0] - sum(r["cpus"] for r in rows if r["status"] != PENDING)
+                gpus = room[1] - sum(r["gpus"] for r in rows if r["status"] != PENDING)
+                for r in rows:
+                    if r["status"] != PENDING:
+                        continue
+                    if r["cpus"] > cpus + 1e-9 or r["gpus"] > gpus + 1e-9:
+                        break
+                    cpus, gpus = cpus - r["cpus"], gpus - r["gpus"]
+                    _start(conn, base, node, r["job"], json.loads(r["spec"]))
+        finally:
+            conn.close()
+
+
+def _start(conn: sqlite3.Connection, base: str, node: int, job: int, spec: dict[str, Any]) -> None:
+    """Start a job's command under its guardian; a thread keeps its end (run in a transaction)."""
+    log = log_path(base, node, job)
+    os.makedirs(os.path.dirname(log), mode=0o700, exist_ok=True)
+    status_r, status_w = os.pipe()
+    control_r, control_w = os.pipe()  # (closed by the thread at the end, or by the kernel with this worker)
+    cwd = os.path.expanduser(spec["cwd"]) if spec["cwd"] else None
+    try:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", _here("runtime/_reaper.py"), _here("_procs.py"), str(GRACE), "/bin/bash",
+                 spec["command"], str(status_w)], stdin=control_r, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, **spec["env"]}, cwd=cwd, pass_fds=(status_w,), start_new_session=True)
+    except OSError as exc:
+        for fd in (status_r, status_w, control_r, control_w):
+            os.close(fd)
+        with open(log, "a") as out:
+            out.write(f"skyward: cannot start the job: {exc}\n")
+        conn.execute("UPDATE tasks SET status=?, exit_code=127, started=?, ended=?, spec=NULL WHERE job=? AND node=?",
+                     (FAILED, time.time(), time.time(), job, node))
+        return
+    os.close(status_w)
+    os.close(control_r)
+    with open(os.path.join(base, "jobs", str(node), f"{job}.pid"), "w") as f:
+        f.write(str(proc.pid))
+    conn.execute("UPDATE tasks SET status=?, pid=?, owner=?, started=?, spec=NULL WHERE job=? AND node=?",
+                 (RUNNING, proc.pid, os.getpid(), time.time(), job, node))
+    threading.Thread(target=_watch, args=(base, node, job, proc, status_r, control_w),
+                     name=f"skyward-job-{job}", daemon=True).start()
+
+
+def _watch(base: str, node: int, job: int, proc: subprocess.Popen[bytes], status_r: int, control_w: int) -> None:
+    """Wait for a job's guardian to report, keep the exit code, start what waits next."""
+    with os.fdopen(status_r) as status:
+        line = status.readline().split()
+    proc.wait()
+    os.close(control_w)
+    code = int(line[0]) if line else (proc.returncode or 1)
+    code = code if code >= 0 else 128 - code
+    conn = connect(base)
+    try:
+        with _transaction(conn):
+            conn.execute("UPDATE tasks SET status=? WHERE job=? AND node=? AND status=?",
+                         (SUCCEEDED if code == 0 else FAILED, job, node, RUNNING))
+            conn.execute("UPDATE tasks SET exit_code=?, ended=? WHERE job=? AND node=?", (code, time.time(), job, node))
+    finally:
+        conn.close()
+    schedule(base, node)
+
+
+def _reconcile(conn: sqlite3.Connection, procs: ModuleType) -> None:
+    """Jobs whose worker is gone (the cluster was stopped) will never end by themselves: FAILED."""
+    for r in conn.execute("SELECT job, node, owner FROM tasks WHERE status IN (?,?,?)", ACTIVE).fetchall():
+        if not r["owner"] or not procs.alive(r["owner"]):
+            conn.execute("UPDATE tasks SET status=?, ended=?, spec=NULL WHERE job=? AND node=?",
+                         (FAILED, time.time(), r["job"], r["node"]))
+
+
+def active(base: str) -> bool:
+    """Whether this folder's queue holds a job that has not ended (autostop waits for it)."""
+    if not os.path.exists(os.path.join(base, DATABASE)):
+        return False
+    procs = _load_procs()
+    conn = connect(base)
+    try:
+        owners = conn.execute("SELECT DISTINCT owner FROM tasks WHERE status IN (?,?,?)", ACTIVE).fetchall()
+    finally:
+        conn.close()
+    return any(r["owner"] and procs.alive(r["owner"]) for r in owners)
+
+
+# -- the clients' side: this file run as a script on the node ----------------------------------
+
+
+def rows(base: str, node: int) -> list[dict[str, Any]]:
+    """Node ``node``'s part of every job, oldest first."""
+    conn = connect(base)
+    try:
+        with _transaction(conn):
+            _reconcile(conn, _load_procs())
+        found = conn.execute("SELECT j.id, j.name, j.submitted, j.resources, j.nodes, t.node, t.status, t.exit_code, "
+                             "t.started, t.ended FROM tasks t JOIN jobs j ON j.id = t.job WHERE t.node = ? "
+                             "ORDER BY j.id", (node,)).fetchall()
+        return [dict(r) for r in found]
+    finally:
+        conn.close()
+
+
+def cancel(base: str, node: int, jobs: list[int] | None) -> dict[str, list[int]]:
+    """Cancel node ``node``'s part of ``jobs`` (None: every job not ended): CANCELLED, and every
+    process of it ended and confirmed gone. Returns the jobs cancelled and the pids left."""
+    import signal
+
+    procs = _load_procs()
+    conn = connect(base)
+    try:
+        with _transaction(conn):
+            _reconcile(conn, procs)
+            where = "" if jobs is None else f" AND job IN ({','.join('?' * len(jobs))})"
+            found = conn.execute(f"SELECT job, status, pid FROM tasks WHERE node = ? AND status IN (?,?,?){where}",
+                                 (node, *ACTIVE, *(jobs or []))).fetchall()
+            for r in found:
+                conn.execute("UPDATE tasks SET status=?, spec=NULL WHERE job=? AND node=?", (CANCELLED, r["job"], node))
+                if r["status"] == PENDING:
+                    conn.execute("UPDATE tasks SET ended=? WHERE job=? AND node=?", (time.time(), r["job"], node))
+    finally:
+        conn.close()
+    watched: set[int] = set()
+    for r in found:
+        pid = r["pid"]
+        if pid and procs.alive(pid) and _is_guardian(pid):
+            watched |= {pid, *procs.descendants(pid, zombies=False)}
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)  # (the guardian ends the job's whole tree, then itself)
+    deadline = time.monotonic() + GRACE + 10
+    while time.monotonic() < deadline and any(procs.alive(p) for p in watched):
+        time.sleep(0.05)
+    return {"cancelled": [r["job"] for r in found], "left": [p for p in watched if procs.alive(p)]}
+
+
+def _is_guardian(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"_reaper.py" in f.read()
+    except OSError:
+        return False
+
+
+def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -> int:
+    """Write node ``node``'s log of ``job`` to stdout (the last ``tail`` lines first, all when
+    negative); with ``keep_following``, until the job has ended there. 102: no such job."""
+    def state() -> str | None:
+        conn = connect(base)
+        try:
+            r = conn.execute("SELECT status FROM tasks WHERE job=? AND node=?", (job, node)).fetchone()
+            return None if r is None else r["status"]
+        finally:
+            conn.close()
+
+    status = state()
+    if status is None:
+        return 102
+    while keep_following and status == PENDING:
+        time.sleep(FOLLOW_POLL)
+        status = state()
+    out = sys.stdout.buffer
+    path = log_path(base, node, job)
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as f:
+        if tail >= 0:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 1_000_000))
+            lines = f.read().splitlines(keepends=True)
+            out.write(b"".join(lines[-tail:] if tail else []))
+        while True:
+            data = f.read()
+            if data:
+                out.write(data)
+                out.flush()
+                continue
+            if not keep_following or status not in ACTIVE:
+                break
+            time.sleep(FOLLOW_POLL)
+            status = state()
+    out.flush()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """``jobqueue.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL``."""
+    base, node, what, rest = argv[1], int(argv[2]), argv[3], argv[4:]
+    if what == "rows":
+        print(json.dumps(rows(base, node)))
+        return 0
+    if what == "cancel":
+        print(json.dumps(cancel(base, node, None if rest == ["all"] else [int(x) for x in rest])))
+        return 0
+    return follow(base, node, int(rest[0]), keep_following=rest[1] == "1", tail=int(rest[2]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
