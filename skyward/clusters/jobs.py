@@ -210,7 +210,10 @@ def follow_job(name: str, job_id: int, out: IO[str], err: IO[str]) -> int:
         err.write(f"skyward: stopped following job {job_id}; it goes on on cluster {name} "
                   f"(`skyward logs {name} {job_id}`, `skyward cancel {name} {job_id}`)\n")
         return 130
-    if found is None or found.status == SUCCEEDED:
+    if found is None:
+        err.write(f"skyward: error: job {job_id} is not in cluster {name}'s queue any more\n")
+        return 1
+    if found.status == SUCCEEDED:
         return 0
     err.write(f"skyward: job {job_id} on cluster {name}: {found.status}"
               + (f" (exit code {found.exit_code})" if found.exit_code is not None else "") + "\n")
