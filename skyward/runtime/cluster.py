@@ -9,7 +9,7 @@ import os
 
 from skyward._procs import alive
 
-__all__ = ["CLUSTER_DIR", "DETACHED_NEEDS", "jobs_dir", "jobs_in_use", "running_jobs"]
+__all__ = ["CLUSTER_DIR", "DETACHED_NEEDS", "jobs_dir", "running_jobs"]
 
 #: What a detached run needs (the error's ``accepted`` when it has none).
 DETACHED_NEEDS = "True only on a named cluster (skyward launch -c NAME -d; a run goes on without its client there)"
@@ -48,13 +48,3 @@ def running_jobs() -> list[int]:
             running.append(pid)
     return running
 
-
-def jobs_in_use() -> bool:
-    """Whether this cluster has work going on here: a job pending or running in its queue
-    (:mod:`skyward.runtime.jobqueue`), or a detached run's process alive."""
-    base = os.environ.get(CLUSTER_DIR)
-    if not base:
-        return False
-    from skyward.runtime.jobqueue import active
-
-    return active(base) or bool(running_jobs())

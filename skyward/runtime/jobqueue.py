@@ -1,21 +1,20 @@
-"""A named cluster's job queue, on its nodes (SkyPilot's job queue, in a few hundred lines).
+"""A named cluster's job queue, on its nodes (as SkyPilot's job queue).
 
-Every ``skyward launch -c`` / ``skyward exec`` run on a cluster is a *job*: an id from the head
-node (1, 2, 3... per cluster), and on every node one entry of the job in that node's queue. The
-queue is a small SQLite database next to the cluster worker's socket
-(``$SKYWARD_CLUSTER_DIR/jobs.db``, in the worker's 0700 folder): the head's holds the ids, and
-each node's the state of its part of each job. So it lives on the cluster, not on the laptop: it
-outlives the client that submitted, and any ``skyward`` process reaches it over the node's
-transport (this file runs as a script there, see :func:`main`).
+Every ``skyward launch -c`` / ``exec`` run on a cluster is a *job*: an id from the head node (1,
+2, 3... per cluster), and on every node an entry in that node's queue, a small SQLite database in
+the cluster worker's 0700 folder (``$SKYWARD_CLUSTER_DIR/jobs.db``; the head's holds the ids). It
+lives on the cluster, not on the laptop: it outlives the client that submitted, and any
+``skyward`` process reaches it over the node's transport (this file runs there as a script:
+:func:`main`).
 
-The cluster worker (node rank 0's first process on each node) starts a job's command when the
-node has room for it, in submission order: a job's demand is its task's accelerators and cpus
-(a task with neither takes :data:`DEFAULT_TASK_CPU_DEMAND`), a node's room its CPUs and
-accelerators (on a node without accelerators, its worker processes stand in for them, as
-``SKYPILOT_NUM_GPUS_PER_NODE`` says). A job that does not fit waits PENDING, and the ones behind
-it wait too. The command runs under the command guardian (``runtime/_reaper.py``), a child of the
-worker, so it ends with the cluster and a cancel ends every process it started; a thread of the
-worker waits for it, keeps its exit code and starts whatever waits next (no client needed).
+The cluster worker (each node's first process) starts a job when the node has room, in
+submission order: a job's demand is its task's accelerators and cpus (with neither,
+:data:`DEFAULT_TASK_CPU_DEMAND`), a node's room its CPUs and accelerators (worker processes stand
+in for accelerators where there are none, as ``SKYPILOT_NUM_GPUS_PER_NODE`` says); a job that
+does not fit waits PENDING, and so do the ones behind it. The command runs under the command
+guardian (``runtime/_reaper.py``), a child of the worker, so it ends with the cluster and a
+cancel ends every process it started; a thread of the worker keeps its exit code and starts what
+waits next (no client needed).
 """
 
 from __future__ import annotations
@@ -23,19 +22,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite3
 
 PENDING, SETTING_UP, RUNNING = "PENDING", "SETTING_UP", "RUNNING"
 SUCCEEDED, FAILED, FAILED_SETUP, CANCELLED = "SUCCEEDED", "FAILED", "FAILED_SETUP", "CANCELLED"
-#: The states of a job that has not ended.
-ACTIVE = (PENDING, SETTING_UP, RUNNING)
+ACTIVE = (PENDING, SETTING_UP, RUNNING)  # (a job that has not ended)
 #: What a task with no accelerators and no cpus asks of a node (SkyPilot's default).
 DEFAULT_TASK_CPU_DEMAND = 0.5
 #: The queue's database, in the cluster worker's folder.
@@ -56,7 +56,7 @@ CREATE TABLE IF NOT EXISTS tasks (job INTEGER, node INTEGER, status TEXT, exit_c
 _lock = threading.Lock()  # (one scheduler at a time in this process; SQLite orders the processes)
 
 
-def _here(name: str) -> str:
+def _here(name: str) -> str:  # (a file of skyward, by its path)
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *name.split("/"))
 
 
@@ -77,6 +77,8 @@ def _load_procs() -> ModuleType:
 
 def connect(base: str) -> sqlite3.Connection:
     """The queue in folder ``base`` (made, mode 0600, if new)."""
+    import sqlite3  # (here: the worker loads this module, and needs SQLite only on a cluster)
+
     path = os.path.join(base, DATABASE)
     if not os.path.exists(path):
         with contextlib.suppress(FileExistsError):
@@ -98,7 +100,7 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("COMMIT")
 
 
-def log_path(base: str, node: int, job: int) -> str:
+def log_path(base: str, node: int, job: int) -> str:  # (next to the pid files of runtime.cluster)
     return os.path.join(base, "jobs", str(node), f"{job}.log")
 
 
@@ -125,13 +127,10 @@ def _check_fits(meta: dict[str, Any]) -> None:
     from skyward.runtime import instance_info
 
     cpus, gpus = capacity()
-    node = instance_info().node
-    if meta["gpus"] > gpus:
-        raise ConfigError("resources.accelerators", f"at most {gpus:g} (what node {node} of the cluster has)",
-                          meta["resources"], detail="the job could never start on this cluster")
-    if meta["cpus"] > cpus:
-        raise ConfigError("resources.cpus", f"at most {cpus:g} (what node {node} of the cluster has)",
-                          meta["resources"], detail="the job could never start on this cluster")
+    for field, want, have in (("resources.accelerators", meta["gpus"], gpus), ("resources.cpus", meta["cpus"], cpus)):
+        if want > have:
+            raise ConfigError(field, f"at most {have:g} (what node {instance_info().node} of the cluster has)",
+                              meta["resources"], detail="the job could never start on this cluster")
 
 
 def new_job(meta: dict[str, Any]) -> int | None:
@@ -264,6 +263,15 @@ def _reconcile(conn: sqlite3.Connection, procs: ModuleType) -> None:
                          (FAILED, time.time(), r["job"], r["node"]))
 
 
+def jobs_in_use() -> bool:
+    """Whether this cluster has work going on here (the resident worker's autostop waits for it):
+    a job pending or running in its queue, or a detached run's process alive."""
+    from skyward.runtime.cluster import CLUSTER_DIR, running_jobs
+
+    base = os.environ.get(CLUSTER_DIR)
+    return bool(base) and (active(str(base)) or bool(running_jobs()))
+
+
 def active(base: str) -> bool:
     """Whether this folder's queue holds a job that has not ended (autostop waits for it)."""
     if not os.path.exists(os.path.join(base, DATABASE)):
@@ -326,7 +334,7 @@ def cancel(base: str, node: int, jobs: list[int] | None) -> dict[str, list[int]]
     return {"cancelled": [r["job"] for r in found], "left": [p for p in watched if procs.alive(p)]}
 
 
-def _is_guardian(pid: int) -> bool:
+def _is_guardian(pid: int) -> bool:  # (not a process that took a finished guardian's id)
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return b"_reaper.py" in f.read()
@@ -377,7 +385,7 @@ def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -
 
 
 def main(argv: list[str]) -> int:
-    """``jobqueue.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL``."""
+    """``jobqueue.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL`` (run by its path)."""
     base, node, what, rest = argv[1], int(argv[2]), argv[3], argv[4:]
     if what == "rows":
         print(json.dumps(rows(base, node)))

@@ -42,7 +42,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from skyward.runtime.cluster import CLUSTER_DIR, jobs_in_use
+from skyward.runtime.cluster import CLUSTER_DIR
+from skyward.runtime.jobqueue import jobs_in_use
 from skyward.worker.log import log
 
 #: Task ids on the wire are a session's own; inside the worker they carry the session number
