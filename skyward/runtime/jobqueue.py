@@ -44,8 +44,7 @@ DATABASE = "jobs.db"
 TOOL = "jobqueue.path"
 #: Seconds a cancelled job's processes get between SIGTERM and SIGKILL.
 GRACE = 5.0
-#: Seconds between looks at a followed log that has no new bytes.
-FOLLOW_POLL = 0.2
+FOLLOW_POLL = 0.2  # (seconds between looks at a followed log that has no new bytes)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT, submitted REAL,
