@@ -12,7 +12,7 @@
 block (or the image it builds) changed; the run block always, as a job in the cluster's queue
 (``Job ID: N``), followed until it ends unless ``-d``: the job goes on on the cluster whatever
 becomes of the client, ``logs`` follows it, and autostop waits for it to end. ``--down`` without ``-i`` (SkyPilot's) tears the cluster
-down once the run has finished (the detached run too): autostop after 0 idle minutes, a teardown.
+down once its last job has finished: autostop after 0 idle minutes, a teardown.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _autostop_flags(p: argparse.ArgumentParser) -> None:
                         "client attached; fractions allowed")
     p.add_argument("--down", dest="autostop_down", action="store_true",
                    help="tear the cluster down (machines terminated, the cluster forgotten): with -i MIN after "
-                        "MIN idle minutes; alone (launch) once the run, or the detached run, has finished")
+                        "MIN idle minutes; alone (launch) once the last job has finished")
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
