@@ -144,24 +144,40 @@ def test_detach_returns_at_once_and_a_killed_follower_leaves_the_job_running(hom
     (tmp_path / "go" / "d").touch()
     until(lambda: status(tmp_path, 2) == 0, 30, "job 2 to succeed")
 
+    held(tmp_path, "i")  # Ctrl-C stops following, not the job
+    follower = subprocess.Popen([sys.executable, "-m", "skyward.cli", "exec", "dev", "i.yaml", *env(tmp_path)],
+                                cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        until(lambda: len(pids_of(tmp_path, "i")) == 4, 60, "job 3 to run")
+        until(lambda: manage.status(["dev"])[0].holder is None, 30, "the follower to let the cluster go")
+        follower.send_signal(signal.SIGINT)
+        assert follower.wait(30) == 130
+        assert "stopped following job 3; it goes on" in follower.stderr.read()
+    finally:
+        follower.kill()
+    assert status(tmp_path, 3) == 101
+    (tmp_path / "go" / "i").touch()
+    until(lambda: status(tmp_path, 3) == 0, 30, "job 3 to succeed")
+
     held(tmp_path, "f")
     follower = subprocess.Popen([sys.executable, "-m", "skyward.cli", "exec", "dev", "f.yaml", *env(tmp_path)],
                                 cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        until(lambda: len(pids_of(tmp_path, "f")) == 4, 60, "job 3 to run")
+        until(lambda: len(pids_of(tmp_path, "f")) == 4, 60, "job 4 to run")
         until(lambda: manage.status(["dev"])[0].holder is None, 30, "the follower to let the cluster go")
         follower.send_signal(signal.SIGKILL)
         follower.wait(10)
     finally:
         follower.kill()
-    assert status(tmp_path, 3) == 101
+    assert status(tmp_path, 4) == 101
     assert all(pid_alive(p) for p in pids_of(tmp_path, "f")), "the job died with its follower"
     (tmp_path / "go" / "f").touch()
-    until(lambda: status(tmp_path, 3) == 0, 30, "job 3 to succeed without its client")
-    followed = sky("logs", "dev", "3", cwd=tmp_path)
+    until(lambda: status(tmp_path, 4) == 0, 30, "job 4 to succeed without its client")
+    followed = sky("logs", "dev", cwd=tmp_path)  # (the latest job)
     assert lines(followed.stdout, "released on") == ["[node 0] released on 0", "[node 1] released on 1"]
-    assert lines(sky("logs", "dev", "3", "--tail", "1", cwd=tmp_path).stdout, "on") == \
+    assert lines(sky("logs", "dev", "4", "--tail", "1", cwd=tmp_path).stdout, "on") == \
         ["[node 0] released on 0", "[node 1] released on 1"]
 
 

@@ -176,17 +176,25 @@ def _ids(known: dict[int, Job]) -> str:
     return "jobs " + ", ".join(str(i) for i in sorted(known)) if known else "it has no jobs"
 
 
-def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int = -1) -> None:
+def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int = -1) -> dict[int, tuple[str, int | None]]:
     """Write job ``job_id``'s output, every node's lines as ``[node N] ...``; with ``follow``,
-    until it has ended on every node."""
+    until it has ended on every node. Returns how it ended on each node that said so (with
+    ``follow``): node -> (state, exit code)."""
+    from skyward.runtime.jobtool import END_MARK
+
     record = _record(name)
     lock = threading.Lock()
+    ends: dict[int, tuple[str, int | None]] = {}
 
     def one(inst: Instance) -> None:
         from skyward.transport import reach
 
         def line(stream: str, text: str) -> None:
             with lock:
+                if stream == "stderr" and text.startswith(END_MARK + " "):
+                    state, code = text.split()[1:3]
+                    ends[inst.node] = (state, None if code == "-" else int(code))
+                    return
                 out.write(f"[node {inst.node}] {text}\n")
                 out.flush()
 
@@ -198,23 +206,33 @@ def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int
                 transport.close()
 
     _each_node(record, one)
+    return ends
 
 
 def follow_job(name: str, job_id: int, out: IO[str], err: IO[str]) -> int:
     """Follow job ``job_id`` until it ends (what ``launch -c``/``exec`` do after submitting); returns
-    its exit status. An interrupt stops following, never the job."""
+    its exit status. An interrupt stops following, never the job. (How it ended comes with the
+    log: a cluster torn down right after its last job, ``--down``, cannot be asked again.)"""
+    nodes = sorted(inst.node for inst in _record(name).instances)
     try:
-        logs(name, job_id, out)
-        found = job(name, job_id)
+        ends = logs(name, job_id, out)
     except KeyboardInterrupt:
         err.write(f"skyward: stopped following job {job_id}; it goes on on cluster {name} "
                   f"(`skyward logs {name} {job_id}`, `skyward cancel {name} {job_id}`)\n")
         return 130
-    if found is None:
-        err.write(f"skyward: error: job {job_id} is not in cluster {name}'s queue any more\n")
+    if not ends:
+        err.write(f"skyward: error: job {job_id} is not in cluster {name}'s queue\n")
         return 1
-    if found.status == SUCCEEDED:
+    silent = [n for n in nodes if n not in ends]
+    if silent:
+        err.write(f"skyward: error: job {job_id} on cluster {name}: node(s) {silent} did not say how it ended "
+                  f"(see `skyward logs {name} {job_id} --status`)\n")
+        return 1
+    states = {state for state, _ in ends.values()}
+    status = next((s for s in (CANCELLED, FAILED_SETUP, FAILED) if s in states), SUCCEEDED)
+    if status == SUCCEEDED:
         return 0
-    err.write(f"skyward: job {job_id} on cluster {name}: {found.status}"
-              + (f" (exit code {found.exit_code})" if found.exit_code is not None else "") + "\n")
-    return found.exit_code or 1
+    code = next((c for _, (_, c) in sorted(ends.items()) if c), None)
+    err.write(f"skyward: job {job_id} on cluster {name}: {status}"
+              + (f" (exit code {code})" if code is not None else "") + "\n")
+    return code or 1

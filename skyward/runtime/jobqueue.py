@@ -4,8 +4,8 @@ Every ``skyward launch -c`` / ``exec`` run on a cluster is a *job*: an id from t
 2, 3... per cluster), and on every node an entry in that node's queue, a small SQLite database in
 the cluster worker's 0700 folder (``$SKYWARD_CLUSTER_DIR/jobs.db``; the head's holds the ids). It
 lives on the cluster, not on the laptop: it outlives the client that submitted, and any
-``skyward`` process reaches it over the node's transport (this file runs there as a script:
-:func:`main`).
+``skyward`` process reaches it over the node's transport (:mod:`skyward.runtime.jobtool` runs
+there as a script).
 
 The cluster worker (each node's first process) starts a job when the node has room, in
 submission order: a job's demand is its task's accelerators and cpus (with neither,
@@ -40,7 +40,7 @@ ACTIVE = (PENDING, SETTING_UP, RUNNING)  # (a job that has not ended)
 DEFAULT_TASK_CPU_DEMAND = 0.5
 #: The queue's database, in the cluster worker's folder.
 DATABASE = "jobs.db"
-#: The file in that folder naming this module's path on the node (clients run it as a script).
+#: The file in that folder naming the path of :mod:`skyward.runtime.jobtool` on the node.
 TOOL = "jobqueue.path"
 #: Seconds a cancelled job's processes get between SIGTERM and SIGKILL.
 GRACE = 5.0
@@ -60,18 +60,13 @@ def _here(name: str) -> str:  # (a file of skyward, by its path)
 
 
 def _load_procs() -> ModuleType:
-    """skyward's /proc reader: imported in the worker, loaded by its path when run as a script."""
-    if __name__ != "__main__":
+    """skyward's /proc reader (in the queue's script, run with ``python -I -S``, the copy that
+    :mod:`skyward.runtime.jobtool` loaded by its path)."""
+    try:
         from skyward import _procs
-
-        return _procs
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_skyward_procs", _here("_procs.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    except ImportError:
+        return sys.modules["_skyward_procs"]
+    return _procs
 
 
 def connect(base: str) -> sqlite3.Connection:
@@ -163,7 +158,7 @@ def enqueue(job: int, meta: dict[str, Any], command: str, env: dict[str, str], c
         return
     base = _cluster_dir()
     with open(os.path.join(base, TOOL), "w") as f:
-        f.write(os.path.abspath(__file__))
+        f.write(_here("runtime/jobtool.py"))
     node_env = {k: v for k, v in os.environ.items() if k.startswith(("SKYWARD_", "SKYPILOT_"))}
     spec = json.dumps({"command": command, "env": {**node_env, **env, "SKYWARD_JOB_ID": str(job)}, "cwd": cwd})
     conn = connect(base)
@@ -282,118 +277,3 @@ def active(base: str) -> bool:
     finally:
         conn.close()
     return any(r["owner"] and procs.alive(r["owner"]) for r in owners)
-
-
-# -- the clients' side: this file run as a script on the node ----------------------------------
-
-
-def rows(base: str, node: int) -> list[dict[str, Any]]:
-    """Node ``node``'s part of every job, oldest first."""
-    conn = connect(base)
-    try:
-        with _transaction(conn):
-            _reconcile(conn, _load_procs())
-        found = conn.execute("SELECT j.id, j.name, j.submitted, j.resources, j.nodes, t.node, t.status, t.exit_code, "
-                             "t.started, t.ended FROM tasks t JOIN jobs j ON j.id = t.job WHERE t.node = ? "
-                             "ORDER BY j.id", (node,)).fetchall()
-        return [dict(r) for r in found]
-    finally:
-        conn.close()
-
-
-def cancel(base: str, node: int, jobs: list[int] | None) -> dict[str, list[int]]:
-    """Cancel node ``node``'s part of ``jobs`` (None: every job not ended): CANCELLED, and every
-    process of it ended and confirmed gone. Returns the jobs cancelled and the pids left."""
-    import signal
-
-    procs = _load_procs()
-    conn = connect(base)
-    try:
-        with _transaction(conn):
-            _reconcile(conn, procs)
-            where = "" if jobs is None else f" AND job IN ({','.join('?' * len(jobs))})"
-            found = conn.execute(f"SELECT job, status, pid FROM tasks WHERE node = ? AND status IN (?,?,?){where}",
-                                 (node, *ACTIVE, *(jobs or []))).fetchall()
-            for r in found:
-                conn.execute("UPDATE tasks SET status=?, spec=NULL WHERE job=? AND node=?", (CANCELLED, r["job"], node))
-                if r["status"] == PENDING:
-                    conn.execute("UPDATE tasks SET ended=? WHERE job=? AND node=?", (time.time(), r["job"], node))
-    finally:
-        conn.close()
-    watched: set[int] = set()
-    for r in found:
-        pid = r["pid"]
-        if pid and procs.alive(pid) and _is_guardian(pid):
-            watched |= {pid, *procs.descendants(pid, zombies=False)}
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)  # (the guardian ends the job's whole tree, then itself)
-    deadline = time.monotonic() + GRACE + 10
-    while time.monotonic() < deadline and any(procs.alive(p) for p in watched):
-        time.sleep(0.05)
-    return {"cancelled": [r["job"] for r in found], "left": [p for p in watched if procs.alive(p)]}
-
-
-def _is_guardian(pid: int) -> bool:  # (not a process that took a finished guardian's id)
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"_reaper.py" in f.read()
-    except OSError:
-        return False
-
-
-def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -> int:
-    """Write node ``node``'s log of ``job`` to stdout (the last ``tail`` lines first, all when
-    negative); with ``keep_following``, until the job has ended there. 102: no such job."""
-    def state() -> str | None:
-        conn = connect(base)
-        try:
-            r = conn.execute("SELECT status FROM tasks WHERE job=? AND node=?", (job, node)).fetchone()
-            return None if r is None else r["status"]
-        finally:
-            conn.close()
-
-    status = state()
-    if status is None:
-        return 102
-    while keep_following and status == PENDING:
-        time.sleep(FOLLOW_POLL)
-        status = state()
-    out = sys.stdout.buffer
-    path = log_path(base, node, job)
-    if not os.path.exists(path):
-        return 0
-    with open(path, "rb") as f:
-        if tail >= 0:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 1_000_000))
-            lines = f.read().splitlines(keepends=True)
-            out.write(b"".join(lines[-tail:] if tail else []))
-        while True:
-            data = f.read()
-            if data:
-                out.write(data)
-                out.flush()
-                continue
-            if not keep_following or status not in ACTIVE:
-                break
-            time.sleep(FOLLOW_POLL)
-            status = state()
-    out.flush()
-    return 0
-
-
-def main(argv: list[str]) -> int:
-    """``jobqueue.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL`` (run by its path)."""
-    base, node, what, rest = argv[1], int(argv[2]), argv[3], argv[4:]
-    if what == "rows":
-        print(json.dumps(rows(base, node)))
-        return 0
-    if what == "cancel":
-        print(json.dumps(cancel(base, node, None if rest == ["all"] else [int(x) for x in rest])))
-        return 0
-    return follow(base, node, int(rest[0]), keep_following=rest[1] == "1", tail=int(rest[2]))
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
