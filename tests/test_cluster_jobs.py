@@ -10,12 +10,17 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from skyward.clusters import manage
+import pytest
+
+from skyward.clusters import jobs, manage
+from skyward.launch import execute, plan
 from tests.conftest import pid_alive, wait_gone
+from tests.hosts.conftest_fixture import ssh_provider
 from tests.test_cluster_cli import ROOT, home, lines, sky, task  # noqa: F401  (home: the fixture)
 
 QUICK = """\
@@ -222,3 +227,31 @@ def test_autostop_waits_for_running_and_pending_jobs(home: str, tmp_path: Path) 
     assert all(pid_alive(p) for p in workers), "autostop ended the cluster with a job pending"
     (tmp_path / "go" / "two").touch()
     assert wait_gone(workers, 30) == [], "autostop did not end the cluster once its jobs were done"
+
+
+def test_the_queue_and_cancel_on_ssh_hosts(home: str, tmp_path: Path, test_hosts, wheelhouse,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A cluster of two SSH test hosts: ids from the head, the queue read over SSH, a cancel that
+    ends the job's processes on both hosts (they share this machine's process ids)."""
+    shared = Path(tempfile.mkdtemp(prefix="skyjobs", dir="/tmp"))  # (the hosts' users can write here)
+    for sub in ("pids", "go"):
+        (shared / sub).mkdir()
+    os.chmod(shared, 0o777)
+    for sub in ("pids", "go"):
+        os.chmod(shared / sub, 0o777)
+    flags = [f"PIDS={shared / 'pids'}", f"GO={shared / 'go'}"]
+    quick = task(tmp_path, QUICK)
+    provider = ssh_provider(test_hosts[:2], wheelhouse)
+    assert execute(plan(quick), provider=provider, console=False, cluster={"name": "hosts"}) == 0
+    assert lines(capsys.readouterr().out, "job 1 on") == ["[node 0] job 1 on 0", "[node 1] job 1 on 1"]
+    assert execute(plan(held(tmp_path, "s"), env=flags), console=False, run_setup=False, detach_run=True,
+                   cluster={"name": "hosts", "attach_only": True}) == 0
+    assert "Job ID: 2" in capsys.readouterr().out
+    until(lambda: len([p for p in (shared / "pids").glob("s-*")]) == 4, 60, "job 2 to run on both hosts")
+    pids = [int(p.read_text()) for p in (shared / "pids").glob("s-*")]
+    assert [(j.id, j.status) for j in jobs.jobs("hosts")] == [(1, "SUCCEEDED"), (2, "RUNNING")]
+    cancelled, problems = jobs.cancel("hosts", [2])
+    assert (cancelled, problems) == ([2], [])
+    assert [p for p in pids if pid_alive(p)] == []
+    assert jobs.job("hosts", 2).status == "CANCELLED"
+    assert manage.down("hosts") == []
