@@ -50,7 +50,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT, submitted REAL,
     cpus REAL, gpus REAL, resources TEXT, nodes INTEGER);
 CREATE TABLE IF NOT EXISTS tasks (job INTEGER, node INTEGER, status TEXT, exit_code INTEGER, pid INTEGER,
-    owner INTEGER, started REAL, ended REAL, spec TEXT, PRIMARY KEY (job, node));
+    owner INTEGER, started REAL, ended REAL, spec TEXT, cancelling INTEGER DEFAULT 0, PRIMARY KEY (job, node));
 """
 _lock = threading.Lock()  # (one scheduler at a time in this process; SQLite orders the processes)
 
@@ -236,13 +236,16 @@ def _watch(base: str, node: int, job: int, proc: subprocess.Popen[bytes], status
         line = status.readline().split()
     proc.wait()
     os.close(control_w)
+    with contextlib.suppress(OSError):  # (autostop looks at the live ones)
+        os.unlink(os.path.join(base, "jobs", str(node), f"{job}.pid"))
     code = int(line[0]) if line else (proc.returncode or 1)
     code = code if code >= 0 else 128 - code
     conn = connect(base)
     try:
         with _transaction(conn):
-            conn.execute("UPDATE tasks SET status=? WHERE job=? AND node=? AND status=?",
-                         (SUCCEEDED if code == 0 else FAILED, job, node, RUNNING))
+            # (a cancelled job is CANCELLED only now: its guardian has confirmed its tree gone)
+            conn.execute("UPDATE tasks SET status=CASE WHEN cancelling THEN ? ELSE ? END WHERE job=? AND node=? "
+                         "AND status=?", (CANCELLED, SUCCEEDED if code == 0 else FAILED, job, node, RUNNING))
             conn.execute("UPDATE tasks SET exit_code=?, ended=? WHERE job=? AND node=?", (code, time.time(), job, node))
     finally:
         conn.close()

@@ -63,8 +63,10 @@ def rows(base: str, node: int) -> list[dict[str, Any]]:
 
 
 def cancel(base: str, node: int, jobs: list[int] | None) -> dict[str, list[int]]:
-    """Cancel node ``node``'s part of ``jobs`` (None: every job not ended): CANCELLED, and every
-    process of it ended and confirmed gone. Returns the jobs cancelled and the pids left."""
+    """Cancel node ``node``'s part of ``jobs`` (None: every job not ended): a pending one is
+    CANCELLED at once; a running one's guardian ends its whole process tree, and the worker marks
+    it CANCELLED once the guardian has confirmed none of it is left. Returns the jobs cancelled
+    and the pids left (none unless something could not be killed)."""
     import signal
 
     procs = q._load_procs()
@@ -76,22 +78,29 @@ def cancel(base: str, node: int, jobs: list[int] | None) -> dict[str, list[int]]
             found = conn.execute(f"SELECT job, status, pid FROM tasks WHERE node = ? AND status IN (?,?,?){where}",
                                  (node, *q.ACTIVE, *(jobs or []))).fetchall()
             for r in found:
-                conn.execute("UPDATE tasks SET status=?, spec=NULL WHERE job=? AND node=?", (q.CANCELLED, r["job"], node))
                 if r["status"] == q.PENDING:
-                    conn.execute("UPDATE tasks SET ended=? WHERE job=? AND node=?", (time.time(), r["job"], node))
+                    conn.execute("UPDATE tasks SET status=?, ended=?, spec=NULL WHERE job=? AND node=?",
+                                 (q.CANCELLED, time.time(), r["job"], node))
+                else:
+                    conn.execute("UPDATE tasks SET cancelling=1 WHERE job=? AND node=?", (r["job"], node))
+        watched: set[int] = set()
+        for r in found:
+            pid = r["pid"]
+            if r["status"] != q.PENDING and pid and procs.alive(pid) and _is_guardian(pid):
+                watched |= {pid, *procs.descendants(pid, zombies=False)}
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)  # (the guardian ends the job's whole tree, then itself)
+        ids = [r["job"] for r in found]
+        deadline = time.monotonic() + q.GRACE + 10
+        while time.monotonic() < deadline:
+            running = conn.execute(f"SELECT 1 FROM tasks WHERE node=? AND status=? AND job IN "
+                                   f"({','.join('?' * len(ids))})", (node, q.RUNNING, *ids)).fetchone()
+            if not running and not any(procs.alive(p) for p in watched):
+                break
+            time.sleep(0.05)
     finally:
         conn.close()
-    watched: set[int] = set()
-    for r in found:
-        pid = r["pid"]
-        if pid and procs.alive(pid) and _is_guardian(pid):
-            watched |= {pid, *procs.descendants(pid, zombies=False)}
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)  # (the guardian ends the job's whole tree, then itself)
-    deadline = time.monotonic() + q.GRACE + 10
-    while time.monotonic() < deadline and any(procs.alive(p) for p in watched):
-        time.sleep(0.05)
-    return {"cancelled": [r["job"] for r in found], "left": [p for p in watched if procs.alive(p)]}
+    return {"cancelled": ids, "left": [p for p in watched if procs.alive(p)]}
 
 
 def _is_guardian(pid: int) -> bool:  # (not a process that took a finished guardian's id)
