@@ -267,7 +267,8 @@ def test_a_detached_run_goes_on_without_the_client_and_logs_follow_it(home: str,
     assert time.monotonic() - started < 60
 
 
-def launch_and_exec_on(provider, tmp_path: Path) -> tuple[list[str], list[str], list[int]]:
+def launch_and_exec_on(provider, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[list[str], list[str], list[int]]:
+    """The setup's output lines (events) and the run's (its job's log, followed) of a launch and an exec."""
     outputs: list[list[str]] = [[], []]
 
     def into(i: int):
@@ -278,16 +279,23 @@ def launch_and_exec_on(provider, tmp_path: Path) -> tuple[list[str], list[str], 
 
     path = task(tmp_path, **{"@TAG@": "ssh"})
     p = plan(path)
+    capsys.readouterr()
     assert execute(p, provider=provider, console=False, on_event=into(0), cluster={"name": "hosts"}) == 0
+    outputs[0] += capsys.readouterr().out.splitlines()
     pids = [pid for pid, _ in manage.ClusterStore().get("hosts").workers]
     assert execute(plan(path), console=False, on_event=into(1), cluster={"name": "hosts", "attach_only": True},
                    run_setup=False) == 0
+    outputs[1] += capsys.readouterr().out.splitlines()
     return outputs[0], outputs[1], pids
 
 
-def test_launch_c_and_exec_on_ssh_hosts(home: str, tmp_path: Path, test_hosts, wheelhouse) -> None:
+def test_launch_c_and_exec_on_ssh_hosts(home: str, tmp_path: Path, test_hosts, wheelhouse,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     provider = ssh_provider(test_hosts[:2], wheelhouse)
-    first, second, pids = launch_and_exec_on(provider, tmp_path)
+    first, second, pids = launch_and_exec_on(provider, tmp_path, capsys)
+    assert "Job ID: 1" in first and "Job ID: 2" in second
+    assert sorted(x for x in second if "hi from node" in x) == ["[node 0] hi from node 0 of 2",
+                                                                 "[node 1] hi from node 1 of 2"]
     assert len([x for x in first if "setup ran on node" in x]) == 2
     assert sorted(x for x in first if "hi from node" in x) == sorted(x for x in second if "hi from node" in x)
     assert not [x for x in second if "setup ran" in x]
@@ -440,11 +448,11 @@ def test_logs_after_a_failed_run_exits_non_zero(home: str, tmp_path: Path) -> No
     followed = sky("logs", "dev", cwd=tmp_path)
     assert lines(followed.stdout, "ending on") == ["[node 0] ending on 0", "[node 1] ending on 1"]
     assert followed.returncode == 100, (followed.stdout, followed.stderr)  # SkyPilot's code for a failed job
-    assert "failed on node 1 (exit code 5)" in followed.stderr
+    assert "FAILED (exit code 5)" in followed.stderr
 
 
 def test_run_reads_the_bashrc_that_setup_wrote_on_ssh_hosts(home: str, tmp_path: Path, test_hosts,
-                                                             wheelhouse) -> None:
+                                                             wheelhouse, capsys: pytest.CaptureFixture[str]) -> None:
     provider = ssh_provider(test_hosts[:2], wheelhouse)
     rcs = [Path(h.home) / ".bashrc" for h in test_hosts[:2]]
     kept = [rc.read_text() if rc.exists() else None for rc in rcs]
@@ -459,7 +467,9 @@ def test_run_reads_the_bashrc_that_setup_wrote_on_ssh_hosts(home: str, tmp_path:
     try:
         path = task(tmp_path, BASHRC, "rc.yaml")
         assert execute(plan(path), provider=provider, console=False, on_event=on_event, cluster={"name": "rc"}) == 0
-        assert sorted(x.strip() for x in seen if "FOO is" in x) == ["FOO is bar on 0", "FOO is bar on 1"]
+        # (the run is a job: its lines come as the client follows it, on stdout)
+        followed = [x.split("] ", 1)[-1] for x in capsys.readouterr().out.splitlines()]
+        assert sorted(x.strip() for x in seen + followed if "FOO is" in x) == ["FOO is bar on 0", "FOO is bar on 1"]
     finally:
         manage.down("rc")
         for rc, text in zip(rcs, kept, strict=True):

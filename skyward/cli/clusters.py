@@ -6,7 +6,7 @@
     skyward stop NAME... [-y]                                                 workers (and cloud machines) off
     skyward start NAME... [-y]                                                on again
     skyward down NAME... | -a [-y]                                            end them (and leftover pools)
-    skyward logs NAME [--no-follow]                                           a detached run's output and status
+    skyward queue / cancel / logs                                             a cluster's jobs (skyward.cli.jobs)
     skyward autostop NAME... [-i MIN] [--down] | --cancel [-y]                set or cancel autostop, live
     skyward cost-report                                                       what each cluster cost so far
 
@@ -15,11 +15,11 @@ A task is a task file or, as in SkyPilot, a shell command (``skyward exec dev 'n
 
 ``launch -c`` runs the setup block on every launch, as SkyPilot's does (with ``--fast``: when
 the cluster is created, and again only when the setup block or its variables changed); the run
-block always, on the task's ``num_nodes`` (the cluster's first nodes when it has more). ``-d``
-starts the run block and returns at once: the run goes on on the cluster (its output in a log
-there), ``logs`` follows it and exits with its status, and autostop waits for it to end.
-``--down`` without ``-i`` (SkyPilot's) tears the cluster down once the run has finished (the
-detached run too): autostop after 0 idle minutes, a teardown.
+block always, on the task's ``num_nodes`` (the cluster's first nodes when it has more). The run
+is a job in the cluster's queue (``Job ID: N``), followed until it ends unless ``-d``: the job
+goes on on the cluster whatever becomes of the client, ``logs`` follows it, and autostop waits
+for it to end. ``--down`` without ``-i`` (SkyPilot's) tears the cluster down once its last job
+has finished: autostop after 0 idle minutes, a teardown.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import IO, Any
 
 __all__ = ["add_commands", "run_command"]
 
-COMMANDS = ("exec", "status", "stop", "start", "logs", "cost-report", "autostop")
+COMMANDS = ("exec", "status", "stop", "start", "logs", "cost-report", "autostop", "queue", "cancel")
 #: ``skyward autostop`` without -i (SkyPilot's default idle minutes).
 DEFAULT_IDLE_MINUTES = 5.0
 
@@ -76,7 +76,7 @@ def add_cluster_flags(launch: argparse.ArgumentParser) -> None:
                                                                  "after the run; `skyward down NAME` ends it)")
     _autostop_flags(launch)
     launch.add_argument("-d", "--detach-run", action="store_true",
-                        help="start the run block and return; `skyward logs NAME` follows it (needs -c)")
+                        help="submit the run block as a job and return; `skyward logs NAME` follows it (needs -c)")
     launch.add_argument("--fast", action="store_true",
                         help="on a cluster that is up, run setup only when it changed since it last ran there "
                              "(without it, setup runs on every launch, as SkyPilot's)")
@@ -88,7 +88,7 @@ def _autostop_flags(p: argparse.ArgumentParser) -> None:
                         "client attached; fractions allowed")
     p.add_argument("--down", dest="autostop_down", action="store_true",
                    help="tear the cluster down (machines terminated, the cluster forgotten): with -i MIN after "
-                        "MIN idle minutes; alone (launch) once the run, or the detached run, has finished")
+                        "MIN idle minutes; alone (launch) once the last job has finished")
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -100,7 +100,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     ex.add_argument("entrypoint", nargs="+", metavar="TASK.yaml|COMMAND",
                     help="a task file, or a shell command run on the nodes (several words are joined)")
     add_task_flags(ex)
-    ex.add_argument("-d", "--detach-run", action="store_true", help="start the run and return")
+    ex.add_argument("-d", "--detach-run", action="store_true", help="submit the job and return")
 
     st = commands.add_parser("status", help="list named clusters (reconciled with their nodes)")
     st.add_argument("names", nargs="*", metavar="NAME")
@@ -135,9 +135,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     auto.add_argument("--cancel", action="store_true", help="remove the autostop")
     auto.add_argument("--yes", "-y", action="store_true", help="do not ask (when on a terminal)")
 
-    logs = commands.add_parser("logs", help="follow a cluster's detached run")
-    logs.add_argument("name", metavar="NAME")
-    logs.add_argument("--no-follow", action="store_true", help="print what is there and return")
+    from skyward.cli import jobs
+
+    jobs.add_commands(commands)  # queue, cancel, logs
 
 
 def run_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
@@ -154,7 +154,9 @@ def run_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         return _cost_report(out)
     if args.command == "autostop":
         return _autostop(args, out, err)
-    return _logs(args, out, err)
+    from skyward.cli import jobs
+
+    return jobs.run_command(args, out, err)
 
 
 # -- launch -c / exec ---------------------------------------------------------------------------
@@ -365,12 +367,6 @@ def down_names(names: list[str], everything: bool, yes: bool, out: IO[str], err:
     rest = [] if everything else [n for n in names if n not in known]
     code = _each(clusters, "down", out, err, ask=not yes and everything) if clusters else 0
     return code, rest
-
-
-def _logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    from skyward.clusters.manage import follow_logs
-
-    return follow_logs(args.name, out, follow=not args.no_follow, err=err)
 
 
 def _dollars(amount: float | None) -> str:

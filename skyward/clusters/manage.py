@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import sys
 import time
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import Any
 
 from skyward.clusters.nodes import ClusterNodes
 from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, hold
 from skyward.errors import ClusterBusy, ClusterError
 from skyward.runtime.cluster import CONTROL_SUFFIX
-
-if TYPE_CHECKING:
-    from skyward.providers.base import Instance
 
 __all__ = ["ClusterStatus", "autostop", "down", "start", "status", "stop"]
 
@@ -239,63 +235,6 @@ def stop(name: str) -> list[str]:
             stop_machines(list(record.instances))
         ClusterStore().put(record.with_(status=STOPPED, workers=()))
         return problems
-
-
-#: ``skyward logs``'s exit status, as ``sky logs`` returns its job's: the run succeeded on every
-#: node, failed on one, is still running (``--no-follow``), or there is none.
-LOGS_SUCCEEDED, LOGS_FAILED, LOGS_NOT_FINISHED, LOGS_NOT_FOUND = 0, 100, 101, 102
-_EXIT = "skyward-run-exit="  # (the line the node's command ends with: the run's exit status)
-
-
-def follow_logs(name: str, out: IO[str], *, follow: bool = True, err: IO[str] | None = None) -> int:
-    """Print cluster ``name``'s latest detached run's output, every node's lines prefixed with
-    ``[node N]``; with ``follow``, until the run ends on every node. Returns the run's status as
-    SkyPilot's ``sky logs`` does (:data:`LOGS_SUCCEEDED` … :data:`LOGS_NOT_FOUND`); a node
-    where it failed is named on ``err``."""
-    import threading
-
-    from skyward.transport import reach
-
-    record = _record(name)
-    lock = threading.Lock()
-    ended: dict[int, str] = {}  # node -> the run's exit status there ("" while it runs)
-
-    def one(inst: Instance) -> None:
-        directory = f"{record.roots[inst.node]}/c/{record.id}/jobs/{inst.node}"
-        tail = "tail -n +1 -F --pid=\"$pid\" \"$log\" 2>/dev/null" if follow else "cat \"$log\""
-        command = (f"log=$(ls -1t {shlex.quote(directory)}/*.log 2>/dev/null | head -n 1); "
-                   f"[ -n \"$log\" ] || exit 3; pid=$(cat \"${{log%.log}}.pid\" 2>/dev/null || echo 1); {tail}; "
-                   f"echo \"{_EXIT}$(cat \"${{log%.log}}.exit\" 2>/dev/null)\"")
-        transport = reach(inst)
-
-        def line(stream: str, text: str) -> None:
-            if text.startswith(_EXIT):
-                ended[inst.node] = text[len(_EXIT):].strip()
-                return
-            with lock:
-                out.write(f"[node {inst.node}] {text}\n")
-                out.flush()
-
-        try:
-            transport.stream(command, line)
-        finally:
-            with contextlib.suppress(Exception):
-                transport.close()
-
-    threads = [threading.Thread(target=one, args=(inst,), daemon=True) for inst in record.instances]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if not ended:
-        out.write(f"cluster {name} has no detached run (start one with `skyward exec -d {name} TASK.yaml`)\n")
-        return LOGS_NOT_FOUND
-    failed = {node: code for node, code in sorted(ended.items()) if code not in ("", "0")}
-    for node, code in failed.items():
-        (err or sys.stderr).write(f"skyward: the run failed on node {node} (exit code {code})\n")
-    if failed:
-        return LOGS_FAILED
-    return LOGS_NOT_FINISHED if "" in ended.values() else LOGS_SUCCEEDED
 
 
 def start(name: str, *, console: bool = True) -> None:

@@ -266,7 +266,7 @@ def _machines_running(record: ClusterRecord) -> bool:
 
 def _autostop_text(name: str, record: ClusterRecord | None) -> str:
     if record is not None and record.idle_minutes == 0 and record.down:
-        return "it ends once no detached run is left on it (down)"
+        return "it ends once no job is left in its queue (down)"
     if record is None or record.idle_minutes is None:
         stays = "no autostop"
     else:

@@ -1,11 +1,11 @@
 """A task file's run on a named cluster (what :mod:`skyward.launch` asks of a cluster): the pool's
-arguments, whether setup runs again, and runs that go on without the client (``-d``)."""
+arguments, whether setup runs again, and the run put in the cluster's job queue as a job
+(:mod:`skyward.runtime.jobqueue`), which goes on without the client."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -13,8 +13,8 @@ if TYPE_CHECKING:
     from skyward.clusters.session import ClusterSession
     from skyward.pool.pool import ComputePool
 
-__all__ = ["SetupBlock", "Workdir", "pool_args", "run_detached", "run_directory", "run_on", "setup_done",
-           "setup_hash", "setup_needed"]
+__all__ = ["JobShape", "SetupBlock", "Workdir", "demand", "pool_args", "run_directory", "run_on", "setup_done",
+           "setup_hash", "setup_needed", "submit_job"]
 
 
 class SetupBlock(Protocol):
@@ -38,6 +38,22 @@ class Workdir(Protocol):
 
     @property
     def workdir_git(self) -> tuple[str, str | None] | None: ...
+
+
+class JobShape(Protocol):
+    """What a job's demand is read from (a :class:`~skyward.launch.run.LaunchPlan` has it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def accelerator(self) -> str | None: ...
+
+    @property
+    def cpus(self) -> str | None: ...
+
+    @property
+    def nodes(self) -> int: ...
 
 
 def setup_hash(plan: SetupBlock) -> str | None:
@@ -127,39 +143,31 @@ def run_directory(pool: ComputePool, p: Workdir, synced: str | None) -> str | No
     return synced
 
 
-def run_detached(pool: ComputePool, command: str, env: dict[str, str], cwd: str | None) -> list[str]:
-    """Start ``command`` on every node of a cluster, detached from this client: it goes on when
-    the client leaves (still inside the cluster worker's process tree, so it ends with the
-    cluster), its output goes to a log next to the worker's socket. Returns the log paths."""
+def demand(accelerator: str | None, cpus: str | None, nodes: int) -> dict[str, Any]:
+    """What a job asks of each node (see :mod:`skyward.runtime.jobqueue`): its accelerators
+    (``"L4:2"``), its cpus (``"2"``, ``"2+"``: 2), or :data:`DEFAULT_TASK_CPU_DEMAND` of a CPU."""
+    from skyward.launch.taskfile.file import parse_minimum
+    from skyward.runtime.jobqueue import DEFAULT_TASK_CPU_DEMAND
+
+    gpus = 0.0
+    if accelerator:
+        kind, _, count = accelerator.partition(":")
+        gpus = float(count or 1)
+    minimum = parse_minimum(cpus, "resources.cpus")
+    cpu = float(minimum[0]) if minimum else (0.0 if gpus else DEFAULT_TASK_CPU_DEMAND)
+    parts = ([f"{accelerator.partition(':')[0]}:{gpus:g}"] if accelerator else []) + ([f"CPU:{cpu:g}"] if cpu else [])
+    return {"cpus": cpu, "gpus": gpus, "nodes": nodes, "resources": f"{nodes}x[{', '.join(parts)}]"}
+
+
+def submit_job(pool: ComputePool, p: JobShape, command: str, env: dict[str, str], cwd: str | None) -> int:
+    """Put ``command`` in the cluster's job queue (every node runs it, detached from this client:
+    it goes on when the client leaves, inside the cluster worker's process tree, so it ends with
+    the cluster); returns the job's id."""
     from skyward.compute import compute
+    from skyward.runtime.jobqueue import enqueue, new_job
 
-    job = time.strftime("%Y%m%d-%H%M%S")
-    logs = compute(name="start detached run")(_start_job)(command, env, cwd, job) @ pool
-    return [log for log in logs if log]
-
-
-def _start_job(command: str, env: dict[str, str], cwd: str | None, job: str) -> str:
-    import os
-    import subprocess
-    import threading
-
-    from skyward.runtime import instance_info
-    from skyward.runtime.cluster import jobs_dir
-
-    info = instance_info()
-    if info.local_rank:  # once per node, as the run block runs
-        return ""
-    directory = jobs_dir(info.node)
-    log = os.path.join(directory, f"{job}.log")
-    full = {**os.environ, **env}
-    where = os.path.expanduser(cwd) if cwd else None
-    # An outer bash keeps the run's exit status next to its log (`skyward logs` returns it).
-    record = '/bin/bash -c "$1"; code=$?; echo "$code" > "$2"; exit "$code"'
-    status = os.path.join(directory, f"{job}.exit")
-    with open(log, "ab") as f:
-        proc = subprocess.Popen(["/bin/bash", "-c", record, "skyward", command, status], stdin=subprocess.DEVNULL,
-                                stdout=f, stderr=subprocess.STDOUT, env=full, cwd=where, start_new_session=True)
-    with open(os.path.join(directory, f"{job}.pid"), "w") as f:
-        f.write(str(proc.pid))
-    threading.Thread(target=proc.wait, name="skyward-detached-run", daemon=True).start()  # (no zombie)
-    return log
+    meta = {"name": p.name, **demand(p.accelerator, p.cpus, len(pool.instances) or p.nodes)}
+    ids = compute(name="number the job")(new_job)(meta) @ pool
+    job = next(i for i in ids if i)
+    compute(name=f"queue job {job}")(enqueue)(job, meta, command, env, cwd) @ pool
+    return job

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from skyward.launch.taskfile.fields import describe_ports
 from skyward.errors import ConfigError
 
-__all__ = ["PROVIDERS", "check_flags", "describe_stage", "entrypoint", "read_entry", "stage", "workdir_flags"]
+__all__ = ["MASK", "PROVIDERS", "assignment", "check_flags", "describe_stage", "entrypoint", "read_entry", "read_env_file", "stage", "workdir_flags"]
 
 PROVIDERS = ("local", "ssh", "aws")
 MASK = "***"
@@ -259,3 +260,42 @@ def _aws_machine(self: Any) -> str:
                                vcpus=cpus[0] if cpus else None, memory_gb=memory[0] if memory else None)
         what = found[0].describe() + " (EC2 is asked at launch)"
     return f"{self.nodes} x {what}, {market}, in {region}\n  prices: {source}"
+
+
+def assignment(item: str, flag: str, environ: Mapping[str, str], *, secret: bool) -> tuple[str, str]:
+    """``--env``/``--secret``'s ``NAME=VALUE`` (or ``NAME``, taken from ``environ``)."""
+    key, eq, value = item.partition("=")
+    key = key.strip()
+    if not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
+        raise ConfigError(flag, "NAME=VALUE or NAME (a variable name: letters, digits and _)",
+                          MASK if secret else item)
+    if eq:
+        return key, value
+    if key not in environ:
+        raise ConfigError(flag, f"NAME=VALUE, or NAME set in your environment ({key} is not set)", key)
+    return key, environ[key]
+
+
+def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """``--env-file``'s variables: a dotenv file of ``NAME=VALUE`` lines (``export``, quotes and
+    comments allowed)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError("--env-file", "a readable file of NAME=VALUE lines", os.fspath(path),
+                          detail=str(exc)) from None
+    found = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].strip()
+        key, eq, value = line.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"--env-file line {number}", "NAME=VALUE", line)
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        found[key.strip()] = value
+    return found

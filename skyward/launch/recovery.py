@@ -80,7 +80,7 @@ class _Budget:
     """What is left of a launch's recoveries: lost nodes and listed exit codes share
     :data:`MAX_RECOVERIES`; other failed runs use ``max_restarts_on_errors``."""
 
-    def __init__(self, recovery: Any):
+    def __init__(self, recovery: JobRecovery):
         self.restarts = recovery.max_restarts_on_errors
         self.codes = recovery.recover_on_exit_codes
         self.errors_left = self.restarts

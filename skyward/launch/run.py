@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from skyward.launch.plan import PROVIDERS  # noqa: F401  (the --provider choices)
+from skyward.launch.plan import PROVIDERS, assignment, read_env_file  # noqa: F401  (PROVIDERS: --provider)
 from skyward.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LaunchPlan", "execute", "plan"]
 
-MASK = "***"
 
 
 @dataclass(frozen=True)
@@ -151,11 +150,11 @@ def plan(
     flags = check_flags(found, provider, num_nodes, gpus, cpus, memory, hosts)
     overrides: dict[str, str] = {}
     if env_file is not None:
-        overrides.update(_read_env_file(env_file))
+        overrides.update(read_env_file(env_file))
     for item in env:
-        key, value = _assignment(item, "--env", environ, secret=False)
+        key, value = assignment(item, "--env", environ, secret=False)
         overrides[key] = value
-    given_secrets = dict(_assignment(item, "--secret", environ, secret=True) for item in secrets)
+    given_secrets = dict(assignment(item, "--secret", environ, secret=True) for item in secrets)
     stages = []
     for number, task in enumerate(tasks, 1):
         where = f"task {number}: " if len(tasks) > 1 else ""
@@ -165,42 +164,6 @@ def plan(
     found.raise_problems()
     first = stages[0]
     return replace(first, warnings=tuple(found.warnings), then=tuple(stages[1:]))
-
-
-def _assignment(item: str, flag: str, environ: Mapping[str, str], *, secret: bool) -> tuple[str, str]:
-    key, eq, value = item.partition("=")
-    key = key.strip()
-    if not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
-        raise ConfigError(flag, "NAME=VALUE or NAME (a variable name: letters, digits and _)",
-                          MASK if secret else item)
-    if eq:
-        return key, value
-    if key not in environ:
-        raise ConfigError(flag, f"NAME=VALUE, or NAME set in your environment ({key} is not set)", key)
-    return key, environ[key]
-
-
-def _read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError("--env-file", "a readable file of NAME=VALUE lines", os.fspath(path),
-                          detail=str(exc)) from None
-    found = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export "):].strip()
-        key, eq, value = line.partition("=")
-        if not eq or not key.strip():
-            raise ConfigError(f"--env-file line {number}", "NAME=VALUE", line)
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        found[key.strip()] = value
-    return found
 
 
 def _indent(text: str) -> str:
@@ -287,7 +250,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
     from skyward.pool import ComputePool
 
     attempts: list[Resources | None] = [*p.candidates] or [None]
-    phase = ["setup"]
+    phase: list[Any] = ["setup"]
     try:
         for index, candidate in enumerate(attempts):
             accelerator = candidate.accelerator if candidate is not None else p.accelerator
@@ -317,6 +280,10 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
                               f"{following.describe()}\n")
                     continue
                 _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
+            if len(phase) > 1 and not detach_run and cluster is not None:  # a job submitted: follow it
+                from skyward.clusters.jobs import follow_job
+
+                return follow_job(str(cluster["name"]), int(phase[1]), sys.stdout, err)
             return 0
         return 1
     except CommandFailed as exc:
@@ -331,7 +298,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
         return 1
 
 
-def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[str], *, cluster: Mapping[str, Any] | None = None,
+def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[Any], *, cluster: Mapping[str, Any] | None = None,
                run_setup: bool = True, detach_run: bool = False, err: IO[str] | None = None) -> None:
     from skyward.launch.files import unmount_all
 
@@ -340,11 +307,11 @@ def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[str], *, cluster: M
         _run_stage_body(pool, p, phase, mounted, cluster=cluster, run_setup=run_setup, detach_run=detach_run,
                          err=err or sys.stderr)
     finally:
-        if mounted and not detach_run:
+        if mounted and cluster is None:  # (a cluster's job may still use them)
             unmount_all(pool, mounted, err or sys.stderr)
 
 
-def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted: list[str], *,
+def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[Any], mounted: list[str], *,
                      cluster: Mapping[str, Any] | None, run_setup: bool, detach_run: bool, err: IO[str]) -> None:
     from skyward._shell import shell
     from skyward.launch.blocks import login_shell, on_first
@@ -377,10 +344,13 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[str], mounted:
         if cluster is not None:
             clusters.setup_done(pool, p)
     phase[0] = "run"
-    if p.run.strip() and detach_run:
-        logs = clusters.run_detached(pool, run_wrap(p.run), env, cwd)
-        (err or sys.stderr).write(f"skyward: the run goes on on cluster {pool.name} (log: {logs[0]} on node 0); "
-                                  f"follow it with `skyward logs {pool.name}`\n")
+    if p.run.strip() and cluster is not None:
+        job = clusters.submit_job(pool, p, run_wrap(p.run), env, cwd)
+        phase.append(job)  # (followed once the cluster is let go: see _execute_stage)
+        print(f"Job ID: {job}", flush=True)
+        if detach_run:
+            err.write(f"skyward: job {job} goes on on cluster {pool.name}; follow it with "
+                      f"`skyward logs {pool.name} {job}`\n")
     elif p.run.strip():
         from skyward.launch.recovery import only_on, run_with_recovery
 

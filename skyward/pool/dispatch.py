@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from skyward import events as ev
 from skyward._retry import Backoff, retry
 from skyward.compute import PendingCompute
-from skyward.errors import ConfigError, ConnectionLost
+from skyward.errors import ConfigError
 from skyward.pool.connection import NodeConnection
 from skyward.pool.retry import retrying
 

@@ -85,7 +85,7 @@ class ComputePool(PoolCalls):
         idle_minutes: (named clusters) autostop: the nodes end the workers after this many
             minutes with no client attached (fractions allowed; 0: at once; on AWS the machines stop).
         down: (named clusters) make autostop a teardown; without ``idle_minutes`` (SkyPilot's
-            ``--down``) the cluster ends once no client is attached and no detached run is left.
+            ``--down``) the cluster ends once no client is attached and no job is left in its queue.
         image: the environment each node needs (:class:`~skyward.Image`).
         plugins: :class:`~skyward.Plugin` values, applied in list order (first outermost).
         concurrency: task slots per worker process (>= 1).

@@ -8,6 +8,7 @@ path ``PROCS``. The worker
 
 * stdin: a pipe from the worker. End of input means "stop the command": the worker closes it
   to cancel, and the kernel closes it when the worker dies, however it dies (SIGKILL too).
+  SIGTERM to this process means the same (how ``skyward cancel`` stops a cluster's job).
 * stdout/stderr: inherited by the command (the worker reads its lines from them).
 * SCRIPT_FD: the command's code, an open file already removed from its folder (the worker
   wrote it with mode 0600 in a private folder and removed both at once): the shell reads it
@@ -141,6 +142,8 @@ def main(argv: list[str]) -> int:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    terminated: list[int] = []  # SIGTERM: stop the command as a closed control pipe does (a job's cancel)
+    signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(signum))
     stopped = False
     returncode = proc.poll()
     while returncode is None:
@@ -148,7 +151,7 @@ def main(argv: list[str]) -> int:
         if wake_r in ready:
             os.read(wake_r, 512)
             reap(me, proc.pid)  # orphans that ended (the command itself is polled below)
-        if control in ready and not os.read(control, 64):  # the worker closed it, or is gone
+        if terminated or (control in ready and not os.read(control, 64)):  # the worker closed it, or is gone
             stopped = True
             break
         returncode = proc.poll()

@@ -1,6 +1,6 @@
 """What a task on a named cluster's node finds there: the folder of the cluster's worker
-(``SKYWARD_CLUSTER_DIR``), and in it the logs and pid files of its detached runs. The worker
-sets the variable; the tasks that start detached runs and the worker's autostop read it.
+(``SKYWARD_CLUSTER_DIR``), and in it the logs and pid files of its jobs (:mod:`skyward.runtime.jobqueue`). The worker
+sets the variable; the job queue and the worker's autostop read it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ CONTROL_SUFFIX = ".ctl"
 
 
 def jobs_dir(node: int) -> str:
-    """Where node ``node``'s detached runs keep their logs and pid files
+    """Where node ``node``'s jobs keep their logs and pid files
     (``<socket dir>/jobs/<node>``: the nodes of a Local cluster share one machine)."""
     base = os.environ.get(CLUSTER_DIR)
     if not base:
@@ -34,7 +34,7 @@ def jobs_dir(node: int) -> str:
 
 
 def running_jobs() -> list[int]:
-    """The pids of this cluster's detached runs still running on this machine."""
+    """The pids of this cluster's jobs still running on this machine."""
     import glob
 
     base = os.environ.get(CLUSTER_DIR)
@@ -50,3 +50,4 @@ def running_jobs() -> list[int]:
         if alive(pid):
             running.append(pid)
     return running
+

@@ -101,14 +101,14 @@ def run_command(spec: ShellCommand) -> CommandResult:
             raise ConfigError("cwd", f"a directory that exists on node {info.node}", spec.cwd)
     env = {**os.environ, **dict(spec.env)}
     shell = shutil.which("bash") or "/bin/sh"
-    script = _write_script(spec.command, env.get("TMPDIR"))
+    script = write_script(spec.command, env.get("TMPDIR"))
     try:
         return _run(spec, info, script, shell, cwd, env)
     finally:
         os.close(script)
 
 
-def _write_script(command: str, tmpdir: str | None) -> int:
+def write_script(command: str, tmpdir: str | None) -> int:
     """``command`` in a file of its own, as an open descriptor: written with mode 0600 in a
     private folder made for it (in the command's TMPDIR), then removed with its folder at once,
     so that no exit path (a cancel, a worker killed with SIGKILL) can leave it behind. The

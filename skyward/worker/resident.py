@@ -46,7 +46,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from skyward.runtime.cluster import CLUSTER_DIR, CONTROL_SUFFIX, running_jobs
+from skyward.runtime.cluster import CLUSTER_DIR, CONTROL_SUFFIX
+from skyward.runtime.jobqueue import jobs_in_use
 from skyward.worker.log import log
 
 #: Task ids on the wire are a session's own; inside the worker they carry the session number
@@ -183,7 +184,7 @@ class Resident:
             try:
                 conn = self._incoming.get(timeout=timeout)
             except queue.Empty:
-                if not running_jobs():
+                if not jobs_in_use():
                     return None
                 since = time.monotonic()  # a detached run is still going: not idle yet
                 floor = JOB_POLL  # (and it is looked at again a second later at the soonest)
@@ -231,7 +232,7 @@ class Resident:
         with self._lock:
             since = self.detached_since
         limit = self._idle_limit()
-        return since is None or limit is None or time.monotonic() - since < limit or bool(running_jobs())
+        return since is None or limit is None or time.monotonic() - since < limit or jobs_in_use()
 
     def _idle_limit(self) -> float | None:
         """Seconds without a client before autostop: ``autostop``, at least FIRST_CLIENT_WAIT

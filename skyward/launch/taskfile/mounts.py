@@ -15,7 +15,6 @@ command line's ``--env`` overrides are in. Then:
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -27,7 +26,7 @@ from skyward.errors import ConfigError
 from skyward.launch.taskfile.check import Findings
 from skyward.launch.taskfile.stores import STORE_NAMES, STORES, Bucket, is_store_url, parse
 
-__all__ = ["BucketMount", "clone_command", "fetch_bucket", "resolve", "substitute"]
+__all__ = ["BucketMount", "clone_command", "resolve", "substitute"]
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 _STORAGE_KEYS = ("_bucket_sub_path", "_force_delete", "_is_sky_managed", "config", "mode", "mount_options", "name",

@@ -1,0 +1,238 @@
+"""A cluster's job queue from any client: list, follow, cancel (``skyward queue``, ``logs``,
+``cancel``), without attaching to the cluster (a client that holds it is not disturbed).
+
+The queue lives on the nodes (:mod:`skyward.runtime.jobqueue`); each node is asked over its
+transport, with the node's own Python running that module as a script, and the answers are put
+together here: a job is PENDING until it starts on a node, RUNNING while it runs on any node,
+and once it has ended on every node CANCELLED if it was cancelled, FAILED if it failed on a node
+(its exit code the first failing node's), SUCCEEDED otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+from skyward.errors import ClusterError, ConfigError
+from skyward.runtime.jobqueue import (ACTIVE, CANCELLED, FAILED, FAILED_SETUP, PENDING, RUNNING, SETTING_UP,
+                                      SUCCEEDED, TOOL)
+
+if TYPE_CHECKING:
+    from skyward.clusters.state import ClusterRecord
+    from skyward.providers.base import Instance
+
+__all__ = ["Job", "cancel", "follow_job", "jobs", "logs"]
+
+#: ``skyward logs --status``'s exit codes (SkyPilot's).
+STATUS_CODES = {SUCCEEDED: 0, FAILED: 100, FAILED_SETUP: 100, CANCELLED: 103}
+NOT_FINISHED, NO_SUCH_JOB = 101, 102
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of a cluster, every node's part put together."""
+
+    id: int
+    name: str
+    submitted: float
+    started: float | None
+    ended: float | None
+    resources: str
+    status: str
+    exit_code: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "submitted": self.submitted, "started": self.started,
+                "ended": self.ended, "resources": self.resources, "status": self.status, "exit_code": self.exit_code}
+
+
+def _record(name: str) -> ClusterRecord:
+    from skyward.clusters.manage import _record as record
+
+    return record(name)
+
+
+def _tool(record: ClusterRecord, node: int, *args: str) -> str:
+    """The shell command that runs the queue's script on node ``node`` (exit 102: no queue yet)."""
+    base = f"{record.roots[node]}/c/{record.id}"
+    path = shlex.quote(f"{base}/{TOOL}")
+    return (f"[ -f {path} ] || exit 102; exec {shlex.quote(record.pythons[node])} -I -S \"$(cat {path})\" "
+            + shlex.join([base, str(node), *args]))
+
+
+def _each_node(record: ClusterRecord, work: Callable[[Instance], None]) -> None:
+    """``work(instance)`` for every node at once (one thread each); the first error is raised."""
+    errors: list[BaseException] = []
+
+    def one(inst: Instance) -> None:
+        try:
+            work(inst)
+        except BaseException as exc:  # (raised below, in the caller's thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(inst,), daemon=True) for inst in record.instances]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def _run(record: ClusterRecord, inst: Instance, *args: str) -> tuple[int, str]:
+    from skyward.transport import reach
+
+    transport = reach(inst)
+    try:
+        result = transport.run(_tool(record, inst.node, *args), timeout=60.0)
+    except Exception as exc:
+        raise ClusterError(record.name, f"cannot reach node {inst.node} ({exc})",
+                           way_out="see `skyward status`") from exc
+    finally:
+        with contextlib.suppress(Exception):
+            transport.close()
+    if result.exit_code not in (0, 102):
+        raise ClusterError(record.name, f"node {inst.node} could not read its job queue (exit {result.exit_code}: "
+                           f"{result.stderr.strip()[-500:]})", way_out="see `skyward status`")
+    return result.exit_code, result.stdout
+
+
+def jobs(name: str) -> list[Job]:
+    """Cluster ``name``'s jobs, oldest first."""
+    record = _record(name)
+    parts: dict[int, list[dict[str, Any]]] = {}
+    lock = threading.Lock()
+
+    def ask(inst: Instance) -> None:
+        code, out = _run(record, inst, "rows")
+        found = json.loads(out) if code == 0 else []
+        with lock:
+            for row in found:
+                parts.setdefault(row["id"], []).append(row)
+
+    _each_node(record, ask)
+    return [_merge(rows) for _, rows in sorted(parts.items())]
+
+
+def _merge(rows: list[dict[str, Any]]) -> Job:
+    states = {r["status"] for r in rows}
+    first = rows[0]
+    if states & set(ACTIVE) or len(rows) < (first["nodes"] or 1):
+        status = RUNNING if RUNNING in states else SETTING_UP if SETTING_UP in states else PENDING
+        if status == PENDING and states - {PENDING}:  # (some nodes ended, others wait: still not finished)
+            status = RUNNING
+    else:
+        status = next((s for s in (CANCELLED, FAILED_SETUP, FAILED) if s in states), SUCCEEDED)
+    codes = [r["exit_code"] for r in sorted(rows, key=lambda r: r["node"]) if r["exit_code"] is not None]
+    started = [r["started"] for r in rows if r["started"]]
+    ended = [r["ended"] for r in rows if r["ended"]]
+    return Job(first["id"], first["name"], first["submitted"], min(started) if started else None,
+               max(ended) if ended and status not in ACTIVE else None, first["resources"], status,
+               next((c for c in codes if c), codes[0] if codes else None))
+
+
+def job(name: str, job_id: int | None) -> Job | None:
+    """Job ``job_id`` of cluster ``name`` (the latest when None); None when there is none."""
+    found = jobs(name)
+    if job_id is None:
+        return found[-1] if found else None
+    return next((j for j in found if j.id == job_id), None)
+
+
+def cancel(name: str, ids: list[int] | None) -> tuple[list[int], list[str]]:
+    """Cancel jobs ``ids`` of cluster ``name`` (None: every job not finished) on every node; returns
+    the jobs cancelled and what could not be confirmed (processes left, per node)."""
+    record = _record(name)
+    if ids is not None:
+        known = {j.id: j for j in jobs(name)}
+        for i in ids:
+            if i not in known:
+                raise ConfigError("ID", f"a job of cluster {name} ({_ids(known)})", i)
+            if known[i].status not in ACTIVE:
+                raise ConfigError("ID", f"a job of cluster {name} that has not finished (job {i} is "
+                                        f"{known[i].status})", i)
+    cancelled: set[int] = set()
+    problems: list[str] = []
+    lock = threading.Lock()
+
+    def one(inst: Instance) -> None:
+        code, out = _run(record, inst, "cancel", *(["all"] if ids is None else [str(i) for i in ids]))
+        done = json.loads(out) if code == 0 else {"cancelled": [], "left": []}
+        with lock:
+            cancelled.update(done["cancelled"])
+            if done["left"]:
+                problems.append(f"node {inst.node}: processes {done['left']} still alive")
+
+    _each_node(record, one)
+    return sorted(cancelled), problems
+
+
+def _ids(known: dict[int, Job]) -> str:
+    return "jobs " + ", ".join(str(i) for i in sorted(known)) if known else "it has no jobs"
+
+
+def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int = -1) -> dict[int, tuple[str, int | None]]:
+    """Write job ``job_id``'s output, every node's lines as ``[node N] ...``; with ``follow``,
+    until it has ended on every node. Returns how it ended on each node that said so (with
+    ``follow``): node -> (state, exit code)."""
+    from skyward.runtime.jobtool import END_MARK
+
+    record = _record(name)
+    lock = threading.Lock()
+    ends: dict[int, tuple[str, int | None]] = {}
+
+    def one(inst: Instance) -> None:
+        from skyward.transport import reach
+
+        def line(stream: str, text: str) -> None:
+            with lock:
+                if stream == "stderr" and text.startswith(END_MARK + " "):
+                    state, code = text.split()[1:3]
+                    ends[inst.node] = (state, None if code == "-" else int(code))
+                    return
+                out.write(f"[node {inst.node}] {text}\n")
+                out.flush()
+
+        transport = reach(inst)
+        try:
+            transport.stream(_tool(record, inst.node, "follow", str(job_id), "1" if follow else "0", str(tail)), line)
+        finally:
+            with contextlib.suppress(Exception):
+                transport.close()
+
+    _each_node(record, one)
+    return ends
+
+
+def follow_job(name: str, job_id: int, out: IO[str], err: IO[str]) -> int:
+    """Follow job ``job_id`` until it ends (what ``launch -c``/``exec`` do after submitting); returns
+    its exit status. An interrupt stops following, never the job. (How it ended comes with the
+    log: a cluster torn down right after its last job, ``--down``, cannot be asked again.)"""
+    nodes = sorted(inst.node for inst in _record(name).instances)
+    try:
+        ends = logs(name, job_id, out)
+    except KeyboardInterrupt:
+        err.write(f"skyward: stopped following job {job_id}; it goes on on cluster {name} "
+                  f"(`skyward logs {name} {job_id}`, `skyward cancel {name} {job_id}`)\n")
+        return 130
+    if not ends:
+        err.write(f"skyward: error: job {job_id} is not in cluster {name}'s queue\n")
+        return 1
+    silent = [n for n in nodes if n not in ends]
+    if silent:
+        err.write(f"skyward: error: job {job_id} on cluster {name}: node(s) {silent} did not say how it ended "
+                  f"(see `skyward logs {name} {job_id} --status`)\n")
+        return 1
+    states = {state for state, _ in ends.values()}
+    status = next((s for s in (CANCELLED, FAILED_SETUP, FAILED) if s in states), SUCCEEDED)
+    if status == SUCCEEDED:
+        return 0
+    code = next((c for _, (_, c) in sorted(ends.items()) if c), None)
+    err.write(f"skyward: job {job_id} on cluster {name}: {status}"
+              + (f" (exit code {code})" if code is not None else "") + "\n")
+    return code or 1

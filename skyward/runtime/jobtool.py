@@ -1,0 +1,173 @@
+"""The script side of a cluster's job queue (:mod:`skyward.runtime.jobqueue`): what a
+``skyward`` process anywhere asks of a node, run there with the node's Python as
+``python -I -S jobtool.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL`` (its path is in
+``$SKYWARD_CLUSTER_DIR/jobqueue.path``). Standard library only: it loads the queue and skyward's
+/proc reader by their paths, so it starts fast in any environment.
+
+``rows`` prints the node's part of every job (JSON); ``cancel`` marks the jobs CANCELLED, has
+each one's command guardian end its whole process tree, and waits until none of it is left;
+``follow`` copies a job's log to stdout until the job has ended on the node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from types import ModuleType
+from typing import Any
+
+#: The line ``follow`` ends with on stderr: ``END_MARK STATUS EXIT_CODE`` (``-``: none).
+END_MARK = "skyward-job-end"
+
+
+def _load(name: str) -> ModuleType:
+    """A file of skyward by its path (``runtime/jobqueue.py``), as module ``_skyward_<stem>``."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *name.split("/"))
+    spec = importlib.util.spec_from_file_location("_skyward_" + os.path.basename(name)[:-3].lstrip("_"), path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _queue() -> ModuleType:
+    if __name__ != "__main__":
+        from skyward.runtime import jobqueue
+
+        return jobqueue
+    _load("_procs.py")
+    return _load("runtime/jobqueue.py")
+
+
+q = _queue()
+
+
+def rows(base: str, node: int) -> list[dict[str, Any]]:
+    """Node ``node``'s part of every job, oldest first."""
+    conn = q.connect(base)
+    try:
+        with q._transaction(conn):
+            q._reconcile(conn, q._load_procs())
+        found = conn.execute("SELECT j.id, j.name, j.submitted, j.resources, j.nodes, t.node, t.status, t.exit_code, "
+                             "t.started, t.ended FROM tasks t JOIN jobs j ON j.id = t.job WHERE t.node = ? "
+                             "ORDER BY j.id", (node,)).fetchall()
+        return [dict(r) for r in found]
+    finally:
+        conn.close()
+
+
+def cancel(base: str, node: int, jobs: list[int] | None) -> dict[str, list[int]]:
+    """Cancel node ``node``'s part of ``jobs`` (None: every job not ended): a pending one is
+    CANCELLED at once; a running one's guardian ends its whole process tree, and the worker marks
+    it CANCELLED once the guardian has confirmed none of it is left. Returns the jobs cancelled
+    and the pids left (none unless something could not be killed)."""
+    import signal
+
+    procs = q._load_procs()
+    conn = q.connect(base)
+    try:
+        with q._transaction(conn):
+            q._reconcile(conn, procs)
+            where = "" if jobs is None else f" AND job IN ({','.join('?' * len(jobs))})"
+            found = conn.execute(f"SELECT job, status, pid FROM tasks WHERE node = ? AND status IN (?,?,?){where}",
+                                 (node, *q.ACTIVE, *(jobs or []))).fetchall()
+            for r in found:
+                if r["status"] == q.PENDING:
+                    conn.execute("UPDATE tasks SET status=?, ended=?, spec=NULL WHERE job=? AND node=?",
+                                 (q.CANCELLED, time.time(), r["job"], node))
+                else:
+                    conn.execute("UPDATE tasks SET cancelling=1 WHERE job=? AND node=?", (r["job"], node))
+        watched: set[int] = set()
+        for r in found:
+            pid = r["pid"]
+            if r["status"] != q.PENDING and pid and procs.alive(pid) and _is_guardian(pid):
+                watched |= {pid, *procs.descendants(pid, zombies=False)}
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)  # (the guardian ends the job's whole tree, then itself)
+        ids = [r["job"] for r in found]
+        deadline = time.monotonic() + q.GRACE + 10
+        while time.monotonic() < deadline:
+            running = conn.execute(f"SELECT 1 FROM tasks WHERE node=? AND status=? AND job IN "
+                                   f"({','.join('?' * len(ids))})", (node, q.RUNNING, *ids)).fetchone()
+            if not running and not any(procs.alive(p) for p in watched):
+                break
+            time.sleep(0.05)
+    finally:
+        conn.close()
+    return {"cancelled": ids, "left": [p for p in watched if procs.alive(p)]}
+
+
+def _is_guardian(pid: int) -> bool:  # (not a process that took a finished guardian's id)
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"_reaper.py" in f.read()
+    except OSError:
+        return False
+
+
+def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -> int:
+    """Write node ``node``'s log of ``job`` to stdout (the last ``tail`` lines first, all when
+    negative); with ``keep_following``, until the job has ended there, then its end on stderr as
+    ``END_MARK STATUS EXIT_CODE`` (what the follower reports once the cluster may be gone). 102:
+    no such job."""
+    procs = q._load_procs()
+
+    def state() -> tuple[str, int | None] | None:
+        conn = q.connect(base)
+        try:
+            r = conn.execute("SELECT status, exit_code, owner FROM tasks WHERE job=? AND node=?", (job, node)).fetchone()
+        finally:
+            conn.close()
+        if r is not None and r["status"] in q.ACTIVE and not procs.alive(r["owner"] or 0):
+            return q.FAILED, None  # (its worker is gone: it will never end by itself)
+        return None if r is None else (r["status"], r["exit_code"])
+
+    now = state()
+    if now is None:
+        return 102
+    while keep_following and now[0] == q.PENDING:
+        time.sleep(q.FOLLOW_POLL)
+        now = state() or now
+    out = sys.stdout.buffer
+    path = q.log_path(base, node, job)
+    with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+        if tail >= 0:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 1_000_000))
+            lines = f.read().splitlines(keepends=True)
+            out.write(b"".join(lines[-tail:] if tail else []))
+        while True:
+            data = f.read()
+            if data:
+                out.write(data)
+                out.flush()
+                continue
+            if not keep_following or now[0] not in q.ACTIVE:
+                break
+            time.sleep(q.FOLLOW_POLL)
+            now = state() or now
+    out.flush()
+    if keep_following:
+        print(END_MARK, now[0], "-" if now[1] is None else now[1], file=sys.stderr, flush=True)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """``jobqueue.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL`` (run by its path)."""
+    base, node, what, rest = argv[1], int(argv[2]), argv[3], argv[4:]
+    if what == "rows":
+        print(json.dumps(rows(base, node)))
+        return 0
+    if what == "cancel":
+        print(json.dumps(cancel(base, node, None if rest == ["all"] else [int(x) for x in rest])))
+        return 0
+    return follow(base, node, int(rest[0]), keep_following=rest[1] == "1", tail=int(rest[2]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
