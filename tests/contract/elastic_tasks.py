@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import cloudpickle
 
@@ -66,9 +67,11 @@ def node_and_pid() -> tuple[int, int, int]:
 
 @sky.compute
 def hold_unless_head(marker: str) -> int:
-    """Node 0 returns at once; any other node holds its slot until ``marker`` exists (60 s at
-    most). Returns the node."""
+    """Node 0 returns at once; any other node says it holds (``marker.held`` appears) and holds
+    its slot until ``marker`` exists (60 s at most). Returns the node."""
     node = sky.instance_info().node
+    if node != 0:
+        Path(marker + ".held").touch()
     deadline = time.monotonic() + 60.0
     while node != 0 and not os.path.exists(marker) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -14,9 +14,9 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import Future
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 
 import pytest
@@ -279,13 +279,23 @@ def test_scaling_down_keeps_node_0_when_a_higher_node_is_the_busy_one(elastic: E
     with elastic.pool(nodes=(1, 2), scale_up_after=0.3, scale_down_after=idle_after) as pool:
         sky.gather(*(pause_then(i, 1.0) for i in range(6))) >> pool
         assert elastic.wait_for(lambda: bool(elastic.of(ev.NodeAdded)))
-        held = [hold_unless_head(marker) > pool for _ in range(2)]  # one on each node
-        done, _ = wait(held, SETTLES_WITHIN, return_when=FIRST_COMPLETED)
-        assert [f.result() for f in done] == [0]  # node 0 is idle from now on
+        # two tasks at a time until one holds node 1 (node 0 answers at once, and may take both)
+        sent: list[Future[int]] = []
+        deadline = time.monotonic() + SETTLES_WITHIN
+        while not os.path.exists(marker + ".held"):
+            assert time.monotonic() < deadline, "no task reached node 1"
+            while sum(not f.done() for f in sent) < 2:
+                sent.append(hold_unless_head(marker) > pool)
+            time.sleep(0.02)
+        while sum(not f.done() for f in sent) > 1:  # the other one, if any, is node 0's: answered at once
+            assert time.monotonic() < deadline, "node 0 did not answer"
+            time.sleep(0.02)
+        [held] = [f for f in sent if not f.done()]  # node 1's; node 0 is idle from now on
+        assert [f.result() for f in sent if f is not held] == [0] * (len(sent) - 1)
         # node 0 idle for 3 x scale_down_after while node 1 is busy: nothing is released
         assert not elastic.wait_for(lambda: bool(elastic.of(ev.NodeRemoved)), 3 * idle_after)
         Path(marker).touch()
-        assert sorted(f.result(timeout=SETTLES_WITHIN) for f in held) == [0, 1]
+        assert held.result(timeout=SETTLES_WITHIN) == 1
         assert elastic.wait_for(lambda: bool(elastic.of(ev.NodeRemoved)))
         assert [(e.node, e.reason) for e in elastic.of(ev.NodeRemoved)] == [(1, f"idle {idle_after:g}s")]
         assert [n for n, _, _ in node_and_pid() @ pool] == [0]
