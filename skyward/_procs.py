@@ -52,6 +52,15 @@ def scan() -> list[Proc] | None:
     return found
 
 
+def cmdline(pid: int) -> bytes | None:
+    """Process ``pid``'s command line (its arguments, each ended by a NUL); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def alive(pid: int) -> bool:
     """Process ``pid`` runs (it exists and is no zombie)."""
     proc = stat(pid)

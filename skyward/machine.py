@@ -67,8 +67,14 @@ class Instance:
     spot: bool = False
     price_per_hour: float | None = None
 
-    def __setstate__(self, state: list[Any]) -> None:
-        # A cluster's record keeps its machines pickled: one written before a field was added
-        # has fewer values, and the fields it lacks take their defaults.
-        for f, value in zip(fields(self), [*state, *(f.default for f in fields(self)[len(state):])], strict=True):
-            object.__setattr__(self, f.name, value)
+
+def _instance_setstate(self: Instance, state: list[Any]) -> None:
+    # A cluster's record keeps its machines pickled: one written before a field was added has
+    # fewer values, and the fields it lacks take their defaults. (Set after the class: the
+    # dataclass of Python 3.11.2 replaces a __setstate__ defined in a frozen slotted class.)
+    given = [*state, *(f.default for f in fields(Instance)[len(state):])]
+    for f, value in zip(fields(Instance), given, strict=True):
+        object.__setattr__(self, f.name, value)
+
+
+Instance.__setstate__ = _instance_setstate  # type: ignore[method-assign]

@@ -20,9 +20,10 @@ def _sources() -> dict[str, str]:
 
 
 def test_only_procs_reads_proc_from_python() -> None:
-    # Python reads of /proc/<pid>/... or a listing of /proc (shell text run on a remote host,
-    # such as `grep ... /proc/[0-9]*/environ`, is another matter).
-    reads = re.compile(r"""f["']/proc/\{|listdir\(["']/proc["']\)""")
+    # Python reads of /proc/<pid>/stat, cmdline, environ... or a listing of /proc (shell text
+    # run on a remote host, such as `grep ... /proc/[0-9]*/environ`, is another matter, and so
+    # is a path handed to a shell: the reaper's /proc/<pid>/fd/N).
+    reads = re.compile(r"""f["']/proc/\{[^}]*\}/(?!fd/)|listdir\(["']/proc["']\)""")
     assert [name for name, text in _sources().items() if reads.search(text)] == ["_procs.py"]
 
 

@@ -104,11 +104,7 @@ def cancel(base: str, node: int, jobs: list[int] | None) -> dict[str, list[int]]
 
 
 def _is_guardian(pid: int) -> bool:  # (not a process that took a finished guardian's id)
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"_reaper.py" in f.read()
-    except OSError:
-        return False
+    return b"_reaper.py" in (q._load_procs().cmdline(pid) or b"")
 
 
 def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -> int:
