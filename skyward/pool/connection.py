@@ -299,7 +299,8 @@ class NodeConnection:
                 self.channel.kill()
                 exit_code = self.channel.wait(1.0)
         # Let the stderr reader drain what the dying process wrote, for the error message.
-        self._threads[1].join(0.5)
+        if self._threads[1].ident is not None:  # (a worker lost as it starts: not yet running)
+            self._threads[1].join(0.5)
         what = f"{reason} while running {len(tasks)} task(s)" if tasks else reason
         self.lost = WorkerLost(self.node, what, exit_code=exit_code, log_tail=list(self.tail),
                                local_rank=self.local_rank if self.processes > 1 else None)

@@ -260,7 +260,9 @@ class SSHTransport(Transport):
             finally:
                 if timer is not None:
                     timer.cancel()
-            if expired.is_set() and chan.exit_status == -1:  # closed by us before it finished
+            # Closed by us before it finished. The command may still report an exit status (the
+            # close ends it: its dead man's switch), which a loaded machine delivers first.
+            if expired.is_set() and chan.exit_status != 0:
                 raise TimeoutError(f"`{command[:60]}` on {self.host} did not finish within {timeout:g}s")
             return int(chan.exit_status)
         finally:
