@@ -154,6 +154,24 @@ def test_jax_distributed_spans_both_nodes() -> None:
     assert results == [(0, 2, 2, [0, 10]), (1, 2, 2, [0, 10])]
 
 
+def test_local_rendezvous_leaves_the_ports_above_free_and_out_of_the_ephemeral_range() -> None:
+    # jax's coordinator listens on head_port + 1: a port the kernel hands out for outgoing
+    # connections could be taken between the choice and the listen (seen in CI: "Failed to
+    # start RPC server"), so the Local provider's rendezvous ports lie below that range.
+    import socket
+
+    from skyward.providers.base import PoolSpec
+
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    for _ in range(20):
+        port = sky.Local().rendezvous_port(PoolSpec(pool_id="ports", nodes=2))
+        assert port + 8 <= ephemeral_low
+        for above in range(port, port + 8):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", above))  # each is free now
+
+
 def test_jax_missing_on_a_node_fails_the_pool_start_naming_the_plugin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

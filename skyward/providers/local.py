@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import uuid
 
@@ -49,10 +50,49 @@ class Local(Provider):
         return None
 
     def rendezvous_port(self, spec: PoolSpec) -> int:
-        # Several local pools (and tests) run side by side: pick a port nobody holds now.
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
+        # Several local pools (and tests) run side by side, and frameworks listen on the port
+        # and the few above it (jax's coordinator on head_port + 1): pick a run of free ports
+        # below the kernel's ephemeral range, where no outgoing connection can take one of them
+        # between this choice and the framework's listen.
+        return free_port_run(RENDEZVOUS_PORTS)
 
     def __repr__(self) -> str:
         return "Local()"
+
+
+RENDEZVOUS_PORTS = 8  # head_port and the seven above it are free when chosen
+
+
+def free_port_run(count: int, *, tries: int = 200) -> int:
+    """The first of ``count`` consecutive TCP ports that nothing listens on now.
+
+    Chosen at random below the ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``),
+    so a connection made meanwhile by any process cannot be given one of them.
+    """
+    low = _ephemeral_low()
+    floor = 10000 if low > 10000 + 2 * count else 1024
+    for _ in range(tries):
+        first = random.randrange(floor, low - count)
+        if all(_free(port) for port in range(first, first + count)):
+            return first
+    # Every try met a listener (a crowded machine): let the kernel pick one port.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default; other systems have theirs higher
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
