@@ -116,7 +116,7 @@ def test_logs_status_codes_and_cancel_ends_every_process_on_every_node(home: str
     assert status(tmp_path, 1) == 0
     task(tmp_path, "num_nodes: 2\nrun: exit 7\n", "fail.yaml")
     failed = sky("exec", "dev", "fail.yaml", cwd=tmp_path)
-    assert failed.returncode == 7 and "FAILED (exit code 7)" in failed.stderr
+    assert failed.returncode == 100 and "FAILED (node 0: exit code 7)" in failed.stderr  # (SkyPilot's code)
     assert status(tmp_path, 2) == 100 and queue(tmp_path)[2]["exit_code"] == 7
     assert status(tmp_path, 99) == 102
 
@@ -184,6 +184,45 @@ def test_detach_returns_at_once_and_a_killed_follower_leaves_the_job_running(hom
     assert lines(followed.stdout, "released on") == ["[node 0] released on 0", "[node 1] released on 1"]
     assert lines(sky("logs", "dev", "4", "--tail", "1", cwd=tmp_path).stdout, "on") == \
         ["[node 0] released on 0", "[node 1] released on 1"]
+
+
+SETUP_IN_JOB = """\
+num_nodes: 2
+setup: |
+  echo "setup on $SKYPILOT_SETUP_NODE_RANK"
+  while [ ! -e "$GO/setup" ]; do sleep 0.1; done
+run: |
+  echo "run on $SKYPILOT_NODE_RANK"
+  while [ ! -e "$GO/run" ]; do sleep 0.1; done
+"""
+
+
+def test_setup_runs_inside_the_job_setting_up_then_running_and_failed_setup(home: str, tmp_path: Path) -> None:
+    """SkyPilot's states of a job with a setup block: SETTING_UP while setup runs (no client
+    needed), RUNNING once it is done, FAILED_SETUP with setup's exit code when it fails (the run
+    never starts, `launch` and `logs --status` exit 100)."""
+    task(tmp_path, SETUP_IN_JOB, "setup.yaml")
+    flags = env(tmp_path)
+    submitted = sky("launch", "-c", "dev", "-d", "setup.yaml", *flags, cwd=tmp_path)
+    assert submitted.returncode == 0 and job_id(submitted.stdout) == 1, submitted.stderr
+    until(lambda: "setup on 1" in sky("logs", "dev", "1", "--no-follow", cwd=tmp_path).stdout, 60, "setup to print")
+    assert queue(tmp_path)[1]["status"] == "SETTING_UP" and status(tmp_path, 1) == 101
+    (tmp_path / "go" / "setup").touch()
+    until(lambda: queue(tmp_path)[1]["status"] == "RUNNING", 30, "the run to start after setup")
+    (tmp_path / "go" / "run").touch()
+    until(lambda: status(tmp_path, 1) == 0, 30, "job 1 to succeed")
+    logged = sky("logs", "dev", "1", cwd=tmp_path).stdout
+    assert lines(logged, "setup on") == ["[node 0] setup on 0", "[node 1] setup on 1"]
+    assert lines(logged, "run on") == ["[node 0] run on 0", "[node 1] run on 1"]
+
+    task(tmp_path, "num_nodes: 2\nsetup: echo bad setup; exit 7\nrun: echo never ran\n", "bad.yaml")
+    failed = sky("launch", "-c", "dev", "bad.yaml", cwd=tmp_path)
+    assert failed.returncode == 100 and "FAILED_SETUP (node 0: exit code 7)" in failed.stderr, failed.stderr
+    assert lines(failed.stdout, "bad setup") == ["[node 0] bad setup", "[node 1] bad setup"]
+    assert lines(failed.stdout, "never ran") == []
+    shown = sky("logs", "dev", "2", "--status", cwd=tmp_path)
+    assert (shown.returncode, shown.stdout.strip()) == (100, "Job 2: FAILED_SETUP")
+    assert queue(tmp_path)[2]["exit_code"] == 7
 
 
 def test_a_job_needing_the_whole_node_waits_pending_behind_running_ones(home: str, tmp_path: Path) -> None:

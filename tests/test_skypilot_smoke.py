@@ -98,8 +98,8 @@ def test_launch_fast(home: str, tmp_path: Path) -> None:
 
 
 def test_stale_job(home: str, tmp_path: Path) -> None:
-    """SkyPilot's test_stale_job: a job still running when the cluster is stopped is not RUNNING
-    after ``start`` (SkyPilot calls it FAILED_DRIVER, Skyward FAILED), and job 1 kept SUCCEEDED."""
+    """SkyPilot's test_stale_job: a job still running when the cluster is stopped is FAILED_DRIVER
+    after ``start`` (``logs --status``: 100), and job 1 kept SUCCEEDED."""
     assert sky("launch", "-y", "-c", "stale", "echo hi", cwd=tmp_path).returncode == 0
     running = sky("exec", "stale", "-d", "echo start; sleep 10000", cwd=tmp_path)
     assert running.returncode == 0 and job_id(running.stdout) == 2
@@ -108,7 +108,7 @@ def test_stale_job(home: str, tmp_path: Path) -> None:
     assert cluster_status(tmp_path, "stale") == "STOPPED"
     assert sky("start", "-y", "stale", cwd=tmp_path).returncode == 0
     assert state(tmp_path, "stale", 1) == (0, "Job 1: SUCCEEDED")
-    assert state(tmp_path, "stale", 2) == (100, "Job 2: FAILED")
+    assert state(tmp_path, "stale", 2) == (100, "Job 2: FAILED_DRIVER")
 
 
 def test_env_check(home: str, tmp_path: Path) -> None:
@@ -136,14 +136,13 @@ def test_cli_logs(home: str, tmp_path: Path) -> None:
 
 def test_cli_exit_codes(home: str, tmp_path: Path) -> None:
     """SkyPilot's test_cli_exit_codes: a successful job exits 0 and ``logs`` of it too; a failed
-    job is FAILED and ``logs`` of it exits 100. (``exec`` of the failed job exits with the node's
-    code here, 1, where SkyPilot's exits 100: docs/cli.md.)"""
+    job is FAILED, and ``exec`` of it and ``logs`` of it exit 100."""
     ok = sky("launch", "-y", "-c", "codes", "echo success", cwd=tmp_path)
     assert ok.returncode == 0 and lines(ok.stdout, "success") == ["[node 0] success"]
     assert "SUCCEEDED" in state(tmp_path, "codes", 1)[1]
     assert sky("logs", "codes", "1", cwd=tmp_path).returncode == 0
     failed = sky("exec", "codes", "exit 1", cwd=tmp_path)
-    assert failed.returncode == 1
+    assert failed.returncode == 100
     assert state(tmp_path, "codes", 2) == (100, "Job 2: FAILED")
     assert sky("logs", "codes", "2", cwd=tmp_path).returncode == 100
 
@@ -174,7 +173,7 @@ def test_multi_node_failure(home: str, tmp_path: Path) -> None:
     assert sky("launch", "-y", "-c", "fail", "--num-nodes", "2", "echo up", cwd=tmp_path).returncode == 0
     task(tmp_path, HOSTNAME, "failed_worker_run.yaml", **{"@FAIL@": '[ "$SKYPILOT_NODE_RANK" = 1 ] && exit 5; true'})
     failed = sky("exec", "fail", "failed_worker_run.yaml", cwd=tmp_path)
-    assert failed.returncode == 5, failed.stderr  # (SkyPilot: 100)
+    assert failed.returncode == 100, failed.stderr
     assert state(tmp_path, "fail", 2) == (100, "Job 2: FAILED")
     logged = sky("logs", "fail", "2", cwd=tmp_path).stdout
     assert len([line for line in logged.splitlines() if "My hostname:" in line]) == 2

@@ -143,6 +143,6 @@ def _logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     jobs.logs(args.name, found.id, out, follow=not args.no_follow, tail=args.tail)
     # as `sky logs`: the job's status (0 succeeded, 100 failed, 101 not finished, 103 cancelled)
     ended = jobs.job(args.name, found.id) or found
-    if ended.status in (jobs.FAILED, jobs.FAILED_SETUP):
+    if ended.status in (jobs.FAILED, jobs.FAILED_SETUP, jobs.FAILED_DRIVER):
         err.write(f"skyward: job {ended.id} on cluster {args.name}: {ended.status} (exit code {ended.exit_code})\n")
     return jobs.STATUS_CODES.get(ended.status, jobs.NOT_FINISHED)

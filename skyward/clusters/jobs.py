@@ -4,8 +4,8 @@
 The queue lives on the nodes (:mod:`skyward.runtime.jobqueue`); each node is asked over its
 transport, with the node's own Python running that module as a script, and the answers are put
 together here: a job is PENDING until it starts on a node, RUNNING while it runs on any node,
-and once it has ended on every node CANCELLED if it was cancelled, FAILED if it failed on a node
-(its exit code the first failing node's), SUCCEEDED otherwise.
+and once it has ended on every node the first of :data:`ENDINGS` a node reached (its exit code
+the first failing node's), SUCCEEDED otherwise.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from skyward.errors import ClusterError, ConfigError
-from skyward.runtime.jobqueue import (ACTIVE, CANCELLED, FAILED, FAILED_SETUP, PENDING, RUNNING, SETTING_UP,
-                                      SUCCEEDED, TOOL)
+from skyward.runtime.jobqueue import (ACTIVE, CANCELLED, FAILED, FAILED_DRIVER, FAILED_SETUP, PENDING, RUNNING,
+                                      SETTING_UP, SUCCEEDED, TOOL)
 
 if TYPE_CHECKING:
     from skyward.clusters.state import ClusterRecord
@@ -28,8 +28,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Job", "cancel", "follow_job", "jobs", "logs"]
 
-#: ``skyward logs --status``'s exit codes (SkyPilot's).
-STATUS_CODES = {SUCCEEDED: 0, FAILED: 100, FAILED_SETUP: 100, CANCELLED: 103}
+#: ``skyward logs --status``'s exit codes (SkyPilot's), also those of a ``launch -c``/``exec``
+#: that followed its job to the end.
+STATUS_CODES = {SUCCEEDED: 0, FAILED: 100, FAILED_SETUP: 100, FAILED_DRIVER: 100, CANCELLED: 103}
+#: How a job that ended ended, from the nodes' parts: the first of these any node reached (a
+#: setup that failed on one node ends the others' parts: FAILED_SETUP wins over their CANCELLED).
+ENDINGS = (FAILED_SETUP, CANCELLED, FAILED_DRIVER, FAILED)
 NOT_FINISHED, NO_SUCH_JOB = 101, 102
 
 
@@ -127,7 +131,7 @@ def _merge(rows: list[dict[str, Any]]) -> Job:
         if status == PENDING and states - {PENDING}:  # (some nodes ended, others wait: still not finished)
             status = RUNNING
     else:
-        status = next((s for s in (CANCELLED, FAILED_SETUP, FAILED) if s in states), SUCCEEDED)
+        status = next((s for s in ENDINGS if s in states), SUCCEEDED)
     codes = [r["exit_code"] for r in sorted(rows, key=lambda r: r["node"]) if r["exit_code"] is not None]
     started = [r["started"] for r in rows if r["started"]]
     ended = [r["ended"] for r in rows if r["ended"]]
@@ -176,10 +180,11 @@ def _ids(known: dict[int, Job]) -> str:
     return "jobs " + ", ".join(str(i) for i in sorted(known)) if known else "it has no jobs"
 
 
-def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int = -1) -> dict[int, tuple[str, int | None]]:
+def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int = -1,
+         on_end: Callable[[int, str], None] | None = None) -> dict[int, tuple[str, int | None]]:
     """Write job ``job_id``'s output, every node's lines as ``[node N] ...``; with ``follow``,
-    until it has ended on every node. Returns how it ended on each node that said so (with
-    ``follow``): node -> (state, exit code)."""
+    until it has ended on every node (``on_end(node, state)`` as each node's part ends). Returns
+    how it ended on each node that said so (with ``follow``): node -> (state, exit code)."""
     from skyward.runtime.jobtool import END_MARK
 
     record = _record(name)
@@ -194,6 +199,8 @@ def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int
                 if stream == "stderr" and text.startswith(END_MARK + " "):
                     state, code = text.split()[1:3]
                     ends[inst.node] = (state, None if code == "-" else int(code))
+                    if on_end is not None:
+                        on_end(inst.node, state)
                     return
                 out.write(f"[node {inst.node}] {text}\n")
                 out.flush()
@@ -209,17 +216,39 @@ def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int
     return ends
 
 
-def follow_job(name: str, job_id: int, out: IO[str], err: IO[str]) -> int:
+def _stop_others(record: ClusterRecord, job_id: int, node: int) -> None:
+    """End job ``job_id``'s part on every node but ``node`` (best effort: a node not reached
+    keeps its part, which `skyward cancel` ends)."""
+    for inst in record.instances:
+        if inst.node != node:
+            with contextlib.suppress(ClusterError):
+                _run(record, inst, "cancel", str(job_id))
+
+
+def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[str] | None = None) -> int:
     """Follow job ``job_id`` until it ends (what ``launch -c``/``exec`` do after submitting); returns
-    its exit status. An interrupt stops following, never the job. (How it ended comes with the
-    log: a cluster torn down right after its last job, ``--down``, cannot be asked again.)"""
-    nodes = sorted(inst.node for inst in _record(name).instances)
+    SkyPilot's code for how it ended (0 succeeded, 100 failed, 103 cancelled; ``ended`` gets the
+    state). A setup that fails on one node ends the job's part on the others (as SkyPilot's job
+    stops at a failed setup). An interrupt stops following, never the job. (How it ended comes
+    with the log: a cluster torn down right after its last job, ``--down``, cannot be asked again.)"""
+    record = _record(name)
+    nodes = sorted(inst.node for inst in record.instances)
+    stopping: list[threading.Thread] = []
+
+    def on_end(node: int, state: str) -> None:  # (under logs' lock: one stop at most)
+        if state == FAILED_SETUP and not stopping:
+            stop = threading.Thread(target=_stop_others, args=(record, job_id, node), daemon=True)
+            stopping.append(stop)
+            stop.start()
+
     try:
-        ends = logs(name, job_id, out)
+        ends = logs(name, job_id, out, on_end=on_end)
     except KeyboardInterrupt:
         err.write(f"skyward: stopped following job {job_id}; it goes on on cluster {name} "
                   f"(`skyward logs {name} {job_id}`, `skyward cancel {name} {job_id}`)\n")
         return 130
+    for stop in stopping:
+        stop.join()
     if not ends:
         err.write(f"skyward: error: job {job_id} is not in cluster {name}'s queue\n")
         return 1
@@ -229,10 +258,12 @@ def follow_job(name: str, job_id: int, out: IO[str], err: IO[str]) -> int:
                   f"(see `skyward logs {name} {job_id} --status`)\n")
         return 1
     states = {state for state, _ in ends.values()}
-    status = next((s for s in (CANCELLED, FAILED_SETUP, FAILED) if s in states), SUCCEEDED)
+    status = next((s for s in ENDINGS if s in states), SUCCEEDED)
+    if ended is not None:
+        ended.append(status)
     if status == SUCCEEDED:
         return 0
-    code = next((c for _, (_, c) in sorted(ends.items()) if c), None)
+    where = next(((n, c) for n, (s, c) in sorted(ends.items()) if s == status and c), None)
     err.write(f"skyward: job {job_id} on cluster {name}: {status}"
-              + (f" (exit code {code})" if code is not None else "") + "\n")
-    return code or 1
+              + (f" (node {where[0]}: exit code {where[1]})" if where else "") + "\n")
+    return STATUS_CODES[status]

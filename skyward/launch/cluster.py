@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from skyward.pool.pool import ComputePool
 
 __all__ = ["JobShape", "SetupBlock", "Workdir", "demand", "pool_args", "run_directory", "run_on", "setup_done",
-           "setup_hash", "setup_needed", "submit_job"]
+           "setup_failed", "setup_hash", "setup_needed", "submit_job"]
 
 
 class SetupBlock(Protocol):
@@ -127,6 +127,15 @@ def setup_done(pool: ComputePool, p: SetupBlock) -> None:
         ClusterStore().put(session.record)
 
 
+def setup_failed(name: str) -> None:
+    """Forget that cluster ``name``'s setup ran (its job ended FAILED_SETUP): ``--fast`` runs it again."""
+    from skyward.clusters.state import ClusterStore
+
+    current = ClusterStore().get(name)
+    if current is not None:
+        ClusterStore().put(current.with_(setup_hash=None))
+
+
 def run_directory(pool: ComputePool, p: Workdir, synced: str | None) -> str | None:
     """Where a run on a cluster starts: the task's own workdir (``synced``, remembered for the
     runs after it) when it has one, else the last workdir synced to the cluster (SkyPilot's
@@ -159,15 +168,16 @@ def demand(accelerator: str | None, cpus: str | None, nodes: int) -> dict[str, A
     return {"cpus": cpu, "gpus": gpus, "nodes": nodes, "resources": f"{nodes}x[{', '.join(parts)}]"}
 
 
-def submit_job(pool: ComputePool, p: JobShape, command: str, env: dict[str, str], cwd: str | None) -> int:
-    """Put ``command`` in the cluster's job queue (every node runs it, detached from this client:
-    it goes on when the client leaves, inside the cluster worker's process tree, so it ends with
-    the cluster); returns the job's id."""
+def submit_job(pool: ComputePool, p: JobShape, command: str, env: dict[str, str], cwd: str | None,
+               setup: str | None = None) -> int:
+    """Put ``command`` in the cluster's job queue (every node runs it, ``setup`` first when given,
+    detached from this client: it goes on when the client leaves, inside the cluster worker's
+    process tree, so it ends with the cluster); returns the job's id."""
     from skyward.compute import compute
     from skyward.runtime.jobqueue import enqueue, new_job
 
     meta = {"name": p.name, **demand(p.accelerator, p.cpus, len(pool.instances) or p.nodes)}
     ids = compute(name="number the job")(new_job)(meta) @ pool
     job = next(i for i in ids if i)
-    compute(name=f"queue job {job}")(enqueue)(job, meta, command, env, cwd) @ pool
+    compute(name=f"queue job {job}")(enqueue)(job, meta, command, env, cwd, setup) @ pool
     return job

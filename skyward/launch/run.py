@@ -281,9 +281,14 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
                     continue
                 _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
             if len(phase) > 1 and not detach_run and cluster is not None:  # a job submitted: follow it
-                from skyward.clusters.jobs import follow_job
+                from skyward.clusters.jobs import FAILED_SETUP, follow_job
+                from skyward.launch.cluster import setup_failed
 
-                return follow_job(str(cluster["name"]), int(phase[1]), sys.stdout, err)
+                ended: list[str] = []
+                code = follow_job(str(cluster["name"]), int(phase[1]), sys.stdout, err, ended)
+                if phase[2] and ended == [FAILED_SETUP]:
+                    setup_failed(str(cluster["name"]))  # (--fast runs it again next time)
+                return code
             return 0
         return 1
     except CommandFailed as exc:
@@ -339,19 +344,23 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[Any], mounted:
         run_on = clusters.run_on(pool, p.nodes)
         if run_on is not None:
             run_wrap = lambda cmd: on_first(run_on, wrap(cmd))  # noqa: E731
-    if p.setup and run_setup and (cluster is None or not cluster.get("fast") or clusters.setup_needed(pool, p)):
-        shell(wrap(p.setup), env=env, cwd=cwd) @ pool
-        if cluster is not None:
-            clusters.setup_done(pool, p)
+    setup = p.setup if p.setup and run_setup and (
+        cluster is None or not cluster.get("fast") or clusters.setup_needed(pool, p)) else None
+    if cluster is not None:  # setup runs inside the job (SETTING_UP, FAILED_SETUP), as SkyPilot's
+        if setup is not None or p.run.strip():
+            job = clusters.submit_job(pool, p, run_wrap(p.run), env, cwd, setup=wrap(setup) if setup else None)
+            phase += [job, setup is not None]  # (followed once the cluster is let go: see _execute_stage)
+            if setup is not None:
+                clusters.setup_done(pool, p)  # (undone when the followed job ends FAILED_SETUP)
+            print(f"Job ID: {job}", flush=True)
+            if detach_run:
+                err.write(f"skyward: job {job} goes on on cluster {pool.name}; follow it with "
+                          f"`skyward logs {pool.name} {job}`\n")
+        return
+    if setup is not None:
+        shell(wrap(setup), env=env, cwd=cwd) @ pool
     phase[0] = "run"
-    if p.run.strip() and cluster is not None:
-        job = clusters.submit_job(pool, p, run_wrap(p.run), env, cwd)
-        phase.append(job)  # (followed once the cluster is let go: see _execute_stage)
-        print(f"Job ID: {job}", flush=True)
-        if detach_run:
-            err.write(f"skyward: job {job} goes on on cluster {pool.name}; follow it with "
-                      f"`skyward logs {pool.name} {job}`\n")
-    elif p.run.strip():
+    if p.run.strip():
         from skyward.launch.recovery import only_on, run_with_recovery
 
         def prepare(new_nodes: set[int]) -> None:  # after a replacement: files and setup on the new nodes
@@ -363,7 +372,8 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[Any], mounted:
                 shell(only_on(new_nodes, wrap(p.setup)), env=env, cwd=cwd) @ pool
             phase[0] = "run"
 
-        recovery = p.job_recovery if cluster is None else None
+        recovery = p.job_recovery
+
         def run() -> None:
             shell(run_wrap(p.run), env=env, cwd=cwd) @ pool
 

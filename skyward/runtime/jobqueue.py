@@ -11,7 +11,9 @@ The cluster worker (each node's first process) starts a job when the node has ro
 submission order: a job's demand is its task's accelerators and cpus (with neither,
 :data:`DEFAULT_TASK_CPU_DEMAND`), a node's room its CPUs and accelerators (worker processes stand
 in for accelerators where there are none, as ``SKYPILOT_NUM_GPUS_PER_NODE`` says); a job that
-does not fit waits PENDING, and so do the ones behind it. The command runs under the command
+does not fit waits PENDING, and so do the ones behind it. A job with a setup block runs it
+first (SETTING_UP; FAILED_SETUP with its exit code when it fails), then its run (RUNNING), both
+holding the job's room. Each command runs under the command
 guardian (``runtime/_reaper.py``), a child of the worker, so it ends with the cluster and a
 cancel ends every process it started; a thread of the worker keeps its exit code and starts what
 waits next (no client needed).
@@ -35,6 +37,9 @@ if TYPE_CHECKING:
 
 PENDING, SETTING_UP, RUNNING = "PENDING", "SETTING_UP", "RUNNING"
 SUCCEEDED, FAILED, FAILED_SETUP, CANCELLED = "SUCCEEDED", "FAILED", "FAILED_SETUP", "CANCELLED"
+#: A job that had not ended when its node's worker went away (the cluster was stopped): it will
+#: never end by itself (SkyPilot's name for it).
+FAILED_DRIVER = "FAILED_DRIVER"
 ACTIVE = (PENDING, SETTING_UP, RUNNING)  # (a job that has not ended)
 #: What a task with no accelerators and no cpus asks of a node (SkyPilot's default).
 DEFAULT_TASK_CPU_DEMAND = 0.5
@@ -149,8 +154,10 @@ def new_job(meta: dict[str, Any]) -> int | None:
         conn.close()
 
 
-def enqueue(job: int, meta: dict[str, Any], command: str, env: dict[str, str], cwd: str | None) -> None:
-    """Broadcast: put job ``job`` in this node's queue, and start it if the node has room."""
+def enqueue(job: int, meta: dict[str, Any], command: str, env: dict[str, str], cwd: str | None,
+            setup: str | None = None) -> None:
+    """Broadcast: put job ``job`` in this node's queue (``setup``: a block run first), and start it
+    if the node has room."""
     from skyward.runtime import instance_info
 
     info = instance_info()
@@ -160,7 +167,8 @@ def enqueue(job: int, meta: dict[str, Any], command: str, env: dict[str, str], c
     with open(os.path.join(base, TOOL), "w") as f:
         f.write(_here("runtime/jobtool.py"))
     node_env = {k: v for k, v in os.environ.items() if k.startswith(("SKYWARD_", "SKYPILOT_"))}
-    spec = json.dumps({"command": command, "env": {**node_env, **env, "SKYWARD_JOB_ID": str(job)}, "cwd": cwd})
+    spec = json.dumps({"command": command, "setup": setup, "cwd": cwd,
+                       "env": {**node_env, **env, "SKYWARD_JOB_ID": str(job)}})
     conn = connect(base)
     try:
         with _transaction(conn):
@@ -194,13 +202,15 @@ def schedule(base: str, node: int) -> None:
                     if r["cpus"] > cpus + 1e-9 or r["gpus"] > gpus + 1e-9:
                         break
                     cpus, gpus = cpus - r["cpus"], gpus - r["gpus"]
-                    _start(conn, base, node, r["job"], json.loads(r["spec"]))
+                    spec = json.loads(r["spec"])
+                    _start(conn, base, node, r["job"], spec, SETTING_UP if spec.get("setup") else RUNNING)
         finally:
             conn.close()
 
 
-def _start(conn: sqlite3.Connection, base: str, node: int, job: int, spec: dict[str, Any]) -> None:
-    """Start a job's command under its guardian; a thread keeps its end (run in a transaction)."""
+def _start(conn: sqlite3.Connection, base: str, node: int, job: int, spec: dict[str, Any], phase: str) -> None:
+    """Start a job's setup (``phase`` SETTING_UP) or run (RUNNING) under its guardian; a thread
+    keeps its end (run in a transaction)."""
     from skyward.runtime.command import write_script
 
     log = log_path(base, node, job)
@@ -211,7 +221,7 @@ def _start(conn: sqlite3.Connection, base: str, node: int, job: int, spec: dict[
     env = {**os.environ, **spec["env"]}
     try:
         # the command travels as a file the guardian holds open (see runtime.command): any size
-        script = write_script(spec["command"], env.get("TMPDIR"))
+        script = write_script(spec["setup"] if phase == SETTING_UP else spec["command"], env.get("TMPDIR"))
         try:
             with open(log, "ab") as out:
                 proc = subprocess.Popen(
@@ -226,20 +236,24 @@ def _start(conn: sqlite3.Connection, base: str, node: int, job: int, spec: dict[
         with open(log, "a") as out:
             out.write(f"skyward: cannot start the job: {exc}\n")
         conn.execute("UPDATE tasks SET status=?, exit_code=127, started=?, ended=?, spec=NULL WHERE job=? AND node=?",
-                     (FAILED, time.time(), time.time(), job, node))
+                     (FAILED_SETUP if phase == SETTING_UP else FAILED, time.time(), time.time(), job, node))
         return
     os.close(status_w)
     os.close(control_r)
     with open(os.path.join(base, "jobs", str(node), f"{job}.pid"), "w") as f:
         f.write(str(proc.pid))
-    conn.execute("UPDATE tasks SET status=?, pid=?, owner=?, started=?, spec=NULL WHERE job=? AND node=?",
-                 (RUNNING, proc.pid, os.getpid(), time.time(), job, node))
-    threading.Thread(target=_watch, args=(base, node, job, proc, status_r, control_w),
+    # (the spec stays until the run has started; STARTED is the run's start, as SkyPilot's)
+    conn.execute("UPDATE tasks SET status=?, pid=?, owner=?, started=?, spec=? WHERE job=? AND node=?",
+                 (phase, proc.pid, os.getpid(), time.time() if phase == RUNNING else None,
+                  json.dumps(spec) if phase == SETTING_UP else None, job, node))
+    threading.Thread(target=_watch, args=(base, node, job, proc, status_r, control_w, phase),
                      name=f"skyward-job-{job}", daemon=True).start()
 
 
-def _watch(base: str, node: int, job: int, proc: subprocess.Popen[bytes], status_r: int, control_w: int) -> None:
-    """Wait for a job's guardian to report, keep the exit code, start what waits next."""
+def _watch(base: str, node: int, job: int, proc: subprocess.Popen[bytes], status_r: int, control_w: int,
+           phase: str) -> None:
+    """Wait for a job's guardian to report, keep the exit code; after a setup that succeeded start
+    the run, else start what waits next."""
     with os.fdopen(status_r) as status:
         line = status.readline().split()
     proc.wait()
@@ -251,9 +265,14 @@ def _watch(base: str, node: int, job: int, proc: subprocess.Popen[bytes], status
     conn = connect(base)
     try:
         with _transaction(conn):
+            row = conn.execute("SELECT status, cancelling, spec FROM tasks WHERE job=? AND node=?", (job, node)).fetchone()
+            if phase == SETTING_UP and code == 0 and row["status"] == SETTING_UP and not row["cancelling"]:
+                _start(conn, base, node, job, json.loads(row["spec"]), RUNNING)
+                return
+            failed = FAILED_SETUP if phase == SETTING_UP else FAILED
             # (a cancelled job is CANCELLED only now: its guardian has confirmed its tree gone)
-            conn.execute("UPDATE tasks SET status=CASE WHEN cancelling THEN ? ELSE ? END WHERE job=? AND node=? "
-                         "AND status=?", (CANCELLED, SUCCEEDED if code == 0 else FAILED, job, node, RUNNING))
+            conn.execute("UPDATE tasks SET status=CASE WHEN cancelling THEN ? ELSE ? END, spec=NULL WHERE job=? "
+                         "AND node=? AND status=?", (CANCELLED, SUCCEEDED if code == 0 else failed, job, node, phase))
             conn.execute("UPDATE tasks SET exit_code=?, ended=? WHERE job=? AND node=?", (code, time.time(), job, node))
     finally:
         conn.close()
@@ -261,11 +280,12 @@ def _watch(base: str, node: int, job: int, proc: subprocess.Popen[bytes], status
 
 
 def _reconcile(conn: sqlite3.Connection, procs: ModuleType) -> None:
-    """Jobs whose worker is gone (the cluster was stopped) will never end by themselves: FAILED."""
+    """Jobs whose worker is gone (the cluster was stopped) will never end by themselves:
+    FAILED_DRIVER, as SkyPilot marks the jobs a stop or a reboot cut short."""
     for r in conn.execute("SELECT job, node, owner FROM tasks WHERE status IN (?,?,?)", ACTIVE).fetchall():
         if not r["owner"] or not procs.alive(r["owner"]):
             conn.execute("UPDATE tasks SET status=?, ended=?, spec=NULL WHERE job=? AND node=?",
-                         (FAILED, time.time(), r["job"], r["node"]))
+                         (FAILED_DRIVER, time.time(), r["job"], r["node"]))
 
 
 def jobs_in_use() -> bool:

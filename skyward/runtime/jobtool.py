@@ -93,8 +93,8 @@ def cancel(base: str, node: int, jobs: list[int] | None) -> dict[str, list[int]]
         ids = [r["job"] for r in found]
         deadline = time.monotonic() + q.GRACE + 10
         while time.monotonic() < deadline:
-            running = conn.execute(f"SELECT 1 FROM tasks WHERE node=? AND status=? AND job IN "
-                                   f"({','.join('?' * len(ids))})", (node, q.RUNNING, *ids)).fetchone()
+            running = conn.execute(f"SELECT 1 FROM tasks WHERE node=? AND status IN (?,?) AND job IN "
+                                   f"({','.join('?' * len(ids))})", (node, q.SETTING_UP, q.RUNNING, *ids)).fetchone()
             if not running and not any(procs.alive(p) for p in watched):
                 break
             time.sleep(0.05)
@@ -121,7 +121,7 @@ def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -
         finally:
             conn.close()
         if r is not None and r["status"] in q.ACTIVE and not procs.alive(r["owner"] or 0):
-            return q.FAILED, None  # (its worker is gone: it will never end by itself)
+            return q.FAILED_DRIVER, None  # (its worker is gone: it will never end by itself)
         return None if r is None else (r["status"], r["exit_code"])
 
     now = state()
