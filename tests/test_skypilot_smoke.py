@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
-from tests.test_cluster_cli import home, lines, sky, task  # noqa: F401  (home: a fixture)
+from tests.test_cluster_cli import home, lines, sky, sky_home, task  # noqa: F401  (home: a fixture)
 from tests.test_cluster_jobs import job_id, until
 
 MINIMAL = """\
@@ -59,8 +60,9 @@ def cluster_status(tmp_path: Path, cluster: str) -> str | None:
 
 
 def test_minimal(home: str, tmp_path: Path) -> None:
-    """SkyPilot's test_minimal: launch twice, ``logs --status`` of each job, SKYPILOT_CLUSTER_INFO,
-    exec of a command of several words, exec without a command refused, cost-report."""
+    """SkyPilot's test_minimal: launch twice, ``logs --status`` of each job, ``logs --sync-down``,
+    SKYPILOT_CLUSTER_INFO, exec of a command of several words, exec without a command refused,
+    cost-report."""
     task(tmp_path, MINIMAL, "minimal.yaml")
     first = sky("launch", "-y", "-c", "mini", "minimal.yaml", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
@@ -78,6 +80,11 @@ def test_minimal(home: str, tmp_path: Path) -> None:
     assert words.returncode == 0 and job_id(words.stdout) == 4
     assert "hi test" in sky("logs", "mini", "4", "--no-follow", cwd=tmp_path).stdout
     assert sky("exec", "mini", cwd=tmp_path).returncode != 0  # nothing to run: refused
+    synced = sky_home("logs", "mini", "1", "--sync-down", cwd=tmp_path, home=tmp_path)
+    assert synced.returncode == 0, synced.stderr
+    where = re.findall(r"^Job 1 logs: (\S+)$", synced.stdout, re.M)
+    assert where == ["~/skyward_logs/mini/1"], synced.stdout
+    assert lines((tmp_path / "skyward_logs/mini/1/run.log").read_text(), "hello") == ["[node 0] hello from the run"]
     report = sky("cost-report", cwd=tmp_path)
     assert report.returncode == 0 and "mini" in report.stdout and "total" in report.stdout
 
@@ -180,23 +187,24 @@ def test_multi_node_failure(home: str, tmp_path: Path) -> None:
 
 
 JOB = """\
-name: @NAME@
+name: job
 resources:
   cpus: @CPUS@
 run: |
-  echo "job @NAME@ started"
+  echo "job $SKYPILOT_TASK_ID started"
   sleep 10000
 """
 
 
 def test_job_queue(home: str, tmp_path: Path) -> None:
-    """SkyPilot's test_job_queue, on CPUs instead of half a GPU each: three detached jobs that each
-    take half the node; two run, the third is PENDING; cancelling job 2 lets job 3 run."""
+    """SkyPilot's test_job_queue, on CPUs instead of half a GPU each: three detached jobs named by
+    ``exec -n`` that each take half the node; two run, the third is PENDING; cancelling job 2
+    lets job 3 run."""
     half = len(os.sched_getaffinity(0)) / 2
     assert sky("launch", "-y", "-c", "jq", "echo up", cwd=tmp_path).returncode == 0
+    task(tmp_path, JOB, "job.yaml", **{"@CPUS@": str(half)})
     for n in (1, 2, 3):
-        task(tmp_path, JOB, f"jq-{n}.yaml", **{"@NAME@": f"jq-{n}", "@CPUS@": str(half)})
-        assert sky("exec", "jq", f"jq-{n}.yaml", "-d", cwd=tmp_path).returncode == 0
+        assert sky("exec", "jq", "-n", f"jq-{n}", "-d", "job.yaml", cwd=tmp_path).returncode == 0
     want = {"command": "SUCCEEDED", "jq-1": "RUNNING", "jq-2": "RUNNING", "jq-3": "PENDING"}
     until(lambda: queue_states(tmp_path, "jq") == want, 60, "jq-1 and jq-2 RUNNING, jq-3 PENDING")
     assert sky("cancel", "-y", "jq", "3", cwd=tmp_path).returncode == 0  # job 3 is jq-2

@@ -52,6 +52,8 @@ def add_task_flags(p: argparse.ArgumentParser) -> None:
                                                     "(https://..., git@..., file://... or a path)")
     p.add_argument("--git-ref", metavar="REF", help="the branch, tag or commit of --git-url (or of the task's "
                                                     "git workdir) to check out")
+    p.add_argument("-n", "--name", dest="job_name", metavar="NAME",
+                   help="the task's name (the job's NAME in `skyward queue`; overrides the file's name)")
 
 
 def task_plan(args: argparse.Namespace, num_nodes: int | None, **shape: Any) -> Any:
@@ -66,8 +68,11 @@ def task_plan(args: argparse.Namespace, num_nodes: int | None, **shape: Any) -> 
     if path is None and command is None and getattr(args, "cluster", None) is None:
         raise ConfigError("TASK", "a task file or a command to run (or -c NAME alone: bring a cluster up and run "
                           "nothing)", "nothing")
-    return plan(path, command=command, num_nodes=num_nodes, env=args.env, env_file=args.env_file,
-                secrets=args.secret, workdir=args.workdir, git_url=args.git_url, git_ref=args.git_ref, **shape)
+    from dataclasses import replace
+
+    found = plan(path, command=command, num_nodes=num_nodes, env=args.env, env_file=args.env_file,
+                 secrets=args.secret, workdir=args.workdir, git_url=args.git_url, git_ref=args.git_ref, **shape)
+    return found if args.job_name is None else replace(found, name=args.job_name)
 
 
 def add_cluster_flags(launch: argparse.ArgumentParser) -> None:

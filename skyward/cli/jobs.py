@@ -2,7 +2,7 @@
 
     skyward queue [NAME...] [-a] [--json]              the clusters' jobs (recent ones without -a)
     skyward cancel NAME [ID...] [--all] [-y]           end jobs on every node, then CANCELLED
-    skyward logs NAME [ID] [--no-follow] [--status] [--tail N]   a job's output (the latest job)
+    skyward logs NAME [ID] [--no-follow] [--status] [--tail N] [--sync-down]   a job's output (the latest job)
 
 ``logs --status`` prints the job's state and exits with SkyPilot's codes: 0 succeeded, 100
 failed, 101 not finished, 102 no such job, 103 cancelled.
@@ -21,6 +21,8 @@ __all__ = ["COMMANDS", "add_commands", "run_command"]
 COMMANDS = ("queue", "cancel", "logs")
 #: Finished jobs ``queue`` shows without ``-a`` (the most recent ones).
 RECENT_FINISHED = 10
+#: Where ``logs --sync-down`` copies a job's log (``NAME/ID/run.log`` under it).
+SYNC_DIR = "~/skyward_logs"
 _COLUMNS = ("ID", "NAME", "SUBMITTED", "STARTED", "DURATION", "RESOURCES", "STATUS")
 
 
@@ -45,6 +47,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                       help="print the job's state; exit 0 succeeded, 100 failed, 101 not finished, 102 no such "
                            "job, 103 cancelled")
     logs.add_argument("--tail", type=int, default=-1, metavar="N", help="the last N lines first (default: all)")
+    logs.add_argument("--sync-down", action="store_true",
+                      help=f"copy the job's log (every node's lines) to {SYNC_DIR}/NAME/ID/run.log and print where")
 
 
 def run_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
@@ -140,9 +144,26 @@ def _logs(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
                   f"skyward: error: cluster {args.name} has no jobs (submit one with `skyward exec {args.name} "
                   f"TASK.yaml`)\n")
         return 1
+    if args.sync_down:
+        return _sync_down(args.name, found.id, out)
     jobs.logs(args.name, found.id, out, follow=not args.no_follow, tail=args.tail)
     # as `sky logs`: the job's status (0 succeeded, 100 failed, 101 not finished, 103 cancelled)
     ended = jobs.job(args.name, found.id) or found
     if ended.status in (jobs.FAILED, jobs.FAILED_SETUP, jobs.FAILED_DRIVER):
         err.write(f"skyward: job {ended.id} on cluster {args.name}: {ended.status} (exit code {ended.exit_code})\n")
     return jobs.STATUS_CODES.get(ended.status, jobs.NOT_FINISHED)
+
+
+def _sync_down(name: str, job_id: int, out: IO[str]) -> int:
+    """``logs --sync-down``: the job's log as it is now, every node's lines, in a local file."""
+    import os
+
+    from skyward.clusters import jobs
+
+    where = os.path.join(SYNC_DIR, name, str(job_id))
+    folder = os.path.expanduser(where)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "run.log"), "w") as log:
+        jobs.logs(name, job_id, log, follow=False)
+    out.write(f"Job {job_id} logs: {where}\n")
+    return 0
