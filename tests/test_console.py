@@ -723,6 +723,25 @@ def queued(c: Console) -> int:
     return console_backlog(c)
 
 
+def test_live_mode_keeps_the_node_prefix_of_a_line_broken_across_a_refresh() -> None:
+    """A piece of a line printed above the view, the view drawn below it, then the rest of the
+    line: the rest goes on on a new row, which names its node as every row does."""
+    rc, buf = rich_console()
+    c = Console(mode="live", rich_console=rc)
+    startup(c)
+    c(ev.TaskStarted(0, 0, "f"))
+    c(ev.TaskOutput(0, 0, "stdout", "first half ", True))
+    deadline = time.monotonic() + 30  # the flush loop prints it (later on a loaded machine)
+    while "first half" not in strip(buf.getvalue()):
+        assert time.monotonic() < deadline, "the piece was never printed"
+        time.sleep(0.02)
+    c(ev.TaskOutput(0, 0, "stdout", "second half"))
+    c(ev.TaskFinished(0, 0, "f", True, 0.1))
+    c(ev.PoolStopped("p1", 0.0, True))
+    rows = [row.strip() for row in strip(buf.getvalue()).splitlines() if "half" in row]
+    assert rows == ["[node 0] first half", "[node 0] second half"], rows
+
+
 class _SlowTerminal(io.StringIO):
     """A terminal that takes 2 MB/s: slower than a task can print."""
 

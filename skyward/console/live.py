@@ -41,8 +41,12 @@ class Batch:
     """Lines to print above the live view, rendered straight to segments: no wrapping, no
     markup, no per-line ``Text`` (tens of thousands of lines a second stay cheap)."""
 
-    def __init__(self, lines: list[Msg]):
+    def __init__(self, lines: list[Msg], carry: dict[str, str] | None = None):
         self.lines = lines
+        #: channel -> the ``[node N] `` prefix of its line still open (pieces): kept from batch to
+        #: batch, so the rest of a line broken off (by the view drawn below it, or another
+        #: channel's line) starts its new row with its node, as every row does.
+        self.carry = {} if carry is None else carry
 
     def __rich_console__(self, console: Any, options: Any) -> Any:
         from rich.segment import Segment
@@ -64,6 +68,13 @@ class Batch:
                 if text.startswith("[node ") and not going_on:
                     prefix, _, line = text.partition("] ")
                     yield Segment(prefix + "] ", styles[channel])
+                    self.carry.pop(channel, None)
+                    if piece:
+                        self.carry[channel] = prefix + "] "
+                elif not going_on and channel in self.carry:  # the rest of a line broken off: a new row
+                    yield Segment(self.carry[channel], styles[channel])
+                if not piece:
+                    self.carry.pop(channel, None)
             elif channel in styles:
                 yield Segment(line, styles[channel])
                 yield newline

@@ -160,6 +160,7 @@ class Console:
         self._stderr_on_screen = False  # stderr lines go through the view (same terminal)
         self._pending: list[Msg] = []  # live: lines waiting for the next batch (under _lock)
         self._pending_bytes = 0
+        self._carry: dict[str, str] = {}  # (the live view's open lines: see Batch)
         self._drained = threading.Condition(self._lock)  # notified when a chunk has been taken
         self._taken_at = 0.0  # when the flusher last took a chunk (progress of the terminal)
         self._dropping = False  # a stalled terminal: output is dropped until it takes a chunk
@@ -294,9 +295,8 @@ class Console:
             rc.print(self._batch_text(screen), soft_wrap=True, highlight=False, markup=False, emoji=False,
                      end="")
 
-    @staticmethod
-    def _batch_text(lines: list[Msg]) -> Any:
-        return Batch(lines)
+    def _batch_text(self, lines: list[Msg]) -> Any:
+        return Batch(lines, self._carry)
 
     def _flush_loop(self) -> None:
         while not self._flusher_stop.wait(1 / FLUSH_PER_SECOND):
