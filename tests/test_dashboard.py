@@ -207,6 +207,13 @@ def test_in_a_browser_the_cluster_is_up_the_log_follows_cancel_ends_the_job_and_
         assert wait_gone([pid], 10) == [], "the job's process outlived its cancel"
         assert jobs.job("dash", 1).status == "CANCELLED"  # type: ignore[union-attr]
 
+        assert sky("launch", "-c", "gone", cwd=board.work).returncode == 0  # ended from the CLI while watched
+        driver.get(f"{board.url}/clusters/gone")
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#summary .badge").text == "UP")
+        assert sky("down", "gone", "-y", cwd=board.work).returncode == 0
+        wait.until(lambda d: d.find_element(By.ID, "message").text == "no cluster named gone")
+        assert driver.find_element(By.CSS_SELECTOR, "#summary .badge").text == "GONE"
+
         workers = [p for p, _ in manage.ClusterStore().get("dash").workers]  # type: ignore[union-attr]
         driver.get(f"{board.url}/")
         wait.until(lambda d: d.find_elements(By.XPATH, "//tr[td/a[text()='dash']]//button[text()='down']"))[0].click()

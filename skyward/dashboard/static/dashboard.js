@@ -148,7 +148,12 @@ async function cluster() {
   const c = await api("/api/clusters/" + CLUSTER);
   if (c.error) {
     say(c.error, true);
-    document.getElementById("actions").replaceChildren();
+    if (c.gone) {  // (ended while this page was open)
+      document.getElementById("summary").replaceChildren(badge("GONE"));
+      document.getElementById("actions").replaceChildren();
+      fill("nodes", []);
+      fill("jobs", []);
+    }
     return;
   }
   document.getElementById("summary").replaceChildren(badge(c.status), " " + c.provider + ", " + c.nodes +
