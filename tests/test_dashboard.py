@@ -170,7 +170,7 @@ def browser(work: Path):  # type: ignore[no-untyped-def]
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
 
 
-def test_in_a_browser_the_cluster_is_up_the_log_follows_cancel_ends_the_job_and_down_the_cluster(board: Board) -> None:
+def test_in_a_browser_the_cluster_is_up_the_log_follows_cancel_ends_the_job_stop_start_and_down_work(board: Board) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as seen
     from selenium.webdriver.support.ui import WebDriverWait
@@ -214,8 +214,16 @@ def test_in_a_browser_the_cluster_is_up_the_log_follows_cancel_ends_the_job_and_
         wait.until(lambda d: d.find_element(By.ID, "message").text == "no cluster named gone")
         assert driver.find_element(By.CSS_SELECTOR, "#summary .badge").text == "GONE"
 
-        workers = [p for p, _ in manage.ClusterStore().get("dash").workers]  # type: ignore[union-attr]
         driver.get(f"{board.url}/")
+        for button, after in (("stop", "STOPPED"), ("start", "UP")):
+            wait.until(lambda d: d.find_elements(By.XPATH, f"//tr[td/a[text()='dash']]//button[text()='{button}']")
+                       )[0].click()
+            wait.until(seen.alert_is_present()).accept()
+            WebDriverWait(driver, 60).until(lambda d: d.find_elements(
+                By.XPATH, f"//tr[td/a[text()='dash']]//span[contains(@class, 'badge')][text()='{after}']"))
+            assert [s.status for s in manage.status(["dash"])] == [after]
+
+        workers = [p for p, _ in manage.ClusterStore().get("dash").workers]  # type: ignore[union-attr]
         wait.until(lambda d: d.find_elements(By.XPATH, "//tr[td/a[text()='dash']]//button[text()='down']"))[0].click()
         wait.until(seen.alert_is_present()).accept()
         WebDriverWait(driver, 60).until(lambda d: d.find_element(By.CSS_SELECTOR, '.empty[data-for="clusters"]')

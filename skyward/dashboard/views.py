@@ -26,6 +26,7 @@ import re
 import shlex
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from skyward.clusters import jobs, manage
@@ -87,8 +88,12 @@ def cluster(name: str) -> dict[str, Any]:
     nodes = [{"node": inst.node, "host": inst.ssh.host if inst.ssh else "this machine",
               "price_per_hour": inst.price_per_hour, **sample} for inst, sample in zip(record.instances, samples,
                                                                                        strict=True)]
-    queue = safely(lambda: [j.as_dict() for j in reversed(jobs.jobs(name))]) if shown.status == UP else []
+    queue = safely(lambda: _newest_first(name)) if shown.status == UP else []
     return {**shown.as_dict(), "autostop": record.autostop, "nodes": nodes, "jobs": queue}
+
+
+def _newest_first(name: str) -> list[dict[str, Any]]:
+    return [j.as_dict() for j in reversed(jobs.jobs(name))]
 
 
 def _sample(record: ClusterRecord, inst: Instance) -> dict[str, Any]:
@@ -114,7 +119,7 @@ def queues() -> list[dict[str, Any]]:
     whose queue cannot be read now has an ``error`` instead."""
     out = []
     for record in ClusterStore().all():
-        listed = safely(lambda name=record.name: [j.as_dict() for j in reversed(jobs.jobs(name))])
+        listed = safely(partial(_newest_first, record.name))
         out.append({"cluster": record.name, "status": record.status,
                     **({"jobs": listed} if isinstance(listed, list) else {"jobs": [], **listed})})
     return out
@@ -141,6 +146,11 @@ def job_log(name: str, job_id: int, seen: dict[int, int]) -> dict[str, Any]:
     return {"job": found.as_dict(), "lines": lines, "seen": {str(n): c for n, c in counts.items()}}
 
 
+def _start(name: str) -> list[str]:
+    manage.start(name, console=False)  # (raises when it cannot start)
+    return []
+
+
 def _cancel(name: str, job_id: int) -> list[str]:
     cancelled, problems = jobs.cancel(name, [job_id])
     return problems if cancelled or problems else [f"job {job_id} was not cancelled (it had ended)"]
@@ -151,7 +161,7 @@ def _cancel(name: str, job_id: int) -> list[str]:
 ACTIONS: dict[str, Callable[..., list[str]]] = {
     "stop": manage.stop,
     "down": manage.down,
-    "start": lambda name: manage.start(name, console=False) or [],
+    "start": _start,
     "cancel": _cancel,
 }
 
