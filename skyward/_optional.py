@@ -37,6 +37,8 @@ EXTRAS: dict[str, str] = {
     "joblib": "examples",
     "jax": "jax",
     "mkdocs": "docs",
+    "starlette": "dashboard",
+    "uvicorn": "dashboard",
 }
 
 

@@ -12,6 +12,7 @@
     skyward catalog refresh [--region R] [--profile P]
     skyward down NAME|POOL... [--region R] [--profile P] [--timeout S]
     skyward down -a|--all [--yes] [--region R] [--profile P] [--timeout S]
+    skyward dashboard [--port N] [--no-browser]     (the skyward[dashboard] extra: skyward.dashboard)
 
 Named clusters (``launch -c``, ``exec``, ``status``, ``stop``, ``start``, ``down NAME``,
 ``logs``) are :mod:`skyward.cli.clusters`'s.
@@ -111,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     clusters.add_task_flags(launch)
     clusters.add_cluster_flags(launch)
     clusters.add_commands(commands)
+    board = commands.add_parser("dashboard", help="clusters, nodes, jobs and logs in a browser (127.0.0.1 only)",
+                                description="Serve the dashboard on 127.0.0.1 with a new token, print its URL "
+                                            "and open it (needs the skyward[dashboard] extra).")
+    board.add_argument("--port", type=int, default=None, metavar="N",
+                       help="the port (default: 8790, or a free one when it is taken; 0: any free one)")
+    board.add_argument("--no-browser", action="store_true", help="print the URL only")
     return parser
 
 
@@ -328,6 +335,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "ls":
             return _ls(args, sys.stdout)
+        if args.command == "dashboard":
+            from skyward.dashboard import serve
+
+            return serve(args.port, browser=not args.no_browser, out=sys.stdout)
         return _down(args, sys.stdout, sys.stderr)
     except SkywardError as exc:
         print(f"skyward: error: {exc}", file=sys.stderr)

@@ -27,6 +27,9 @@ needs=(
     "mount:mount"
     "procps:pgrep ps"
     "hostname:hostname"
+    # (tests/test_dashboard.py: a real headless browser and its WebDriver)
+    "chromium:chromium"
+    "chromium-driver:chromedriver"
 )
 
 missing=()

@@ -1,0 +1,237 @@
+// skyward dashboard: fills the page's tables from the JSON API and keeps them current.
+// Every value goes into the page with textContent: nothing the API returns is read as HTML.
+"use strict";
+
+const TOKEN = document.querySelector('meta[name="skyward-token"]').content;
+const PAGE = document.body.dataset.page;
+const CLUSTER = document.body.dataset.cluster;
+const JOB = document.body.dataset.job;
+const ACTIVE = ["PENDING", "SETTING_UP", "RUNNING"];
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+
+function link(href, text) {
+  const a = el("a", text);
+  a.href = href;
+  return a;
+}
+
+function say(text, bad) {
+  const m = document.getElementById("message");
+  m.textContent = text || "";
+  m.className = bad ? "bad" : "";
+}
+
+async function api(path) {
+  const r = await fetch(path, {credentials: "same-origin", cache: "no-store"});
+  const body = await r.json();
+  document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+  return body;
+}
+
+async function post(path, question) {
+  if (!window.confirm(question)) return;
+  say("working: " + question.replace(/\?$/, "") + " ...");
+  try {
+    const r = await fetch(path, {method: "POST", credentials: "same-origin",
+                                 headers: {"X-Skyward-Token": TOKEN}});
+    const body = await r.json();
+    say(body.error ? body.error : "done", Boolean(body.error));
+  } catch (e) {
+    say("the dashboard did not answer: " + e, true);
+  }
+  refresh();
+}
+
+function fill(tableId, rows) {
+  const body = document.querySelector("#" + tableId + " tbody");
+  body.replaceChildren(...rows.map((cells) => {
+    const tr = el("tr");
+    for (const cell of cells) {
+      const td = el("td");
+      td.append(cell instanceof Node ? cell : document.createTextNode(cell === null || cell === undefined ? "-" : String(cell)));
+      tr.append(td);
+    }
+    return tr;
+  }));
+  const empty = document.querySelector('.empty[data-for="' + tableId + '"]');
+  if (empty) empty.hidden = rows.length > 0;
+}
+
+function badge(status) {
+  return el("span", status, "badge " + String(status).toLowerCase());
+}
+
+function dollars(x) {
+  return x === null || x === undefined ? "-" : "$" + Number(x).toFixed(x < 1 ? 4 : 2);
+}
+
+function ago(when) {
+  if (!when) return "-";
+  const s = Math.max(0, Math.floor(Date.now() / 1000 - when));
+  if (s >= 86400) return Math.floor(s / 86400) + " d ago";
+  if (s >= 3600) return Math.floor(s / 3600) + " h ago";
+  if (s >= 60) return Math.floor(s / 60) + " min ago";
+  return s + " s ago";
+}
+
+function duration(job) {
+  if (!job.started) return "-";
+  const s = Math.floor((job.ended || Date.now() / 1000) - job.started);
+  return s >= 3600 ? Math.floor(s / 3600) + "h " + Math.floor(s % 3600 / 60) + "m" :
+    s >= 60 ? Math.floor(s / 60) + "m " + (s % 60) + "s" : s + "s";
+}
+
+function bytes(n) {
+  return (n / 1073741824).toFixed(1) + " GiB";
+}
+
+function button(text, cls, onclick) {
+  const b = el("button", text, cls);
+  b.addEventListener("click", onclick);
+  return b;
+}
+
+function clusterButtons(name, status) {
+  const span = el("span", null, "buttons");
+  const q = (what) => what + " cluster " + name + "?";
+  if (status === "UP") span.append(button("stop", "", () => post("/api/clusters/" + name + "/stop", q("stop"))));
+  if (status === "STOPPED") span.append(button("start", "", () => post("/api/clusters/" + name + "/start", q("start"))));
+  span.append(button("down", "danger", () => post("/api/clusters/" + name + "/down", q("down (end) "))));
+  return span;
+}
+
+async function clusters() {
+  const found = await api("/api/clusters");
+  if (found.error) return say(found.error, true);
+  let total = 0;
+  let priced = false;
+  fill("clusters", found.map((c) => {
+    total += c.cost_so_far || 0;
+    priced = priced || c.price_per_hour !== null;
+    return [link("/clusters/" + c.name, c.name), c.provider, c.nodes, badge(c.status), c.autostop,
+            dollars(c.price_per_hour), dollars(c.cost_so_far), clusterButtons(c.name, c.status)];
+  }));
+  document.getElementById("total").textContent = !found.length ? "" : priced ? "total so far: " + dollars(total) :
+    "no price known (Local and SSH hosts cost nothing here)";
+}
+
+// The last minutes of CPU % per node, drawn as a small SVG line (no library).
+const HISTORY = {};
+const SVG = "http://www.w3.org/2000/svg";
+
+function spark(node, cpu) {
+  const points = (HISTORY[node] = (HISTORY[node] || []).concat([cpu]).slice(-60));
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", "0 0 120 24");
+  svg.setAttribute("class", "spark");
+  const line = document.createElementNS(SVG, "polyline");
+  line.setAttribute("points", points.map((v, i) => (i * 2) + "," + (23 - v * 0.22).toFixed(1)).join(" "));
+  svg.append(line);
+  return svg;
+}
+
+function jobRows(list, withCluster) {
+  return list.map((j) => {
+    const row = [link("/clusters/" + j.cluster + "/jobs/" + j.id, j.id), j.name, ago(j.submitted), duration(j),
+                 j.resources, badge(j.status)];
+    return withCluster ? [link("/clusters/" + j.cluster, j.cluster), ...row] : row;
+  });
+}
+
+async function cluster() {
+  const c = await api("/api/clusters/" + CLUSTER);
+  if (c.error) {
+    say(c.error, true);
+    if (c.gone) {  // (ended while this page was open)
+      document.getElementById("summary").replaceChildren(badge("GONE"));
+      document.getElementById("actions").replaceChildren();
+      fill("nodes", []);
+      fill("jobs", []);
+    }
+    return;
+  }
+  document.getElementById("summary").replaceChildren(badge(c.status), " " + c.provider + ", " + c.nodes +
+    " node(s), " + c.resources + ", autostop " + c.autostop + ", " + dollars(c.price_per_hour) + "/h, " +
+    dollars(c.cost_so_far) + " so far");
+  document.getElementById("actions").replaceChildren(clusterButtons(c.name, c.status));
+  fill("nodes", c.nodes.map((n) => n.state === "up" ?
+    [n.node, n.host, badge("up"), n.cpu.toFixed(1) + " %", spark(n.node, n.cpu),
+     bytes(n.memory_used) + " of " + bytes(n.memory_total)] :
+    [n.node, n.host, badge(n.state || c.status), null, null, n.why || null]));
+  if (c.jobs.error) say(c.jobs.error, true);
+  else fill("jobs", jobRows(c.jobs.map((j) => Object.assign({cluster: c.name}, j)), false));
+}
+
+async function jobs() {
+  const found = await api("/api/jobs");
+  if (found.error) return say(found.error, true);
+  const rows = [];
+  const problems = [];
+  for (const q of found) {
+    if (q.error) problems.push(q.cluster + ": " + q.error);
+    rows.push(...q.jobs.map((j) => Object.assign({cluster: q.cluster}, j)));
+  }
+  rows.sort((a, b) => b.submitted - a.submitted);
+  fill("jobs", jobRows(rows, true));
+  say(problems.join("; "), problems.length > 0);
+}
+
+// A job's log: only the lines not seen yet are asked for (per node), and appended as text.
+let seen = "";
+let finished = false;
+
+function shown(line) {
+  const filter = document.getElementById("filter").value;
+  return !filter || line.textContent.includes(filter);
+}
+
+async function log() {
+  const r = await api("/api/clusters/" + CLUSTER + "/jobs/" + JOB + "/log?seen=" + encodeURIComponent(seen));
+  if (r.error) return say(r.error, true);
+  const j = r.job;
+  document.getElementById("summary").replaceChildren(badge(j.status), " " + j.name + ", " + j.resources +
+    ", submitted " + ago(j.submitted) + ", ran " + duration(j) + (j.exit_code !== null ? ", exit code " + j.exit_code : ""));
+  document.getElementById("cancel").hidden = !ACTIVE.includes(j.status);
+  const pre = document.getElementById("log");
+  for (const line of r.lines) {
+    const div = el("div", "[node " + line.node + "] " + line.text, "line");
+    div.hidden = !shown(div);
+    pre.append(div);
+  }
+  seen = Object.entries(r.seen).map(([n, c]) => n + ":" + c).join(",");
+  if (r.lines.length && document.getElementById("follow").checked) pre.scrollTop = pre.scrollHeight;
+  finished = !ACTIVE.includes(j.status) && r.lines.length === 0;
+}
+
+function setUpJob() {
+  document.getElementById("cancel").addEventListener("click", () =>
+    post("/api/clusters/" + CLUSTER + "/jobs/" + JOB + "/cancel", "cancel job " + JOB + " of cluster " + CLUSTER + "?"));
+  document.getElementById("filter").addEventListener("input", () => {
+    for (const line of document.querySelectorAll("#log .line")) line.hidden = !shown(line);
+  });
+}
+
+const REFRESH = {clusters: [clusters, 3000], cluster: [cluster, 3000], jobs: [jobs, 3000], job: [log, 1000]};
+let busy = false;
+
+async function refresh() {
+  if (busy || finished) return;
+  busy = true;
+  try {
+    await REFRESH[PAGE][0]();
+  } catch (e) {
+    say("the dashboard did not answer: " + e, true);
+  } finally {
+    busy = false;
+  }
+}
+
+if (PAGE === "job") setUpJob();
+refresh();
+setInterval(refresh, REFRESH[PAGE][1]);

@@ -1,0 +1,176 @@
+"""What the dashboard's pages show and do, as JSON-ready dicts, through the very functions the
+``skyward`` command uses: :func:`skyward.clusters.manage.status` (``skyward status``: what the
+nodes say now, asked on their control sockets, which never delays autostop),
+:func:`skyward.clusters.jobs.jobs` / ``logs`` / ``cancel`` (``queue``, ``logs``, ``cancel``),
+and ``manage.stop`` / ``start`` / ``down``.
+
+Guarantees:
+
+1. Nothing here raises for a state that cannot be read now (a cluster removed mid-request, a
+   node that does not answer, SQLite busy past its wait): the answer says so, as
+   ``{"error": ...}`` or a node ``"unreachable"``; the server turns it into JSON, never a 500.
+2. Nothing a page gets holds a secret: a cluster is its ``status --json`` row (the record keeps
+   no image env, no ``--secret``), a node its index and address, a job its queue row. A log is
+   what the job printed, as ``skyward logs`` shows it.
+3. A node is sampled (CPU %, memory) only when a page asks: one short command over the node's
+   transport, with the node's own Python reading ``/proc`` (no process of skyward on the node
+   keeps sampling when nobody looks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shlex
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from skyward.clusters import jobs, manage
+from skyward.clusters.state import UP, ClusterStore
+from skyward.errors import SkywardError
+
+if TYPE_CHECKING:
+    from skyward.clusters.state import ClusterRecord
+    from skyward.machine import Instance
+
+__all__ = ["ACTIONS", "act", "cluster", "clusters", "job_log", "queues"]
+
+T = TypeVar("T")
+#: Seconds a node has to answer a sample before it shows as unreachable.
+SAMPLE_TIMEOUT = 10.0
+#: Run with the node's Python: CPU busy % over a short window, memory in use and in all (bytes).
+_SAMPLE = ("import json, time\n"
+           "def cpu():\n"
+           "    with open('/proc/stat') as f:\n"
+           "        v = [int(x) for x in f.readline().split()[1:]]\n"
+           "    return sum(v), v[3] + v[4]\n"
+           "a = cpu()\n"
+           "time.sleep(0.3)\n"
+           "b = cpu()\n"
+           "with open('/proc/meminfo') as f:\n"
+           "    m = {k: int(v.split()[0]) * 1024 for k, v in (line.split(':', 1) for line in f)}\n"
+           "total = b[0] - a[0]\n"
+           "print(json.dumps({'cpu': round(100.0 * (1 - (b[1] - a[1]) / total), 1) if total else 0.0,\n"
+           "                  'memory_used': m['MemTotal'] - m['MemAvailable'], 'memory_total': m['MemTotal']}))\n")
+_NODE_LINE = re.compile(r"^\[node (\d+)\] (.*)$")
+
+
+def safely(read: Callable[[], T]) -> T | dict[str, str]:
+    """``read()``, or ``{"error": why}`` when the state cannot be read now."""
+    try:
+        return read()
+    except SkywardError as exc:
+        return {"error": str(exc)}
+    except Exception as exc:  # (sqlite3.OperationalError, OSError, a record gone mid-read...)
+        return {"error": f"cannot read it now ({type(exc).__name__}: {exc})"}
+
+
+def clusters() -> list[dict[str, Any]]:
+    """Every cluster, as ``skyward status --json`` lists it, with its autostop as the table says it."""
+    return [{**s.as_dict(), "autostop": s.record.autostop} for s in manage.status()]
+
+
+def cluster(name: str) -> dict[str, Any]:
+    """Cluster ``name``: its status row, its nodes (sampled when it is up) and its job queue."""
+    found = manage.status([name])
+    if not found:
+        return {"error": f"no cluster named {name}", "gone": True}
+    shown = found[0]
+    record = shown.record
+    samples: list[dict[str, Any]] = [{} for _ in record.instances]
+    if shown.status == UP:
+        with ThreadPoolExecutor(max(1, len(record.instances))) as pool:
+            samples = list(pool.map(lambda inst: _sample(record, inst), record.instances))
+    nodes = [{"node": inst.node, "host": inst.ssh.host if inst.ssh else "this machine",
+              "price_per_hour": inst.price_per_hour, **sample} for inst, sample in zip(record.instances, samples,
+                                                                                       strict=True)]
+    queue = safely(lambda: _newest_first(name)) if shown.status == UP else []
+    return {**shown.as_dict(), "autostop": record.autostop, "nodes": nodes, "jobs": queue}
+
+
+def _newest_first(name: str) -> list[dict[str, Any]]:
+    return [j.as_dict() for j in reversed(jobs.jobs(name))]
+
+
+def _sample(record: ClusterRecord, inst: Instance) -> dict[str, Any]:
+    from skyward.transport import reach
+
+    try:
+        transport = reach(inst)
+        try:
+            result = transport.run(shlex.join([record.pythons[inst.node], "-I", "-c", _SAMPLE]),
+                                   timeout=SAMPLE_TIMEOUT)
+        finally:
+            with contextlib.suppress(Exception):
+                transport.close()
+        if result.exit_code != 0:
+            return {"state": "unreachable", "why": f"the sample exited {result.exit_code}"}
+        return {"state": "up", **json.loads(result.stdout.strip().splitlines()[-1])}
+    except Exception as exc:
+        return {"state": "unreachable", "why": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def queues() -> list[dict[str, Any]]:
+    """Every cluster's jobs, newest first, as ``skyward queue -a --json`` lists them; a cluster
+    whose queue cannot be read now has an ``error`` instead."""
+    out = []
+    for record in ClusterStore().all():
+        listed = safely(partial(_newest_first, record.name))
+        out.append({"cluster": record.name, "status": record.status,
+                    **({"jobs": listed} if isinstance(listed, list) else {"jobs": [], **listed})})
+    return out
+
+
+def job_log(name: str, job_id: int, seen: dict[int, int]) -> dict[str, Any]:
+    """Job ``job_id``'s lines after the ``seen[node]`` first of each node (what ``skyward logs
+    --no-follow`` prints), the count seen now, and the job's row (None: no such job)."""
+    found = jobs.job(name, job_id)
+    if found is None:
+        return {"error": f"no job {job_id} on cluster {name}", "job": None}
+    out = io.StringIO()
+    jobs.logs(name, job_id, out, follow=False)
+    counts: dict[int, int] = {}
+    lines = []
+    for line in out.getvalue().splitlines():
+        matched = _NODE_LINE.match(line)
+        if matched is None:
+            continue
+        node = int(matched.group(1))
+        counts[node] = counts.get(node, 0) + 1
+        if counts[node] > seen.get(node, 0):
+            lines.append({"node": node, "text": matched.group(2)})
+    return {"job": found.as_dict(), "lines": lines, "seen": {str(n): c for n, c in counts.items()}}
+
+
+def _start(name: str) -> list[str]:
+    manage.start(name, console=False)  # (raises when it cannot start)
+    return []
+
+
+def _cancel(name: str, job_id: int) -> list[str]:
+    cancelled, problems = jobs.cancel(name, [job_id])
+    return problems if cancelled or problems else [f"job {job_id} was not cancelled (it had ended)"]
+
+
+#: What a page may ask of a cluster (every one a POST): the name of the action -> what it does,
+#: returning the problems (nothing: done and confirmed).
+ACTIONS: dict[str, Callable[..., list[str]]] = {
+    "stop": manage.stop,
+    "down": manage.down,
+    "start": _start,
+    "cancel": _cancel,
+}
+
+
+def act(action: str, name: str, *args: int) -> dict[str, Any]:
+    """Do ``action`` to cluster ``name``; ``{"done": True}`` or ``{"error": why}``."""
+    result = safely(lambda: ACTIONS[action](name, *args))
+    if isinstance(result, dict):
+        return result
+    if result:
+        return {"error": f"{action} {name}: not confirmed: " + "; ".join(result)}
+    return {"done": True}

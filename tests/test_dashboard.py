@@ -1,0 +1,233 @@
+"""``skyward dashboard`` for real: the command's server (a subprocess) over a real Local cluster
+with a running job, asked with plain HTTP (the token, Host and Origin checks; no secret in any
+answer) and driven by a real headless Chromium (Debian's, through its chromedriver: nothing is
+downloaded, Selenium Manager never runs). Every wait is on a state, with a bound.
+
+Set SKYWARD_DASHBOARD_SCREENSHOTS=docs/images to renew the docs page's screenshots."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from skyward.clusters import jobs, manage
+from tests.conftest import free_port, pid_alive, wait_gone
+from tests.leftovers import cluster_home
+from tests.test_cluster_cli import ROOT, sky, task
+
+SECRET = "s3cr3t-dashboard-planted-5b1e"
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+#: The job: says the secret is set (never what it is), prints markup, then ticks until killed,
+#: and prints a marker line once the test asks for it (the live log's check).
+JOB = """\
+name: ticker
+run: |
+  echo $$ > "$PIDS/job.pid"
+  [ -n "$PLANTED" ] && echo "the secret is set"
+  echo '<script>document.title="pwned"</script><b>bold?</b>'
+  i=0
+  while true; do
+    i=$((i + 1))
+    [ -e "$GO/marker" ] && [ ! -e "$GO/said" ] && echo "marker line $(cat "$GO/marker")" && touch "$GO/said"
+    [ $((i % 10)) -eq 0 ] && echo "tick $i"
+    sleep 0.1
+  done
+"""
+
+
+@dataclass(frozen=True)
+class Board:
+    port: int
+    token: str
+    work: Path
+    server: subprocess.Popen[str]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def wait_for(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def started(server: subprocess.Popen[str], timeout: float = 30) -> str:
+    """The URL the dashboard prints when it listens."""
+    assert server.stdout is not None
+    ready, _, _ = select.select([server.stdout], [], [], timeout)
+    assert ready, "the dashboard printed no URL"
+    line = server.stdout.readline()
+    assert line.startswith("skyward dashboard: http://127.0.0.1:"), line
+    return line.split()[-1]
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
+    """Cluster ``dash`` running the ticker job (job 1, its secret planted), and a dashboard."""
+    work = tmp_path_factory.mktemp("dash")
+    for folder in ("pids", "go"):
+        (work / folder).mkdir()
+    with pytest.MonkeyPatch.context() as patch, cluster_home(patch, "skyd"):
+        task(work, JOB, "job.yaml")
+        launched = sky("launch", "-c", "dash", "-d", "job.yaml", "--env", f"PIDS={work / 'pids'}", "--env",
+                       f"GO={work / 'go'}", "--secret", f"PLANTED={SECRET}", cwd=work)
+        assert launched.returncode == 0, launched.stderr
+        port = free_port()
+        server = subprocess.Popen([sys.executable, "-m", "skyward.cli", "dashboard", "--port", str(port),
+                                   "--no-browser"], cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            url = started(server)
+            assert url.startswith(f"http://127.0.0.1:{port}/?token=")
+            yield Board(port, url.split("token=")[1], work, server)
+        finally:
+            server.terminate()
+            server.wait(30)
+
+
+def ask(board: Board, method: str, path: str, *, host: str | None = None, token: str | None = None,
+        header_token: str | None = None, origin: str | None = None) -> tuple[int, str]:
+    headers = {"Host": host or f"127.0.0.1:{board.port}"}
+    if token is not None:
+        headers["Cookie"] = f"skyward_dashboard_{board.port}={token}"
+    if header_token is not None:
+        headers["X-Skyward-Token"] = header_token
+    if origin is not None:
+        headers["Origin"] = origin
+    conn = http.client.HTTPConnection("127.0.0.1", board.port, timeout=60)
+    try:
+        conn.request(method, path, headers=headers)
+        reply = conn.getresponse()
+        return reply.status, reply.read().decode()
+    finally:
+        conn.close()
+
+
+def test_requests_without_the_token_or_from_another_host_or_origin_are_refused_and_do_nothing(board: Board) -> None:
+    good, bad = board.token, board.token[:-1] + ("A" if board.token[-1] != "A" else "B")
+    assert ask(board, "GET", "/")[0] == 403
+    assert ask(board, "GET", f"/?token={bad}")[0] == 403
+    assert ask(board, "GET", "/api/clusters", token=bad)[0] == 403
+    assert ask(board, "GET", "/api/clusters", token=good, host="evil.example")[0] == 403
+    assert ask(board, "GET", "/api/clusters", token=good, host=f"evil.example:{board.port}")[0] == 403
+    assert ask(board, "GET", "/api/clusters", token=good, host=f"localhost:{board.port}")[0] == 200
+    code, text = ask(board, "GET", f"/?token={good}")
+    assert code == 303  # (to the same page without the token in its URL, the cookie set)
+    refused = [
+        ask(board, "POST", "/api/clusters/dash/down", token=good),  # the cookie alone: no action
+        ask(board, "POST", "/api/clusters/dash/down", token=good, header_token=bad),
+        ask(board, "POST", "/api/clusters/dash/down", header_token=good),  # no cookie
+        ask(board, "POST", "/api/clusters/dash/down", token=good, header_token=good, origin="http://evil.example"),
+        ask(board, "POST", "/api/clusters/dash/stop", token=good, header_token=good, host="evil.example"),
+        ask(board, "POST", "/api/clusters/dash/jobs/1/cancel", token=good),
+        ask(board, "POST", "/api/clusters/dash/jobs/1/cancel", token=good, header_token=good,
+            origin=f"http://localhost:{board.port + 1}"),
+    ]
+    assert [code for code, _ in refused] == [403] * len(refused), refused
+    assert all(text.startswith("forbidden: ") for _, text in refused)
+    assert [s.status for s in manage.status(["dash"])] == ["UP"]
+    assert jobs.job("dash", 1).status == "RUNNING"  # type: ignore[union-attr]
+    assert pid_alive(int((board.work / "pids" / "job.pid").read_text()))
+
+
+def test_no_page_or_answer_holds_the_secret_and_a_log_line_is_text(board: Board) -> None:
+    wait_for(lambda: "the secret is set" in ask(board, "GET", "/api/clusters/dash/jobs/1/log",
+                                                token=board.token)[1], 30, "the job's first lines")
+    paths = ["/", "/jobs", "/clusters/dash", "/clusters/dash/jobs/1", "/api/clusters", "/api/clusters/dash",
+             "/api/jobs", "/api/clusters/dash/jobs/1/log", "/api/clusters/dash/jobs/1/log?seen=0:1",
+             "/static/dashboard.js", "/static/style.css", "/api/clusters/nothing", "/clusters/nothing"]
+    answers = {path: ask(board, "GET", path, token=board.token) for path in paths}
+    assert {p: c for p, (c, _) in answers.items() if c != 200} == {"/api/clusters/nothing": 503}
+    assert [p for p, (_, text) in answers.items() if SECRET in text] == []
+    lines = [line["text"] for line in json.loads(answers["/api/clusters/dash/jobs/1/log"][1])["lines"]]
+    assert lines[:2] == ["the secret is set", '<script>document.title="pwned"</script><b>bold?</b>']
+    assert json.loads(answers["/api/clusters/nothing"][1]) == {"error": "no cluster named nothing", "gone": True}
+
+
+def browser(work: Path):  # type: ignore[no-untyped-def]
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,760",
+                 f"--user-data-dir={work / 'chromium'}", "--disable-gpu"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+
+
+def test_in_a_browser_the_cluster_is_up_the_log_follows_cancel_ends_the_job_stop_start_and_down_work(board: Board) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    shots = Path(os.environ.get("SKYWARD_DASHBOARD_SCREENSHOTS") or board.work)
+    driver = browser(board.work)
+    try:
+        wait = WebDriverWait(driver, 30)
+        driver.get(f"{board.url}/?token={board.token}")
+        row = wait.until(lambda d: d.find_elements(By.XPATH, "//table[@id='clusters']//tr[td/a[text()='dash']]"))[0]
+        assert row.find_element(By.CSS_SELECTOR, ".badge").text == "UP"
+        assert "token" not in driver.current_url  # (sent back without it, the cookie set)
+        driver.save_screenshot(str(shots / "dashboard-clusters.png"))
+
+        driver.get(f"{board.url}/clusters/dash")  # its node sampled, its queue
+        wait.until(lambda d: d.find_elements(By.XPATH, "//table[@id='nodes']//td[contains(text(), ' %')]"))
+        job = wait.until(lambda d: d.find_elements(By.XPATH, "//table[@id='jobs']//tr[td/a[text()='1']]"))[0]
+        assert job.find_element(By.CSS_SELECTOR, ".badge").text == "RUNNING"
+        assert "GiB of" in driver.find_element(By.ID, "nodes").text
+
+        driver.get(f"{board.url}/clusters/dash/jobs/1")
+        log = wait.until(lambda d: d.find_element(By.ID, "log") if "tick" in d.find_element(By.ID, "log").text
+                         else None)
+        assert '<script>document.title="pwned"</script><b>bold?</b>' in log.text  # shown as text
+        assert log.find_elements(By.CSS_SELECTOR, "script, b") == [] and driver.title != "pwned"
+        (board.work / "go" / "marker").write_text(str(time.time()))
+        wait.until(lambda d: "marker line" in d.find_element(By.ID, "log").text)
+        driver.save_screenshot(str(shots / "dashboard-job.png"))
+
+        pid = int((board.work / "pids" / "job.pid").read_text())
+        wait.until(seen.element_to_be_clickable((By.ID, "cancel"))).click()
+        wait.until(seen.alert_is_present()).accept()
+        wait.until(lambda d: "CANCELLED" in d.find_element(By.ID, "summary").text)
+        assert wait_gone([pid], 10) == [], "the job's process outlived its cancel"
+        assert jobs.job("dash", 1).status == "CANCELLED"  # type: ignore[union-attr]
+
+        assert sky("launch", "-c", "gone", cwd=board.work).returncode == 0  # ended from the CLI while watched
+        driver.get(f"{board.url}/clusters/gone")
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#summary .badge").text == "UP")
+        assert sky("down", "gone", "-y", cwd=board.work).returncode == 0
+        wait.until(lambda d: d.find_element(By.ID, "message").text == "no cluster named gone")
+        assert driver.find_element(By.CSS_SELECTOR, "#summary .badge").text == "GONE"
+
+        driver.get(f"{board.url}/")
+        for button, after in (("stop", "STOPPED"), ("start", "UP")):
+            wait.until(lambda d: d.find_elements(By.XPATH, f"//tr[td/a[text()='dash']]//button[text()='{button}']")
+                       )[0].click()
+            wait.until(seen.alert_is_present()).accept()
+            WebDriverWait(driver, 60).until(lambda d: d.find_elements(
+                By.XPATH, f"//tr[td/a[text()='dash']]//span[contains(@class, 'badge')][text()='{after}']"))
+            assert [s.status for s in manage.status(["dash"])] == [after]
+
+        workers = [p for p, _ in manage.ClusterStore().get("dash").workers]  # type: ignore[union-attr]
+        wait.until(lambda d: d.find_elements(By.XPATH, "//tr[td/a[text()='dash']]//button[text()='down']"))[0].click()
+        wait.until(seen.alert_is_present()).accept()
+        WebDriverWait(driver, 60).until(lambda d: d.find_element(By.CSS_SELECTOR, '.empty[data-for="clusters"]')
+                                        .is_displayed())
+        assert manage.status() == [] and wait_gone(workers, 10) == []
+    finally:
+        driver.quit()
