@@ -9,8 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,10 @@ import pytest
 import skyward as sky
 from skyward.runtime.spawned import RESULT_LIMIT
 from tests.conftest import pid_alive
+from tests.hosts.conftest_fixture import ssh_provider
 from tests.leftovers import cluster_home
 from tests.test_cluster_cli import ROOT, sky as cli, task
+from tests.test_cluster_jobs import until
 
 CLIENT = """\
 import sys
@@ -71,14 +72,6 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         yield path
 
 
-def until(check: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
-
-
 def test_a_spawned_call_outlives_its_killed_client_and_a_later_process_collects_it(home: str,
                                                                                   tmp_path: Path) -> None:
     go = tmp_path / "go"
@@ -122,22 +115,29 @@ def test_broadcast_gives_one_result_per_node_after_the_block_has_ended(home: str
     assert head.result(timeout=60) == 0
 
 
-def test_cancel_ends_the_jobs_processes_and_bad_requests_raise_typed_errors(home: str, tmp_path: Path) -> None:
+def test_the_blocks_end_leaves_a_job_running_and_cancel_ends_its_processes(home: str, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     with sky.ComputePool(name="dev", nodes=1, console=False) as pool:
         job = pool.spawn(held(str(pids)))
         until(pids.exists, 60, "the spawned call to start")
-        started = [int(p) for p in pids.read_text().split()]
-        assert all(pid_alive(p) for p in started)
-        with pytest.raises(sky.JobTimeout, match="not finished within 0.2s"):
-            job.result(timeout=0.2)
+    started = [int(p) for p in pids.read_text().split()]
+    assert job.status == "RUNNING" and all(pid_alive(p) for p in started), "the block's end stopped the job"
+    with pytest.raises(sky.JobTimeout, match="not finished within 0.2s"):
+        job.result(timeout=0.2)
+    job.cancel()
+    assert [p for p in started if pid_alive(p)] == [], "cancel returned with the job's processes alive"
+    assert job.status == "CANCELLED"
+    with pytest.raises(sky.JobError, match="was cancelled"):
+        job.result()
+    with pytest.raises(sky.JobError, match=r"has already finished \(CANCELLED\)"):
         job.cancel()
-        assert [p for p in started if pid_alive(p)] == [], "cancel returned with the job's processes alive"
-        assert job.status == "CANCELLED"
-        with pytest.raises(sky.JobError, match="was cancelled"):
-            job.result()
-        with pytest.raises(sky.JobError, match=r"has already finished \(CANCELLED\)"):
-            job.cancel()
+
+
+def test_bad_requests_raise_typed_errors_naming_what_exists(home: str) -> None:
+    with sky.ComputePool(name="dev", nodes=1, console=False) as pool:
+        with pytest.raises(sky.JobError, match=r"job 7 of cluster 'dev': no such job \(its queue is empty\)"):
+            pool.job(7)
+        assert pool.spawn(where()).result(timeout=60) == 0
         with pytest.raises(sky.JobError, match=r"job 7 of cluster 'dev': no such job \(its jobs are 1\)"):
             pool.job(7)
         with pytest.raises(sky.JobError, match="is a job of cluster 'other', not of 'dev'"):
@@ -174,3 +174,15 @@ def test_the_example_submits_in_one_process_and_collects_in_another(home: str) -
     assert run("submit") == "submitted job 1 to cluster 'pi'\n"
     assert run("collect", "1") == "job 1 SUCCEEDED: pi is about 3.14 (2 nodes)\n"
     assert cli("status", cwd=Path(home)).stdout.strip() == "no clusters"  # (the collector ended it)
+
+
+def test_spawn_and_collect_on_ssh_hosts(home: str, test_hosts, wheelhouse) -> None:  # noqa: ANN001
+    """The same path on a cluster of two SSH test hosts: the call runs with each host's own
+    Python and environment, and its result and exception come back over SSH."""
+    provider = ssh_provider(test_hosts[:2], wheelhouse)
+    with sky.ComputePool(name="hosts", provider=provider, nodes=2, console=False) as pool:
+        every, failing = pool.spawn(where(), broadcast=True), pool.spawn(fails("over ssh"))
+    assert every.result(timeout=60) == [0, 1]
+    with pytest.raises(KeyError, match="over ssh"):
+        failing.result(timeout=60)
+    assert (sky.Job("hosts", 1).status, sky.Job("hosts", 2).status) == ("SUCCEEDED", "FAILED")
