@@ -40,6 +40,8 @@ if TYPE_CHECKING:
         WorkerLost,
     )
     from skyward._secrets import Secret
+    from skyward.clusters.spawned import Job
+    from skyward.job_errors import JobError, JobFailed, JobTimeout
     from skyward.image import Image
     from skyward.plugins._base import PoolInfo, Plugin
     from skyward.pool import ComputePool
@@ -102,6 +104,8 @@ _WHERE: dict[str, str] = {
     "Image": "skyward.image",
     **dict.fromkeys(["CommandResult", "shell"], "skyward._shell"),
     "Secret": "skyward._secrets",
+    "Job": "skyward.clusters.spawned",
+    **dict.fromkeys(["JobError", "JobFailed", "JobTimeout"], "skyward.job_errors"),
     "PoolInfo": "skyward.plugins._base",
     "Plugin": "skyward.plugins._base",
     "ComputePool": "skyward.pool",

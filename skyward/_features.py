@@ -10,14 +10,36 @@ them here. What the pool needs of a named cluster is :class:`NamedSession`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-__all__ = ["NamedOpener", "NamedSession", "features"]
+__all__ = ["NamedOpener", "NamedSession", "SpawnedJob", "features"]
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class SpawnedJob(Protocol[T_co]):
+    """What ``pool.spawn`` returns and ``pool.job`` finds: a :class:`skyward.Job`."""
+
+    @property
+    def cluster(self) -> str: ...
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def status(self) -> str: ...
+
+    def result(self, timeout: float | None = None) -> T_co: ...
+
+    def logs(self, follow: bool = False) -> str: ...
+
+    def cancel(self) -> None: ...
 
 
 class NamedSession(Protocol):
     """One pool's hold on a named cluster: it starts or attaches the workers, and detaches (or
-    ends the cluster) when the pool closes."""
+    ends the cluster) when the pool closes; it puts spawned calls in the cluster's job queue and
+    finds its jobs."""
 
     #: The cluster's record (``idle_minutes`` and ``down`` are read for the workers' autostop).
     record: Any
@@ -25,6 +47,12 @@ class NamedSession(Protocol):
     def open(self, pool: Any, image: Any) -> None: ...
 
     def close(self, pool: Any, *, down: bool, failed: bool) -> list[str]: ...
+
+    def spawn(self, pool: Any, pending: Any, broadcast: bool) -> SpawnedJob[Any]: ...
+
+    def job(self, job: object) -> SpawnedJob[Any]: ...
+
+    def jobs(self) -> list[SpawnedJob[Any]]: ...
 
 
 #: ``(name, idle_minutes, down, shape) -> (session or None, shape with the cluster's values)``.

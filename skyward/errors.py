@@ -8,6 +8,10 @@
     ├── MissingDependency      an optional package is not installed (also an ImportError)
     ├── ClusterError           a named cluster cannot be used as asked
     │   └── ClusterBusy        another client holds the cluster
+    ├── JobError               a cluster job cannot be found, cancelled or collected as asked
+    │   ├── JobFailed          a job ended without a result: a command's non-zero exit
+    │   └── JobTimeout         a job did not finish within ``result(timeout=...)`` (it goes on)
+    │                          (these three in :mod:`skyward.job_errors`)
     ├── ProvisionError         a machine could not be acquired
     │   └── CapacityError      the provider had no capacity / quota for the request
     ├── BootstrapError         preparing a machine or starting its worker failed

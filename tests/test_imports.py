@@ -168,7 +168,7 @@ TIERS: list[set[str]] = [
     {"transport", "image", "messages", "accelerators"},
     {"runtime", "_image_fields"},
     {"compute", "_config", "_secrets"},
-    {"protocol", "_optional"},
+    {"protocol", "_optional", "job_errors"},
     {"errors", "events", "machine", "_version", "_files", "_procs", "_retry", "_signals", "_home", "_features"},
 ]
 RANK = {unit: tier for tier, units in enumerate(TIERS) for unit in units}

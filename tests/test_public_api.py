@@ -10,7 +10,7 @@ import skyward as sky
 
 PUBLIC = [
     "AWS", "BootstrapError", "CapacityError", "ClusterBusy", "ClusterError", "PoolInfo", "CommandFailed", "CommandResult", "ComputeFunction", "ComputePool", "ConfigError", "DeviceError",
-    "ConnectionLost", "Image", "InstanceInfo", "Local", "PendingCompute", "PendingGather", "Peer",
+    "ConnectionLost", "Image", "InstanceInfo", "Job", "JobError", "JobFailed", "JobTimeout", "Local", "PendingCompute", "PendingGather", "Peer",
     "Plugin", "PluginError", "Preemption", "ProvisionError", "RemoteError", "SSH", "Secret", "SerializationError", "SkywardError",
     "TaskCancelled", "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "integrations", "on_preempt", "plugins",
     "shard", "shell", "silent", "stderr", "stdout",
@@ -31,6 +31,8 @@ def test_errors_share_one_root() -> None:
             assert issubclass(obj, sky.SkywardError)
     assert issubclass(sky.WorkerLost, sky.ConnectionLost)
     assert issubclass(sky.CapacityError, sky.ProvisionError)
+    assert issubclass(sky.JobFailed, sky.JobError) and issubclass(sky.JobTimeout, sky.JobError)
+    assert issubclass(sky.JobTimeout, TimeoutError)
 
 
 def test_import_skyward_loads_nothing_heavy() -> None:

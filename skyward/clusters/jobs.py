@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from skyward.clusters.state import ClusterRecord
     from skyward.providers.base import Instance
 
-__all__ = ["Job", "cancel", "follow_job", "jobs", "logs"]
+__all__ = ["JobRow", "cancel", "cluster_record", "each_node", "follow_job", "jobs", "logs", "run_tool"]
 
 #: ``skyward logs --status``'s exit codes (SkyPilot's), also those of a ``launch -c``/``exec``
 #: that followed its job to the end.
@@ -38,7 +38,7 @@ NOT_FINISHED, NO_SUCH_JOB = 101, 102
 
 
 @dataclass(frozen=True)
-class Job:
+class JobRow:
     """One job of a cluster, every node's part put together."""
 
     id: int
@@ -55,7 +55,7 @@ class Job:
                 "ended": self.ended, "resources": self.resources, "status": self.status, "exit_code": self.exit_code}
 
 
-def _record(name: str) -> ClusterRecord:
+def cluster_record(name: str) -> ClusterRecord:
     from skyward.clusters.manage import _record as record
 
     return record(name)
@@ -69,7 +69,7 @@ def _tool(record: ClusterRecord, node: int, *args: str) -> str:
             + shlex.join([base, str(node), *args]))
 
 
-def _each_node(record: ClusterRecord, work: Callable[[Instance], None]) -> None:
+def each_node(record: ClusterRecord, work: Callable[[Instance], None]) -> None:
     """``work(instance)`` for every node at once (one thread each); the first error is raised."""
     errors: list[BaseException] = []
 
@@ -88,7 +88,7 @@ def _each_node(record: ClusterRecord, work: Callable[[Instance], None]) -> None:
         raise errors[0]
 
 
-def _run(record: ClusterRecord, inst: Instance, *args: str) -> tuple[int, str]:
+def run_tool(record: ClusterRecord, inst: Instance, *args: str) -> tuple[int, str]:
     from skyward.transport import reach
 
     transport = reach(inst)
@@ -106,24 +106,24 @@ def _run(record: ClusterRecord, inst: Instance, *args: str) -> tuple[int, str]:
     return result.exit_code, result.stdout
 
 
-def jobs(name: str) -> list[Job]:
+def jobs(name: str) -> list[JobRow]:
     """Cluster ``name``'s jobs, oldest first."""
-    record = _record(name)
+    record = cluster_record(name)
     parts: dict[int, list[dict[str, Any]]] = {}
     lock = threading.Lock()
 
     def ask(inst: Instance) -> None:
-        code, out = _run(record, inst, "rows")
+        code, out = run_tool(record, inst, "rows")
         found = json.loads(out) if code == 0 else []
         with lock:
             for row in found:
                 parts.setdefault(row["id"], []).append(row)
 
-    _each_node(record, ask)
+    each_node(record, ask)
     return [_merge(rows) for _, rows in sorted(parts.items())]
 
 
-def _merge(rows: list[dict[str, Any]]) -> Job:
+def _merge(rows: list[dict[str, Any]]) -> JobRow:
     states = {r["status"] for r in rows}
     first = rows[0]
     if states & set(ACTIVE) or len(rows) < (first["nodes"] or 1):
@@ -135,12 +135,12 @@ def _merge(rows: list[dict[str, Any]]) -> Job:
     codes = [r["exit_code"] for r in sorted(rows, key=lambda r: r["node"]) if r["exit_code"] is not None]
     started = [r["started"] for r in rows if r["started"]]
     ended = [r["ended"] for r in rows if r["ended"]]
-    return Job(first["id"], first["name"], first["submitted"], min(started) if started else None,
+    return JobRow(first["id"], first["name"], first["submitted"], min(started) if started else None,
                max(ended) if ended and status not in ACTIVE else None, first["resources"], status,
                next((c for c in codes if c), codes[0] if codes else None))
 
 
-def job(name: str, job_id: int | None) -> Job | None:
+def job(name: str, job_id: int | None) -> JobRow | None:
     """Job ``job_id`` of cluster ``name`` (the latest when None); None when there is none."""
     found = jobs(name)
     if job_id is None:
@@ -151,7 +151,7 @@ def job(name: str, job_id: int | None) -> Job | None:
 def cancel(name: str, ids: list[int] | None) -> tuple[list[int], list[str]]:
     """Cancel jobs ``ids`` of cluster ``name`` (None: every job not finished) on every node; returns
     the jobs cancelled and what could not be confirmed (processes left, per node)."""
-    record = _record(name)
+    record = cluster_record(name)
     if ids is not None:
         known = {j.id: j for j in jobs(name)}
         for i in ids:
@@ -165,18 +165,18 @@ def cancel(name: str, ids: list[int] | None) -> tuple[list[int], list[str]]:
     lock = threading.Lock()
 
     def one(inst: Instance) -> None:
-        code, out = _run(record, inst, "cancel", *(["all"] if ids is None else [str(i) for i in ids]))
+        code, out = run_tool(record, inst, "cancel", *(["all"] if ids is None else [str(i) for i in ids]))
         done = json.loads(out) if code == 0 else {"cancelled": [], "left": []}
         with lock:
             cancelled.update(done["cancelled"])
             if done["left"]:
                 problems.append(f"node {inst.node}: processes {done['left']} still alive")
 
-    _each_node(record, one)
+    each_node(record, one)
     return sorted(cancelled), problems
 
 
-def _ids(known: dict[int, Job]) -> str:
+def _ids(known: dict[int, JobRow]) -> str:
     return "jobs " + ", ".join(str(i) for i in sorted(known)) if known else "it has no jobs"
 
 
@@ -187,7 +187,7 @@ def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int
     how it ended on each node that said so (with ``follow``): node -> (state, exit code)."""
     from skyward.runtime.jobtool import END_MARK
 
-    record = _record(name)
+    record = cluster_record(name)
     lock = threading.Lock()
     ends: dict[int, tuple[str, int | None]] = {}
 
@@ -212,7 +212,7 @@ def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int
             with contextlib.suppress(Exception):
                 transport.close()
 
-    _each_node(record, one)
+    each_node(record, one)
     return ends
 
 
@@ -222,7 +222,7 @@ def _stop_others(record: ClusterRecord, job_id: int, node: int) -> None:
     for inst in record.instances:
         if inst.node != node:
             with contextlib.suppress(ClusterError):
-                _run(record, inst, "cancel", str(job_id))
+                run_tool(record, inst, "cancel", str(job_id))
 
 
 def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[str] | None = None) -> int:
@@ -231,7 +231,7 @@ def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[s
     state). A setup that fails on one node ends the job's part on the others (as SkyPilot's job
     stops at a failed setup). An interrupt stops following, never the job. (How it ended comes
     with the log: a cluster torn down right after its last job, ``--down``, cannot be asked again.)"""
-    record = _record(name)
+    record = cluster_record(name)
     nodes = sorted(inst.node for inst in record.instances)
     stopping: list[threading.Thread] = []
 

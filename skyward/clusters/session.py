@@ -21,11 +21,13 @@ import sys
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from skyward.clusters import spawned
 from skyward.clusters.nodes import ClusterNodes, NotRunning
 from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, check_name, hold
 from skyward.errors import ClusterError, ConfigError
 
 if TYPE_CHECKING:
+    from skyward.compute import PendingCompute
     from skyward.image import Image
     from skyward.pool.pool import ComputePool
 
@@ -211,6 +213,15 @@ class ClusterSession:
         if start is None:  # Local and SSH: the machines never stopped, only the workers did
             return record
         return record.with_(instances=tuple(start(list(record.instances))), status=INIT)
+
+    def spawn(self, pool: ComputePool, pending: PendingCompute[Any], broadcast: bool) -> spawned.Job[Any]:
+        return spawned.spawn(pool, pending, broadcast)
+
+    def job(self, job: object) -> spawned.Job[Any]:
+        return spawned.find(self.name, job)
+
+    def jobs(self) -> list[spawned.Job[Any]]:
+        return spawned.listed(self.name)
 
     def _save(self, record: ClusterRecord) -> None:
         self.record = record

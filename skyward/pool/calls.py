@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from skyward._features import features
+from skyward._features import NamedSession, SpawnedJob, features
 from skyward.compute import ComputeFunction, PendingCompute, TaskOptions
 from skyward.errors import ConfigError
 from skyward.pool.connection import NodeConnection
@@ -35,6 +35,8 @@ class PoolCalls:
     """The open pool's side of :class:`~skyward.pool.pool.ComputePool`: its calls and what it shows."""
 
     if TYPE_CHECKING:  # provided by ComputePool
+        name: str | None
+        _cluster: NamedSession | None
         _state: Literal["new", "starting", "open", "closed"]
         _nodes: Nodes
         _dispatch: Dispatcher
@@ -106,6 +108,45 @@ class PoolCalls:
         when it has no ``kind``.
         """
         return features.device()(self, kind, node)
+
+    # -- jobs that outlive the client (named clusters) ------------------------------------------
+    @overload
+    def spawn(self, pending: PendingCompute[T], *, broadcast: Literal[False] = False) -> SpawnedJob[T]: ...
+    @overload
+    def spawn(self, pending: PendingCompute[T], *, broadcast: Literal[True]) -> SpawnedJob[list[T]]: ...
+    def spawn(self, pending: PendingCompute[Any], *, broadcast: bool = False) -> SpawnedJob[Any]:
+        """Put ``pending`` in the cluster's job queue and return its :class:`~skyward.Job` at once.
+
+        The call runs on the head node (with ``broadcast=True``: on every node, as ``@`` does,
+        one result per node) in a process of its own, detached from this client: leaving the
+        ``with`` block, or this process dying, does not stop it. Collect it later, from any
+        process: ``pool.job(job.id).result()``. It is a job like ``skyward exec``'s: same ids,
+        ``skyward queue``, ``skyward cancel``. Named clusters only (``ComputePool(name=...)``):
+        an unnamed pool raises :class:`~skyward.ConfigError`.
+        """
+        check_pending(pending, "spawn")
+        if not isinstance(broadcast, bool):
+            raise ConfigError("broadcast", "True (every node) or False (the head node)", broadcast)
+        cluster = self._named("spawn")
+        self._require_open()
+        return cluster.spawn(self, pending, broadcast)
+
+    def job(self, job: int | SpawnedJob[Any]) -> SpawnedJob[Any]:
+        """Job ``job`` (its id) of this named cluster, spawned or a command, by any process:
+        ``pool.job(3).result()``. Raises :class:`~skyward.JobError` naming the jobs there are
+        when the cluster has no such job, or when ``job`` is a Job of another cluster."""
+        return self._named("job").job(job)
+
+    def jobs(self) -> list[SpawnedJob[Any]]:
+        """This named cluster's jobs, oldest first (spawned calls and commands)."""
+        return self._named("jobs").jobs()
+
+    def _named(self, method: str) -> NamedSession:
+        if self._cluster is None:
+            raise ConfigError("pool", f"a pool on a named cluster for pool.{method}() (sky.ComputePool(name=...)): "
+                              "a job lives in the cluster's queue, which outlives this client",
+                              "an unnamed pool", detail="an unnamed pool's work ends with its `with` block")
+        return self._cluster
 
     def _connection(self, node: int) -> NodeConnection:
         """Node ``node``'s first worker process."""

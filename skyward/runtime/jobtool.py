@@ -1,12 +1,14 @@
 """The script side of a cluster's job queue (:mod:`skyward.runtime.jobqueue`): what a
 ``skyward`` process anywhere asks of a node, run there with the node's Python as
-``python -I -S jobtool.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL`` (its path is in
-``$SKYWARD_CLUSTER_DIR/jobqueue.path``). Standard library only: it loads the queue and skyward's
+``python -I -S jobtool.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL | result ID WAIT``
+(its path is in ``$SKYWARD_CLUSTER_DIR/jobqueue.path``). Standard library only: it loads the queue and skyward's
 /proc reader by their paths, so it starts fast in any environment.
 
 ``rows`` prints the node's part of every job (JSON); ``cancel`` marks the jobs CANCELLED, has
 each one's command guardian end its whole process tree, and waits until none of it is left;
-``follow`` copies a job's log to stdout until the job has ended on the node.
+``follow`` copies a job's log to stdout until the job has ended on the node; ``result`` waits
+(a bounded time) for the job to end on the node and prints how it ended, with what a spawned
+call kept (:mod:`skyward.runtime.spawned`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 
 #: The line ``follow`` ends with on stderr: ``END_MARK STATUS EXIT_CODE`` (``-``: none).
 END_MARK = "skyward-job-end"
+#: Lines of a failed job's log that ``result`` sends.
+TAIL_LINES = 20
 
 
 def _load(name: str) -> ModuleType:
@@ -46,6 +50,15 @@ def _queue() -> ModuleType:
 
 
 q = _queue()
+
+
+def _spawned() -> ModuleType:
+    """:mod:`skyward.runtime.spawned` (its limits), loaded as the queue is."""
+    if __name__ != "__main__":
+        from skyward.runtime import spawned
+
+        return spawned
+    return sys.modules.get("_skyward_spawned") or _load("runtime/spawned.py")
 
 
 def rows(base: str, node: int) -> list[dict[str, Any]]:
@@ -81,6 +94,8 @@ def cancel(base: str, node: int, jobs: list[int] | None) -> dict[str, list[int]]
                 if r["status"] == q.PENDING:
                     conn.execute("UPDATE tasks SET status=?, ended=?, spec=NULL WHERE job=? AND node=?",
                                  (q.CANCELLED, time.time(), r["job"], node))
+                    with contextlib.suppress(FileNotFoundError):  # (a spawned call that will never run)
+                        os.unlink(os.path.join(os.path.dirname(q.log_path(base, node, r["job"])), f"{r['job']}.call"))
                 else:
                     conn.execute("UPDATE tasks SET cancelling=1 WHERE job=? AND node=?", (r["job"], node))
         watched: set[int] = set()
@@ -107,22 +122,27 @@ def _is_guardian(pid: int) -> bool:  # (not a process that took a finished guard
     return b"_reaper.py" in (q._load_procs().cmdline(pid) or b"")
 
 
+def _state(base: str, node: int, job: int) -> tuple[str, int | None, float | None] | None:
+    """Node ``node``'s part of ``job``: (status, exit code, when it ended); None when it has none."""
+    conn = q.connect(base)
+    try:
+        r = conn.execute("SELECT status, exit_code, owner, ended FROM tasks WHERE job=? AND node=?",
+                         (job, node)).fetchone()
+    finally:
+        conn.close()
+    if r is not None and r["status"] in q.ACTIVE and not q._load_procs().alive(r["owner"] or 0):
+        return q.FAILED_DRIVER, None, None  # (its worker is gone: it will never end by itself)
+    return None if r is None else (r["status"], r["exit_code"], r["ended"])
+
+
 def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -> int:
     """Write node ``node``'s log of ``job`` to stdout (the last ``tail`` lines first, all when
     negative); with ``keep_following``, until the job has ended there, then its end on stderr as
     ``END_MARK STATUS EXIT_CODE`` (what the follower reports once the cluster may be gone). 102:
     no such job."""
-    procs = q._load_procs()
-
     def state() -> tuple[str, int | None] | None:
-        conn = q.connect(base)
-        try:
-            r = conn.execute("SELECT status, exit_code, owner FROM tasks WHERE job=? AND node=?", (job, node)).fetchone()
-        finally:
-            conn.close()
-        if r is not None and r["status"] in q.ACTIVE and not procs.alive(r["owner"] or 0):
-            return q.FAILED_DRIVER, None  # (its worker is gone: it will never end by itself)
-        return None if r is None else (r["status"], r["exit_code"])
+        found = _state(base, node, job)
+        return None if found is None else found[:2]
 
     now = state()
     if now is None:
@@ -153,8 +173,40 @@ def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -
     return 0
 
 
+def result(base: str, node: int, job: int, wait: float) -> int:
+    """Wait up to ``wait`` seconds for node ``node``'s part of ``job`` to end, then print it as
+    JSON: status, exit code, whether it ended more than ``KEEP_SECONDS`` ago (``expired``), for a
+    spawned call its marker (``spawn``) and kept result (``result``, base64), and for a failed
+    part the last lines of its log (``tail``). 102: no such job."""
+    import base64
+
+    deadline = time.monotonic() + wait
+    now = _state(base, node, job)
+    while now is not None and now[0] in q.ACTIVE and time.monotonic() < deadline:
+        time.sleep(q.FOLLOW_POLL)
+        now = _state(base, node, job)
+    if now is None:
+        return 102
+    status, code, ended = now
+    folder = os.path.dirname(q.log_path(base, node, job))
+    answer: dict[str, Any] = {"status": status, "exit_code": code, "spawn": None, "result": None, "tail": [],
+                              "expired": bool(ended) and time.time() - ended > _spawned().KEEP_SECONDS}
+    with contextlib.suppress(FileNotFoundError), open(os.path.join(folder, f"{job}.spawn")) as f:
+        answer["spawn"] = json.load(f)
+    if status not in q.ACTIVE and not answer["expired"]:
+        with contextlib.suppress(FileNotFoundError), open(os.path.join(folder, f"{job}.result"), "rb") as f:
+            answer["result"] = base64.b64encode(f.read()).decode()
+    if status not in q.ACTIVE and status != q.SUCCEEDED:
+        with contextlib.suppress(FileNotFoundError), open(q.log_path(base, node, job), "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 100_000))
+            answer["tail"] = f.read().decode(errors="replace").splitlines()[-TAIL_LINES:]
+    print(json.dumps(answer))
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    """``jobqueue.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL`` (run by its path)."""
+    """``jobqueue.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL | result ID WAIT`` (run
+    by its path)."""
     base, node, what, rest = argv[1], int(argv[2]), argv[3], argv[4:]
     if what == "rows":
         print(json.dumps(rows(base, node)))
@@ -162,6 +214,8 @@ def main(argv: list[str]) -> int:
     if what == "cancel":
         print(json.dumps(cancel(base, node, None if rest == ["all"] else [int(x) for x in rest])))
         return 0
+    if what == "result":
+        return result(base, node, int(rest[0]), float(rest[1]))
     return follow(base, node, int(rest[0]), keep_following=rest[1] == "1", tail=int(rest[2]))
 
 

@@ -34,3 +34,5 @@ def check(pool: sky.ComputePool) -> None:
     assert_type(command, sky.PendingCompute[sky.CommandResult])
     assert_type(command @ pool, list[sky.CommandResult])
     assert_type(command >> pool, sky.CommandResult)
+    assert_type(pool.spawn(loss(0.1)).result(), float)
+    assert_type(pool.spawn(loss(0.1), broadcast=True).result(timeout=5), list[float])
