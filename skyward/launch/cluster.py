@@ -102,11 +102,11 @@ def run_on(pool: ComputePool, nodes: int) -> int | None:
 
 def _session(pool: ComputePool) -> ClusterSession:
     """The cluster session of a pool given ``name=``."""
-    if pool._cluster is None:
+    if pool.cluster is None:
         from skyward.errors import ConfigError
 
         raise ConfigError("pool", "a pool on a named cluster (ComputePool(name=...))", pool.name)
-    return cast("ClusterSession", pool._cluster)
+    return cast("ClusterSession", pool.cluster)
 
 
 def setup_needed(pool: ComputePool, p: SetupBlock) -> bool:

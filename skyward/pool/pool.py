@@ -295,6 +295,11 @@ class ComputePool(PoolCalls):
             self._elastic.wait_ready(timeout)
 
     @property
+    def cluster(self) -> NamedSession | None:
+        """The pool's hold on its named cluster (``name=``), or None for an ordinary pool."""
+        return self._cluster
+
+    @property
     def nodes(self) -> int:
         """How many nodes the pool has now (``min_nodes`` before it starts)."""
         if self._state in ("new", "starting") or self._cluster is not None:
