@@ -9,6 +9,7 @@
     skyward exec NAME TASK.yaml|COMMAND [-d] [the task flags]     skyward status [NAME...] [-r] [-o json]
     skyward stop NAME...   skyward start NAME... [-y]   skyward logs NAME   skyward cost-report
     skyward ls [--region R] [--profile P] [--json]
+    skyward jobs launch|queue|logs|cancel ...   (managed jobs: skyward.cli.managed)
     skyward catalog refresh [--region R] [--profile P]
     skyward down NAME|POOL... [--region R] [--profile P] [--timeout S]
     skyward down -a|--all [--yes] [--region R] [--profile P] [--timeout S]
@@ -111,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     clusters.add_task_flags(launch)
     clusters.add_cluster_flags(launch)
     clusters.add_commands(commands)
+    from skyward.cli import managed
+
+    managed.add_commands(commands)
     return parser
 
 
@@ -320,6 +324,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in clusters.COMMANDS:
             return clusters.run_command(args, sys.stdout, sys.stderr)
+        if args.command == "jobs":
+            from skyward.cli import managed
+
+            return managed.run_command(args, sys.stdout, sys.stderr)
         if args.command == "catalog":
             from skyward.providers.aws import catalog_cache
 
