@@ -66,12 +66,12 @@ def home_processes(home: str) -> list[int]:
     return found
 
 
-def submit(tmp_path: Path, text: str = HELD) -> int:
+def submit(tmp_path: Path, text: str = HELD, name: str = "job.yaml") -> int:
     """``skyward jobs launch -d``, the client SIGKILLed as soon as it has printed the id."""
-    task(tmp_path, text, "job.yaml")
+    task(tmp_path, text, name)
     (tmp_path / "out").mkdir(exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "skyward.cli", "jobs", "launch", "job.yaml", "-d", "-y",
+    proc = subprocess.Popen([sys.executable, "-m", "skyward.cli", "jobs", "launch", name, "-d", "-y",
                              "--env", f"OUT={tmp_path / 'out'}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -166,6 +166,31 @@ def test_a_killed_controller_is_started_again_and_takes_its_job_up(home: str, tm
     assert second not in (None, first)
     assert client.wait(job, 60).status == "SUCCEEDED"
     nothing_left(home)
+
+
+FLAKY = """\
+resources:
+  job_recovery: {max_restarts_on_errors: 1}
+run: |
+  n=$(( $(cat "$OUT/attempts" 2>/dev/null || echo 0) + 1 )); echo $n > "$OUT/attempts"
+  echo "attempt $n"
+  [ $n -ge 2 ] || exit 4
+"""
+
+
+def test_failed_runs_restart_as_job_recovery_says_else_end_failed_and_torn_down(home: str, tmp_path: Path) -> None:
+    flaky = submit(tmp_path, FLAKY, "flaky.yaml")
+    failing = submit(tmp_path, "run: exit 7\n", "failing.yaml")
+    bad_setup = submit(tmp_path, "setup: exit 3\nrun: echo never\n", "setup.yaml")
+    ended = {job: client.wait(job, 60) for job in (flaky, failing, bad_setup)}
+    assert (ended[flaky].status, ended[flaky].recoveries) == ("SUCCEEDED", 1)
+    assert (tmp_path / "out" / "attempts").read_text().strip() == "2"
+    assert (ended[failing].status, ended[failing].exit_code, ended[failing].recoveries) == ("FAILED", 7, 0)
+    assert ended[bad_setup].status == "FAILED_SETUP" and "setup failed" in (ended[bad_setup].reason or "")
+    nothing_left(home)
+    assert sky("jobs", "logs", str(failing), cwd=tmp_path).returncode == 100
+    assert "restart 1 of max_restarts_on_errors=1" in sky("jobs", "logs", str(flaky), "--controller",
+                                                          cwd=tmp_path).stdout
 
 
 def test_unknown_ids_name_the_jobs_there_are(home: str, tmp_path: Path) -> None:
