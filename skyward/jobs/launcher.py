@@ -30,18 +30,17 @@ __all__ = ["SAFETY_IDLE_MINUTES", "launch", "main"]
 SAFETY_IDLE_MINUTES = 5.0
 
 
-class _Tee(io.TextIOBase):
-    """The launch's stderr: written to the log and kept (its last lines name a failure)."""
+class _Tee(io.StringIO):
+    """The launch's stderr: written to the log and kept (its last line names a failure)."""
 
     def __init__(self, out: Any):
+        super().__init__()
         self.out = out
-        self.kept: list[str] = []
 
     def write(self, text: str) -> int:
-        self.kept.append(text)
         self.out.write(text)
         self.out.flush()
-        return len(text)
+        return super().write(text)
 
 
 def launch(job: int) -> dict[str, Any]:
@@ -66,7 +65,7 @@ def launch(job: int) -> dict[str, Any]:
         code = execute(p, console=False, err=err, cluster=cluster, detach_run=True, progress=progress)
     except KeyboardInterrupt:
         code = 130
-    last = "".join(err.kept).strip().splitlines()
+    last = err.getvalue().strip().splitlines()
     result = {"code": code, "phase": progress[0] if progress else "provision",
               "job": progress[1] if len(progress) > 1 else None, "error": last[-1][-500:] if last else ""}
     store.update(job, launch_result=json.dumps(result))
