@@ -202,3 +202,15 @@ def test_unknown_ids_name_the_jobs_there_are(home: str, tmp_path: Path) -> None:
     both = sky("jobs", "cancel", "--all", "-n", "x", cwd=tmp_path)
     assert both.returncode == 1 and "job ids, -n NAME or --all (one of them)" in both.stderr
     assert controller.running() is None  # (no job: no controller started)
+
+
+def test_a_controller_that_cannot_start_is_an_error_that_quotes_its_log(home: str, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKYWARD_JOBS_CONTROLLER_IDLE", "soon")  # (the controller's setting, read as it starts)
+    task(tmp_path, "run: echo hi\n", "job.yaml")
+    failed = sky("jobs", "launch", "job.yaml", "-d", cwd=tmp_path)
+    assert failed.returncode == 1 and "Managed job ID" not in failed.stdout
+    assert "the managed jobs' controller exited with status 1 as it started" in failed.stderr
+    assert "could not convert string to float: 'soon'" in failed.stderr
+    assert f"see {home}/managed/controller.log" in failed.stderr and controller.running() is None
+    assert client.jobs() == []  # nothing submitted

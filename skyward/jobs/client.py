@@ -45,8 +45,8 @@ def submit(p: LaunchPlan) -> int:
         raise ConfigError("TASK.yaml", "a task file of one task (a pipeline is not run as a managed job yet)",
                           f"a pipeline of {len(p.stages)} tasks")
     resources = demand(p.accelerator, p.cpus, p.nodes)["resources"]
+    controller.ensure()  # (first: a controller that cannot start leaves no job behind)
     job = JobStore().add(p.name, resources, pickle.dumps(p), os.getcwd())
-    controller.ensure()
     controller.wake()
     return job
 

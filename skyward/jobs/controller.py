@@ -34,13 +34,26 @@ __all__ = ["IDLE_SECONDS", "TICK", "ensure", "running", "serve", "stop", "wake"]
 
 #: Seconds between the loop's rounds when nothing wakes it.
 TICK = 1.0
-#: Seconds with no job to watch after which the controller exits.
-IDLE_SECONDS = float(os.environ.get("SKYWARD_JOBS_CONTROLLER_IDLE", "600"))
+#: Seconds with no job to watch after which the controller exits (``SKYWARD_JOBS_CONTROLLER_IDLE``
+#: in the environment it starts in changes it).
+IDLE_SECONDS = 600.0
 #: Steps of one job that may fail in a row (a bug, a broken record) before it is FAILED_CONTROLLER.
 FAILURES_IN_A_ROW = 3
-#: Start a process in a session of its own and return at once (the controller's parent exits).
-_DETACH = ("import subprocess, sys\n"
-           "subprocess.Popen(sys.argv[1:], start_new_session=True, stdin=subprocess.DEVNULL)\n")
+#: Start the controller in a session of its own; exit once it holds its lock (0), or with its
+#: status when it ends first (argv: the lock's path, then its command line). Its parent is then
+#: gone: the controller belongs to no client.
+_DETACH = ("import fcntl, os, subprocess, sys, time\n"
+           "p = subprocess.Popen(sys.argv[2:], start_new_session=True, stdin=subprocess.DEVNULL)\n"
+           "while p.poll() is None:\n"
+           "    fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+           "    try:\n"
+           "        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
+           "    except BlockingIOError:\n"
+           "        sys.exit(0)\n"
+           "    finally:\n"
+           "        os.close(fd)\n"
+           "    time.sleep(0.02)\n"
+           "sys.exit(p.returncode)\n")
 
 
 def _lock_path() -> str:
@@ -69,22 +82,28 @@ def running() -> int | None:
 
 def ensure(timeout: float = 30.0) -> int:
     """The controller's pid, started first if none runs. Raises :class:`~skyward.ClusterError`
-    naming its log when it does not come up within ``timeout`` seconds."""
+    naming its log (and quoting its end) when it exits as it starts, or is not up within
+    ``timeout`` seconds."""
     pid = running()
     if pid is not None:
         return pid
     log = folder() / "controller.log"
-    with open(log, "ab") as out:
-        subprocess.run([sys.executable, "-c", _DETACH, sys.executable, "-m", "skyward.jobs.controller"],
-                       stdin=subprocess.DEVNULL, stdout=out, stderr=out, check=False, timeout=timeout)
-    deadline = time.monotonic() + timeout
-    while (pid := running()) is None:
-        if time.monotonic() > deadline:
-            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-            raise ClusterError("jobs-controller", f"the managed jobs' controller did not start within {timeout:g}s"
-                               + (f" (its log ends: {' | '.join(tail)})" if tail else ""),
-                               way_out=f"see {log}")
-        time.sleep(0.05)
+    os.close(os.open(_lock_path(), os.O_RDWR | os.O_CREAT, 0o600))
+    try:
+        with open(log, "ab") as out:
+            started = subprocess.run([sys.executable, "-c", _DETACH, _lock_path(), sys.executable, "-m",
+                                      "skyward.jobs.controller"], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                     check=False, timeout=timeout)
+        problem = f"exited with status {started.returncode} as it started" if started.returncode else ""
+    except subprocess.TimeoutExpired:
+        problem = f"did not start within {timeout:g}s"
+    pid = running()
+    if problem or pid is None:
+        tail = log.read_text(errors="replace").strip().splitlines()[-2:]
+        raise ClusterError("jobs-controller", f"the managed jobs' controller {problem or 'did not start'}"
+                           + (f" (its log ends: {' | '.join(tail)})" if tail else ""),
+                           way_out=f"see {log}; the jobs are kept, and the next `skyward jobs` command starts "
+                                   "the controller again")
     return pid
 
 
@@ -122,6 +141,7 @@ def serve() -> int:
     """The controller's loop (``python -m skyward.jobs.controller``); returns its exit status."""
     from skyward.jobs.watch import Watcher
 
+    idle = float(os.environ.get("SKYWARD_JOBS_CONTROLLER_IDLE", IDLE_SECONDS))
     fd = os.open(_lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -155,14 +175,14 @@ def serve() -> int:
                     watcher.end_by_error(job, FAILED_CONTROLLER, f"the controller failed on it: {exc!r}")
         if jobs:
             idle_since = time.monotonic()
-        elif time.monotonic() - idle_since > IDLE_SECONDS:
+        elif time.monotonic() - idle_since > idle:
             break
         with contextlib.suppress(InterruptedError):
             select.select([wake_r], [], [], TICK)
         with contextlib.suppress(BlockingIOError):
             os.read(wake_r, 4096)
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} controller pid {os.getpid()} exits "
-          + ("(SIGTERM)" if stopping else f"(no job for {IDLE_SECONDS:g}s)"), flush=True)
+          + ("(SIGTERM)" if stopping else f"(no job for {idle:g}s)"), flush=True)
     return 0
 
 
