@@ -131,6 +131,26 @@ def test_cancel_ends_the_running_job_its_processes_and_its_cluster(home: str, tm
     assert [(j["id"], j["status"]) for j in shown] == [(job, "CANCELLED")]
 
 
+SLOW_SETUP = """\
+setup: |
+  echo $$ > "$OUT/setup_pid"
+  while [ ! -e "$OUT/go" ]; do sleep 0.1; done
+run: echo never
+"""
+
+
+def test_cancel_during_setup_interrupts_the_launch_and_leaves_nothing(home: str, tmp_path: Path) -> None:
+    job = submit(tmp_path, SLOW_SETUP)
+    until(lambda: (tmp_path / "out" / "setup_pid").exists(), 60, "setup to run")
+    setup = int((tmp_path / "out" / "setup_pid").read_text())
+    assert state(job) == "STARTING"
+    cancelled = sky("jobs", "cancel", "--all", "-y", cwd=tmp_path)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert f"managed job {job} CANCELLED" in cancelled.stdout
+    assert wait_gone([setup], 10) == []
+    nothing_left(home)
+
+
 def test_a_lost_node_is_recovered_and_the_run_resumes_from_its_checkpoint(home: str, tmp_path: Path) -> None:
     job = submit(tmp_path)
     until(lambda: (tmp_path / "out" / "ckpt").exists() and state(job) == "RUNNING", 60, "the job to run")
