@@ -134,6 +134,7 @@ def _duration(seconds: float) -> str:
 
 def _logs(job_id: int, out: IO[str], err: IO[str], *, follow: bool, of_controller: bool) -> int:
     from skyward.jobs import client
+    from skyward.jobs.store import FINAL
 
     try:
         job = client.logs(job_id, out, follow=follow, of_controller=of_controller)
@@ -141,11 +142,9 @@ def _logs(job_id: int, out: IO[str], err: IO[str], *, follow: bool, of_controlle
         err.write(f"skyward: stopped following managed job {job_id}; it goes on (`skyward jobs cancel {job_id}` "
                   "ends it)\n")
         return 130
-    if job.status not in client.STATUS_CODES and job.status not in ("PENDING", "STARTING", "RUNNING",
-                                                                    "RECOVERING", "CANCELLING"):
-        err.write(f"skyward: managed job {job.id}: {job.status}" + (f" ({job.reason})" if job.reason else "") + "\n")
-    elif follow or job.status in client.STATUS_CODES:
-        err.write(f"skyward: managed job {job.id}: {job.status}\n")
+    if job.status in FINAL:
+        err.write(f"skyward: managed job {job.id}: {job.status}"
+                  + (f" ({job.reason})" if job.reason and job.status != "CANCELLED" else "") + "\n")
     return client.exit_status(job)
 
 
@@ -168,4 +167,4 @@ def _cancel(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     for job in ended:
         out.write(f"managed job {job.id} {job.status}" + ("" if job.cleaned else
                   f" (its cluster {job.cluster} is not yet confirmed down: the controller keeps trying)") + "\n")
-    return 0 if all(j.status == "CANCELLED" or j.status in client.STATUS_CODES for j in ended) else 1
+    return 0 if all(j.status == "CANCELLED" for j in ended) else 1
