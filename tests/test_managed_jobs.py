@@ -213,6 +213,24 @@ def test_failed_runs_restart_as_job_recovery_says_else_end_failed_and_torn_down(
                                                           cwd=tmp_path).stdout
 
 
+def test_a_controller_killed_while_launching_waits_for_the_launch_it_left(home: str, tmp_path: Path) -> None:
+    job = submit(tmp_path, SLOW_SETUP.replace("run: echo never", "run: echo ran > \"$OUT/ran\""))
+    until(lambda: (tmp_path / "out" / "setup_pid").exists(), 60, "setup to run")
+    first = controller.running()
+    assert first is not None and state(job) == "STARTING"
+    os.kill(first, signal.SIGKILL)
+    assert wait_gone([first], 10) == []
+    assert sky("jobs", "queue", cwd=tmp_path).returncode == 0  # a new controller, the launch still going
+    assert controller.running() not in (None, first)
+    (tmp_path / "out" / "go").touch()
+    ended = client.wait(job, 60)
+    assert (ended.status, ended.attempt) == ("SUCCEEDED", 1)  # the launch it found, not a second one
+    assert (tmp_path / "out" / "ran").read_text().strip() == "ran"
+    said = sky("jobs", "logs", str(job), "--controller", cwd=tmp_path).stdout
+    assert "without a result" not in said and "teardown of" not in said, said  # it let the launch be
+    nothing_left(home)
+
+
 def test_unknown_ids_name_the_jobs_there_are(home: str, tmp_path: Path) -> None:
     for command in (["logs", "4"], ["cancel", "4", "-y"]):
         missing = sky("jobs", *command, cwd=tmp_path)
