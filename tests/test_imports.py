@@ -160,6 +160,7 @@ def test_skyward_has_no_import_cycle() -> None:
 TIERS: list[set[str]] = [
     {"skyward", "cli", "testing"},
     {"dashboard"},
+    {"jobs"},
     {"launch"},
     {"clusters"},
     {"torch"},

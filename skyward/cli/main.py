@@ -9,6 +9,7 @@
     skyward exec NAME TASK.yaml|COMMAND [-d] [the task flags]     skyward status [NAME...] [-r] [-o json]
     skyward stop NAME...   skyward start NAME... [-y]   skyward logs NAME   skyward cost-report
     skyward ls [--region R] [--profile P] [--json]
+    skyward jobs launch|queue|logs|cancel ...   (managed jobs: skyward.cli.managed)
     skyward catalog refresh [--region R] [--profile P]
     skyward down NAME|POOL... [--region R] [--profile P] [--timeout S]
     skyward down -a|--all [--yes] [--region R] [--profile P] [--timeout S]
@@ -118,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("--port", type=int, default=None, metavar="N",
                        help="the port (default: 8790, or a free one when it is taken; 0: any free one)")
     board.add_argument("--no-browser", action="store_true", help="print the URL only")
+    from skyward.cli import managed
+
+    managed.add_commands(commands)
     return parser
 
 
@@ -327,6 +331,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in clusters.COMMANDS:
             return clusters.run_command(args, sys.stdout, sys.stderr)
+        if args.command == "jobs":
+            from skyward.cli import managed
+
+            return managed.run_command(args, sys.stdout, sys.stderr)
         if args.command == "catalog":
             from skyward.providers.aws import catalog_cache
 

@@ -208,7 +208,7 @@ def make_provider(p: LaunchPlan, candidate: Resources | None = None) -> Provider
 def execute(p: LaunchPlan, *, provider: Provider | None = None, console: bool = True,
             on_event: Callable[[Event], None] | None = None,
             err: IO[str] | None = None, cluster: Mapping[str, Any] | None = None, run_setup: bool = True,
-            detach_run: bool = False) -> int:
+            detach_run: bool = False, progress: list[Any] | None = None) -> int:
     """Run the plan on a fresh pool (each stage of a pipeline on its own, in order, stopping at
     the first that fails), or on a named cluster; returns the exit status (see the module
     docstring).
@@ -218,6 +218,9 @@ def execute(p: LaunchPlan, *, provider: Provider | None = None, console: bool = 
     :func:`skyward.launch.cluster.pool_args`) runs it on a named cluster that stays up: setup only
     when new or changed (never without ``run_setup``); ``detach_run`` starts the run and returns
     (with ``cluster`` only: :class:`~skyward.ConfigError` without one, before anything starts).
+    ``progress`` (a list, filled in place) says how far it got: ``[phase]`` or ``[phase, job id]``,
+    the phase ``"provision"``, ``"setup"`` or ``"run"`` (the managed jobs' controller tells a
+    refused provisioning and a failed setup from a failed run by it).
     """
     if detach_run and cluster is None:
         from skyward.runtime.cluster import DETACHED_NEEDS
@@ -234,7 +237,8 @@ def execute(p: LaunchPlan, *, provider: Provider | None = None, console: bool = 
         return 2
     for number, stage in enumerate(p.stages, 1):
         code = _execute_stage(stage, provider=provider, console=console, on_event=on_event, err=err,
-                              cluster=cluster, run_setup=run_setup, detach_run=detach_run)
+                              cluster=cluster, run_setup=run_setup, detach_run=detach_run,
+                              phase=[] if progress is None else progress)
         if code:
             if p.then:
                 err.write(f"skyward: pipeline stopped at stage {number} of {len(p.stages)} ({stage.name})\n")
@@ -244,13 +248,14 @@ def execute(p: LaunchPlan, *, provider: Provider | None = None, console: bool = 
 
 def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
                    on_event: Callable[[Event], None] | None, err: IO[str],
-                   cluster: Mapping[str, Any] | None = None, run_setup: bool = True, detach_run: bool = False) -> int:
+                   cluster: Mapping[str, Any] | None = None, run_setup: bool = True, detach_run: bool = False,
+                   phase: list[Any]) -> int:
     from skyward.errors import CapacityError, CommandFailed, SkywardError
     from skyward.image import Image
     from skyward.pool import ComputePool
 
     attempts: list[Resources | None] = [*p.candidates] or [None]
-    phase: list[Any] = ["setup"]
+    phase[:] = ["provision"]
     try:
         for index, candidate in enumerate(attempts):
             accelerator = candidate.accelerator if candidate is not None else p.accelerator
@@ -279,6 +284,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
                     err.write(f"skyward: no capacity for {candidate.describe()}: {exc}; trying "
                               f"{following.describe()}\n")
                     continue
+                phase[0] = "setup"
                 _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
             if len(phase) > 1 and not detach_run and cluster is not None:  # a job submitted: follow it
                 from skyward.clusters.jobs import FAILED_SETUP, follow_job

@@ -1,0 +1,12 @@
+"""Managed jobs (SkyPilot's ``sky jobs``): a task run end to end by a controller that is not the
+client, on a cluster of its own, recovered when a node is lost, and torn down when it ends.
+
+- :mod:`~skyward.jobs.store`: the jobs' records (SQLite under the skyward home) and their states;
+- :mod:`~skyward.jobs.client`: submit, list, cancel, logs (what ``skyward jobs`` calls);
+- :mod:`~skyward.jobs.controller`: the controller process on this machine, its one loop;
+- :mod:`~skyward.jobs.watch`: the controller's steps for one job (launch, look, recover, end);
+- :mod:`~skyward.jobs.launcher`: one launch of a job's cluster, a process of its own.
+
+Built on :mod:`skyward.launch` (a job's cluster is a named cluster that ``launch -c -d`` brings
+up) and :mod:`skyward.clusters` (its run is a job in that cluster's queue).
+"""

@@ -1,0 +1,246 @@
+"""What the controller does for one managed job, a step at a time (:meth:`Watcher.step`, called
+by the controller's one loop for every job not settled; no step waits on a job).
+
+* PENDING: a launcher (:mod:`skyward.jobs.launcher`) is started, at most
+  :data:`MAX_LAUNCHES` at once; the job is STARTING.
+* STARTING / RECOVERING: when the launcher has written its result, the job is RUNNING on its
+  cluster, or it ends: FAILED_NO_RESOURCE (no cluster could be had), FAILED_SETUP, FAILED.
+* RUNNING: every :data:`LOOK_EVERY` seconds its cluster is asked how the run goes. Ended well:
+  SUCCEEDED. A node lost (the cluster not all up, unreachable, or gone): RECOVERING, the cluster
+  torn down and a fresh one launched, the run started again with the same ``SKYPILOT_TASK_ID``.
+  Failed on a cluster that is up: restarted the same way as ``job_recovery`` says
+  (``recover_on_exit_codes``; ``max_restarts_on_errors`` times), else FAILED.
+* A cancel (CANCELLING): the launcher is interrupted, the cluster torn down, CANCELLED.
+
+Whatever the end, the job's cluster is torn down first and its run logs kept under the job's
+folder; a teardown that cannot be confirmed is tried again on the next steps (``cleaned``).
+Recoveries and restarts together are at most :data:`~skyward.launch.recovery.MAX_RECOVERIES`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from skyward.jobs.store import (CANCELLED, CANCELLING, FAILED, FAILED_NO_RESOURCE, FAILED_SETUP, FINAL, PENDING,
+                                RECOVERING, RUNNING, STARTING, SUCCEEDED, JobStore, ManagedJob)
+
+__all__ = ["LOOK_EVERY", "MAX_LAUNCHES", "Watcher", "is_launcher"]
+
+#: Launches (cluster provisioning and setup) at once; the other jobs wait PENDING.
+MAX_LAUNCHES = 8
+#: Seconds between looks at a running job's cluster.
+LOOK_EVERY = 2.0
+
+
+def is_launcher(pid: int | None, job: int) -> bool:
+    """Whether ``pid`` is the launcher of job ``job`` (alive; not a process that took its pid)."""
+    from skyward import _procs
+
+    if not pid or not _procs.alive(pid):
+        return False
+    cmd = (_procs.cmdline(pid) or b"").split(b"\0")
+    return b"skyward.jobs.launcher" in cmd and str(job).encode() in cmd
+
+
+class Watcher:
+    """The controller's steps for its jobs; holds only the launchers it started (to reap them)
+    and when to look at each running job next."""
+
+    def __init__(self, store: JobStore):
+        self.store = store
+        self.children: dict[int, subprocess.Popen[bytes]] = {}
+        self.next_look: dict[int, float] = {}
+        self.interrupted: set[int] = set()
+
+    def log(self, job: ManagedJob, line: str) -> None:
+        """A line in the job's controller log (``skyward jobs logs ID --controller``)."""
+        with open(job.directory / "controller.log", "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+
+    def step(self, job: ManagedJob) -> None:
+        if job.status in FINAL:
+            self._clean(job)
+        elif job.cancel:
+            self._cancel(job)
+        elif job.status in (PENDING, STARTING, RECOVERING):
+            self._launching(job)
+        elif job.status == RUNNING and time.monotonic() >= self.next_look.get(job.id, 0.0):
+            self.next_look[job.id] = time.monotonic() + LOOK_EVERY
+            self._look(job)
+
+    # -- launching -------------------------------------------------------------------------------
+
+    def _launcher_alive(self, job: ManagedJob) -> bool:
+        child = self.children.get(job.id)
+        if child is not None:
+            if child.poll() is None:
+                return True
+            del self.children[job.id]
+            return False
+        return is_launcher(job.launcher, job.id)
+
+    def _launching(self, job: ManagedJob) -> None:
+        if self._launcher_alive(job):
+            return
+        if job.launch_result is not None:
+            self._launched(job, json.loads(job.launch_result))
+        elif job.launcher is not None:  # (ended without a word: a crash; the attempt is made again)
+            self.log(job, f"the launcher (pid {job.launcher}) ended without a result; launching again")
+            self.store.update(job.id, when=job.status, launcher=None)
+        elif sum(1 for c in self.children.values() if c.poll() is None) < MAX_LAUNCHES and self._down(job):
+            state = STARTING if job.status == PENDING else job.status
+            if not self.store.update(job.id, when=job.status, status=state, attempt=job.attempt + 1):
+                return  # (cancelled meanwhile)
+            with open(job.directory / "controller.log", "ab") as out:
+                child = subprocess.Popen([sys.executable, "-m", "skyward.jobs.launcher", str(job.id)],
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+            self.children[job.id] = child
+            self.store.update(job.id, launcher=child.pid)
+            self.log(job, f"{state}: launching cluster {job.cluster} (attempt {job.attempt + 1}, launcher pid "
+                          f"{child.pid})")
+
+    def _launched(self, job: ManagedJob, result: dict[str, Any]) -> None:
+        if result["code"] == 0 and result["job"] is not None:
+            now = time.time()
+            if self.store.update(job.id, when=job.status, status=RUNNING, cluster_job=result["job"],
+                                 running_since=now, started=job.started or now, launcher=None):
+                self.log(job, f"RUNNING: job {result['job']} of cluster {job.cluster}")
+            return
+        state = {"provision": FAILED_NO_RESOURCE, "setup": FAILED_SETUP}.get(result["phase"], FAILED)
+        self._end(job, state, result["code"], result["error"] or f"the launch ended with status {result['code']}")
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def _look(self, job: ManagedJob) -> None:
+        from skyward.clusters import jobs as cluster_jobs
+        from skyward.clusters import manage
+        from skyward.clusters.state import UP, ClusterStore
+        from skyward.errors import SkywardError
+
+        record = ClusterStore().get(job.cluster or "")
+        if record is None:
+            return self._recover(job, f"its cluster {job.cluster} is gone")
+        try:
+            state = cluster_jobs.job(record.name, job.cluster_job)
+        except SkywardError as exc:
+            return self._recover(job, f"its cluster cannot be asked ({exc})")
+        if state is not None and state.status in (SUCCEEDED, CANCELLED):
+            return self._end(job, state.status, state.exit_code, None)
+        try:
+            live = manage.live_status(record)
+        except ConnectionError as exc:
+            live = f"unreachable ({exc})"
+        if live != UP:
+            return self._recover(job, f"a node was lost (cluster {record.name} is {live})")
+        if state is None:
+            return self._recover(job, f"job {job.cluster_job} is no longer in its cluster's queue")
+        if state.status in (FAILED, FAILED_SETUP):
+            return self._failed(job, state.exit_code)
+        return None
+
+    def _failed(self, job: ManagedJob, code: int | None) -> None:
+        from skyward.launch.recovery import MAX_RECOVERIES
+
+        recovery = pickle.loads(job.plan).job_recovery
+        codes = recovery.recover_on_exit_codes if recovery is not None else ()
+        restarts = recovery.max_restarts_on_errors if recovery is not None else 0
+        if code in codes and job.recoveries < MAX_RECOVERIES:
+            return self._recover(job, f"the run failed with exit code {code} (in recover_on_exit_codes)")
+        if job.restarts < restarts:
+            return self._recover(job, f"the run failed with exit code {code} (restart {job.restarts + 1} of "
+                                      f"max_restarts_on_errors={restarts})", restart=True)
+        return self._end(job, FAILED, code, f"the run failed with exit code {code}")
+
+    def _recover(self, job: ManagedJob, why: str, restart: bool = False) -> None:
+        from skyward.launch.recovery import MAX_RECOVERIES
+
+        if job.recoveries >= MAX_RECOVERIES:
+            return self._end(job, FAILED, job.exit_code, f"{why}; recovery gave up after {MAX_RECOVERIES}")
+        self.log(job, f"RECOVERING: {why}")
+        self._save_logs(job)
+        now = time.time()
+        # (the old cluster is torn down before the next launch: see _launching)
+        self.store.update(job.id, when=job.status, status=RECOVERING, recoveries=job.recoveries + 1,
+                          restarts=job.restarts + (1 if restart else 0), run_seconds=job.job_duration,
+                          running_since=None, cluster_job=None, launcher=None, launch_result=None)
+        return None
+
+    # -- ending ----------------------------------------------------------------------------------
+
+    def _cancel(self, job: ManagedJob) -> None:
+        if self._launcher_alive(job):
+            self._signal_launcher(job)
+            return
+        self._end(job, CANCELLED, None, "cancelled", when=CANCELLING)
+
+    def _signal_launcher(self, job: ManagedJob) -> None:
+        """Interrupt the job's launcher, once: it unwinds what it started, then exits."""
+        pid = self.children[job.id].pid if job.id in self.children else job.launcher
+        if job.id not in self.interrupted and pid and pid > 0:
+            self.interrupted.add(job.id)
+            self.log(job, f"{job.status}: interrupting the launcher (pid {pid})")
+            os.kill(pid, signal.SIGTERM)
+
+    def end_by_error(self, job: ManagedJob, state: str, reason: str) -> None:
+        """End ``job`` as ``state`` whatever its state (the controller could not go on with it)."""
+        self._end(job, state, job.exit_code, reason)
+
+    def _end(self, job: ManagedJob, state: str, code: int | None, reason: str | None, when: str | None = None) -> None:
+        """Keep the logs, tear the cluster down, then say how the job ended."""
+        self._save_logs(job)
+        cleaned = self._down(job)
+        if self.store.update(job.id, when=when or job.status, status=state, exit_code=code, reason=reason,
+                             ended=time.time(), run_seconds=job.job_duration, running_since=None,
+                             cleaned=int(cleaned), launcher=None):
+            self.log(job, f"{state}" + (f": {reason}" if reason else "") + (
+                "" if cleaned else f" (cluster {job.cluster} not yet confirmed down: trying again)"))
+        self.next_look.pop(job.id, None)
+        self.interrupted.discard(job.id)
+
+    def _clean(self, job: ManagedJob) -> None:
+        if self._launcher_alive(job):
+            self._signal_launcher(job)
+            return
+        if self._down(job):
+            self.store.update(job.id, cleaned=1)
+
+    def _down(self, job: ManagedJob) -> bool:
+        """Tear the job's cluster down, if it is there; whether it is gone."""
+        from skyward.clusters import manage
+        from skyward.clusters.state import ClusterStore
+        from skyward.errors import ClusterBusy
+
+        if not job.cluster or ClusterStore().get(job.cluster) is None:
+            return True
+        try:
+            problems = manage.down(job.cluster)
+        except ClusterBusy as busy:
+            problems = [str(busy)]
+        for problem in problems:
+            self.log(job, f"teardown of {job.cluster}: {problem}")
+        if not problems:
+            self.log(job, f"cluster {job.cluster} torn down")
+        return not problems
+
+    def _save_logs(self, job: ManagedJob) -> None:
+        """The run's output on its cluster, kept as ``run-<attempt>.log`` (the cluster goes)."""
+        from skyward.clusters import jobs as cluster_jobs
+        from skyward.clusters.state import ClusterStore
+
+        if not job.cluster or job.cluster_job is None or ClusterStore().get(job.cluster) is None:
+            return
+        path = job.directory / f"run-{job.attempt}.log"
+        part = path.with_suffix(".part")  # (a reader sees the whole file or none)
+        try:
+            with open(part, "w") as out:
+                cluster_jobs.logs(job.cluster, job.cluster_job, out, follow=False)
+        except Exception as exc:  # (a lost node's part cannot be read: what could be is kept)
+            self.log(job, f"could not keep every node's log of attempt {job.attempt}: {exc}")
+        os.replace(part, path)
