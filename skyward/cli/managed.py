@@ -35,7 +35,6 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                                         "it, runs setup and run, recovers lost nodes and tears the cluster down at "
                                         "the end. The job goes on whatever becomes of this command.")
     launch.add_argument("entrypoint", nargs=1, metavar="TASK.yaml", help="the task file")
-    launch.add_argument("-n", "--name", help="the job's name (default: the task's name)")
     add_task_flags(launch)
     launch.add_argument("-d", "--detach-run", action="store_true", help="return once the job is submitted")
     launch.add_argument("--yes", "-y", action="store_true", help="do not ask before renting machines")
@@ -67,7 +66,6 @@ def run_command(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
 
 
 def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
-    from dataclasses import replace
 
     from skyward.cli.clusters import task_plan
     from skyward.errors import ConfigError
@@ -78,8 +76,6 @@ def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         p = task_plan(args, args.num_nodes)
         if args.task_file is None:
             raise ConfigError("TASK.yaml", "a task file (a managed job runs a task file)", args.entrypoint[0])
-        if args.name:
-            p = replace(p, name=args.name)
     except ConfigError as exc:
         err.write(f"skyward: error: {exc}\n")
         return 2

@@ -31,6 +31,8 @@ from typing import Any
 from skyward.jobs.store import (CANCELLED, CANCELLING, FAILED, FAILED_NO_RESOURCE, FAILED_SETUP, FINAL, PENDING,
                                 RECOVERING, RUNNING, STARTING, SUCCEEDED, JobStore, ManagedJob)
 
+from skyward.runtime.jobqueue import ACTIVE
+
 __all__ = ["LOOK_EVERY", "MAX_LAUNCHES", "Watcher", "is_launcher"]
 
 #: Launches (cluster provisioning and setup) at once; the other jobs wait PENDING.
@@ -141,8 +143,12 @@ class Watcher:
             return self._recover(job, f"a node was lost (cluster {record.name} is {live})")
         if state is None:
             return self._recover(job, f"job {job.cluster_job} is no longer in its cluster's queue")
-        if state.status in (FAILED, FAILED_SETUP):
+        if state.status == FAILED_SETUP:  # (setup runs inside the cluster's job: not retried, as SkyPilot's)
+            return self._end(job, FAILED_SETUP, state.exit_code, f"setup failed with exit code {state.exit_code}")
+        if state.status == FAILED:
             return self._failed(job, state.exit_code)
+        if state.status not in ACTIVE:  # (FAILED_DRIVER: the node's worker is gone, the job with it)
+            return self._recover(job, f"job {job.cluster_job} ended {state.status} on its cluster")
         return None
 
     def _failed(self, job: ManagedJob, code: int | None) -> None:
