@@ -82,6 +82,18 @@ class SlurmCluster:
                 raise RuntimeError(f"Slurm nodes not idle after {timeout:g}s: {states}\n{self.logs()}")
             time.sleep(0.2)
 
+    def workers(self) -> list[int]:
+        """PIDs of skyward workers of this cluster's job steps (on any node), and the ``srun``
+        commands that started them."""
+        return [pid for pid in _processes_with_env(f"SLURM_CONF={self.conf}")
+                if b"skyward.worker" in _cmdline(pid)]
+
+    def wait_workers_gone(self, timeout: float = 15.0) -> list[int]:
+        deadline = time.monotonic() + timeout
+        while (left := self.workers()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return left
+
     def logs(self) -> str:
         parts = []
         for path in sorted(self.base.glob("*.log")):
@@ -107,6 +119,14 @@ class SlurmCluster:
         for pid in _processes_with_env(f"SLURM_CONF={self.conf}"):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def _processes_with_env(entry: str) -> list[int]:

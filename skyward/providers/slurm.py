@@ -114,6 +114,10 @@ class Slurm(Provider):
         return self.provision_waiting(spec, lambda line: None, 3600.0)
 
     def provision_waiting(self, spec: PoolSpec, report: Callable[[str], None], timeout: float) -> list[Instance]:
+        # Slurm accepts a job wider than its partition and lets it pend for ever: refuse it here.
+        total = self.partition_nodes()
+        if total and spec.nodes > total:
+            raise self._too_many(spec, total, f"sinfo counts {total} nodes in the partition")
         job = self._submit(spec)
         try:
             nodes = self._wait_running(job, report, timeout)
@@ -141,12 +145,15 @@ class Slurm(Provider):
             return ConfigError("qos", "a QOS your account may use (see `sacctmgr show assoc user=$USER`)",
                                self.qos, detail=f"Slurm said: {said}")
         if "node count" in lower or "node configuration" in lower:
-            total = self.partition_nodes()
-            accepted = f"at most {total} (the nodes of the partition)" if total else "fewer nodes"
-            return ConfigError("nodes", accepted, spec.nodes, detail=f"Slurm said: {said}")
+            return self._too_many(spec, self.partition_nodes(), f"Slurm said: {said}")
         if "time limit" in lower:
             return ConfigError("time", "a time limit within the partition's", self.time, detail=f"Slurm said: {said}")
         return ProvisionError(f"sbatch refused the allocation: {said}", provider=self.name)
+
+    def _too_many(self, spec: PoolSpec, total: int, why: str) -> ConfigError:
+        where = f"partition {self.partition}" if self.partition else "the default partition"
+        accepted = f"at most {total} (the nodes of {where})" if total else f"fewer nodes ({where})"
+        return ConfigError("nodes", accepted, spec.nodes, detail=why)
 
     def partitions(self) -> list[str]:
         """The cluster's partition names (the default one marked ``*`` by sinfo, unmarked here)."""
