@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from skyward.pool import ComputePool
     from skyward.providers.aws import AWS
     from skyward.providers.local import Local
+    from skyward.providers.slurm import Slurm
     from skyward.providers.ssh import SSH
     from skyward.runtime import (
         InstanceInfo,
@@ -112,6 +113,7 @@ _WHERE: dict[str, str] = {
     "AWS": "skyward.providers.aws",
     "Local": "skyward.providers.local",
     "SSH": "skyward.providers.ssh",
+    "Slurm": "skyward.providers.slurm",
     **dict.fromkeys(
         ["InstanceInfo", "Peer", "Preemption", "instance_info", "on_preempt", "shard", "silent", "stderr", "stdout"],
         "skyward.runtime"

@@ -55,7 +55,10 @@ class Instance:
     (``environment``; None: the workers run in the client's own interpreter). ``spot``: the
     provider rents it as a spot instance, which the cloud may take back at short notice (its
     workers watch for the notice). ``price_per_hour``: what it costs per hour as rented
-    (approximate USD, from the provider's catalog), None where unknown or free."""
+    (approximate USD, from the provider's catalog), None where unknown or free.
+    ``launcher``: a command run on this machine that starts a process on that one with its
+    stdio carried back (Slurm's ``srun --jobid=J -w NODE``): the client reaches the workers
+    through it, as it reaches local ones through a pipe (empty: no such command)."""
 
     id: str
     node: int
@@ -66,6 +69,7 @@ class Instance:
     environment: HostEnvironment | None = None
     spot: bool = False
     price_per_hour: float | None = None
+    launcher: tuple[str, ...] = ()
 
 
 def _instance_setstate(self: Instance, state: list[Any]) -> None:

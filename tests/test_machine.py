@@ -15,8 +15,9 @@ def test_an_instance_pickles_whole() -> None:
 
 def test_an_instance_written_before_a_field_was_added_takes_its_default() -> None:
     machine = Instance("i-1", 0, "10.0.0.1", spot=True, price_per_hour=0.5)
-    # what a record written before `price_per_hour` holds: every value but the last
-    state = machine.__getstate__()[:-1]
+    # what a record written before `price_per_hour` (and `launcher`) holds: all but the last two
+    state = machine.__getstate__()[:-2]
     restored = Instance.__new__(Instance)
     restored.__setstate__(state)
     assert restored.price_per_hour is None and restored.spot is True and restored.private_addr == "10.0.0.1"
+    assert restored.launcher == ()

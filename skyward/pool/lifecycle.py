@@ -80,7 +80,10 @@ class Nodes:
         self.image, self.start_timeout = image, start_timeout
         for node in range(self.spec.nodes):
             self._emit(ev.NodeStage(node, "provisioning"))
-        self.instances = self.provider.provision(self.spec)
+        def queued(line: str) -> None:  # what the provider's request waits for in a queue
+            for node in range(self.spec.nodes):
+                self._emit(ev.NodeStage(node, "provisioning", line))
+        self.instances = self.provider.provision_waiting(self.spec, queued, start_timeout)
         self._transports = [reach(inst) for inst in self.instances]
         self._launches = self._prepare(image)  # bounded by each environment's own timeouts
         # Heartbeats from the first worker on: a slow around_app (a model download, say) must

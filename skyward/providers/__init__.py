@@ -1,4 +1,4 @@
-"""Providers acquire and release machines: ``Local`` (this machine), ``SSH``, ``AWS``.
+"""Providers acquire and release machines: ``Local`` (this machine), ``SSH``, ``AWS``, ``Slurm``.
 
 Only ``Local`` is imported eagerly; the others load their SDKs lazily.
 """
@@ -10,7 +10,7 @@ from typing import Any
 from skyward.providers.base import Instance, PoolSpec, Provider
 from skyward.providers.local import Local
 
-__all__ = ["AWS", "Instance", "Local", "PoolSpec", "Provider", "SSH"]
+__all__ = ["AWS", "Instance", "Local", "PoolSpec", "Provider", "SSH", "Slurm"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from skyward.providers.ssh import SSH
 
         return SSH
+    if name == "Slurm":
+        from skyward.providers.slurm import Slurm
+
+        return Slurm
     raise AttributeError(f"module 'skyward.providers' has no attribute {name!r}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 # Described here, defined below both layers: the transports reach what an Instance says, and
@@ -73,6 +74,13 @@ class Provider(ABC):
         On failure, release whatever was acquired before raising (``ProvisionError``,
         ``CapacityError``, ``ConfigError``).
         """
+
+    def provision_waiting(self, spec: PoolSpec, report: Callable[[str], None], timeout: float) -> list[Instance]:
+        """:meth:`provision`, for a provider whose machines may wait in a queue (a batch
+        scheduler's): ``report`` gets a line whenever what it waits for changes, and the wait
+        is given up after ``timeout`` seconds (CapacityError, nothing left acquired).
+        Default: :meth:`provision`, which does not wait."""
+        return self.provision(spec)
 
     @abstractmethod
     def terminate(self, instances: list[Instance]) -> None:

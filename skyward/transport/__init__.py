@@ -16,11 +16,14 @@ __all__ = ["Channel", "CommandResult", "Transport", "WorkerLaunch", "reach"]
 
 
 def reach(instance: Instance) -> Transport:
-    """The transport for ``instance``: over SSH when it has an SSH address, else this machine."""
+    """The transport for ``instance``: over SSH when it has an SSH address, else this machine
+    (its workers started through the instance's ``launcher`` command, when it has one)."""
     if instance.ssh is not None:
         from skyward.transport.ssh import SSHTransport
 
         return SSHTransport.to(instance.ssh)
     from skyward.transport.local import LocalTransport
 
+    if instance.launcher:
+        return LocalTransport(instance.launcher, host=instance.id)
     return LocalTransport()

@@ -110,12 +110,18 @@ class LocalTransport(Transport):
 
     host = "localhost"
 
+    def __init__(self, launcher: tuple[str, ...] = (), *, host: str = "localhost"):
+        #: Workers start through this command (``srun ... -w NODE``: on another machine, their
+        #: stdio carried back here); every other call runs on this machine.
+        self.launcher = launcher
+        self.host = host
+
     def start(self, launch: WorkerLaunch) -> Channel:
         env = dict(os.environ)
         env.update(launch.env)
         tree = env[TREE_VARIABLE] = uuid.uuid4().hex
         process = subprocess.Popen(
-            list(launch.argv),
+            [*self.launcher, *launch.argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the system packages the SSH test-host harness (tests/hosts/testhosts.py)
-# needs. Idempotent: only missing packages are installed, and `apt-get update`
+# and the Slurm test cluster (tests/slurm_cluster.py) need. Idempotent: only missing packages are installed, and `apt-get update`
 # runs once, only when something is missing. Run as root on Debian/Ubuntu.
 set -euo pipefail
 
@@ -30,6 +30,11 @@ needs=(
     # (tests/test_dashboard.py: a real headless browser and its WebDriver)
     "chromium:chromium"
     "chromium-driver:chromedriver"
+    # A real Slurm for tests/test_slurm.py (tests/slurm_cluster.py runs its own daemons).
+    "slurmctld:slurmctld"
+    "slurmd:slurmd"
+    "slurm-client:sbatch srun salloc squeue scancel scontrol sinfo"
+    "munge:munged"
 )
 
 missing=()

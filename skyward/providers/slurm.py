@@ -1,0 +1,267 @@
+"""The Slurm provider: a pool is one Slurm allocation, and each worker is a job step on its node.
+
+Acquire: ``sbatch`` asks for an allocation of ``nodes`` nodes (job name ``skyward-<pool id>``)
+whose batch script only sleeps; Slurm checks the request as it is submitted, so an unknown
+partition, account or QOS, or more nodes than the partition has, is a ConfigError naming the
+value and what Slurm said, before anything waits. Then ``squeue`` is asked until the job runs:
+while it is pending each change of Slurm's reason (``Resources``, ``Priority``...) and of its
+place in the queue is reported to the console; the wait is bounded by the pool's
+``start_timeout``. Whatever ends the wait early (the timeout, Ctrl-C, an error), the job is
+cancelled before the exception leaves.
+
+Reach: each node's :class:`~skyward.machine.Instance` carries the command that starts a process
+on it inside the allocation (``srun --jobid=J --overlap -N1 -n1 -w NODE``): the pool starts its
+workers through that command and speaks the worker protocol over the step's stdio, as it does
+over a Local worker's pipe. No port is opened; Slurm accounts for the steps and ends them with
+the job. The workers run in the client's own interpreter, which the compute nodes see at the
+same path (a login node and its compute nodes share the filesystem).
+
+Release: ``scancel`` the job, then wait until Slurm no longer runs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+
+from skyward.errors import CapacityError, ConfigError, ProvisionError
+from skyward.providers.base import Instance, PoolSpec, Provider
+
+__all__ = ["Slurm"]
+
+#: The commands the provider runs (on the login node).
+COMMANDS = ("sbatch", "squeue", "scancel", "scontrol", "srun")
+#: Job states after which an allocation will never run (squeue's long names).
+ENDED = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                   "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
+#: Seconds between two looks at the queue while the allocation waits.
+POLL = 0.5
+
+
+class Slurm(Provider):
+    """Run a pool inside a Slurm allocation: one job of ``nodes`` nodes, a worker per node (or
+    ``processes_per_node`` of them) started as job steps with ``srun``.
+
+    Args:
+        partition: the partition to ask (None: the cluster's default one).
+        account: the account charged (None: the user's default).
+        qos: the quality of service (None: the default).
+        time: the allocation's time limit, in Slurm's format (``"1:00:00"``, ``"2-00:00:00"``).
+        login: None: Slurm's commands run on this machine (a login node).
+        constraint: node features the nodes must have (``--constraint``).
+        extra_args: more ``sbatch`` options, passed as they are.
+
+    >>> import skyward as sky
+    >>> with sky.ComputePool(provider=sky.Slurm(partition="gpu"), nodes=2) as pool:  # doctest: +SKIP
+    ...     ...
+    """
+
+    name = "slurm"
+
+    def __init__(self, partition: str | None = None, account: str | None = None, qos: str | None = None,
+                 time: str = "1:00:00", login: str | None = None, constraint: str | None = None,
+                 extra_args: Sequence[str] = ()):
+        if login is not None:
+            raise ConfigError("login", "None (Slurm's commands run on this machine; running them on a login "
+                              "node over SSH is not supported yet)", login)
+        if isinstance(extra_args, str):
+            raise ConfigError("extra_args", "a sequence of sbatch options, e.g. ('--exclusive',)", extra_args)
+        self.partition = partition
+        self.account = account
+        self.qos = qos
+        self.time = time
+        self.login = login
+        self.constraint = constraint
+        self.extra_args = tuple(extra_args)
+
+    def validate(self, spec: PoolSpec) -> None:
+        missing = [c for c in COMMANDS if shutil.which(c) is None]
+        if missing:
+            raise ConfigError("provider", "a machine where Slurm's commands (" + ", ".join(COMMANDS) + ") are on "
+                              "PATH: a login node of the cluster", f"sky.Slurm() without {', '.join(missing)}")
+        if spec.max_nodes is not None:
+            raise ConfigError("nodes", "a fixed number of nodes with sky.Slurm() (elastic pools are not supported "
+                              "on Slurm yet)", (spec.nodes, spec.max_nodes))
+
+    # -- plan: the request, without I/O --------------------------------------------------------
+    def sbatch_argv(self, spec: PoolSpec) -> list[str]:
+        """The ``sbatch`` command that asks for ``spec``'s allocation."""
+        argv = ["sbatch", "--parsable", f"--job-name=skyward-{spec.pool_id}", f"--nodes={spec.nodes}",
+                f"--time={self.time}", "--output=/dev/null", "--error=/dev/null"]
+        for option, value in (("partition", self.partition), ("account", self.account), ("qos", self.qos),
+                              ("constraint", self.constraint)):
+            if value is not None:
+                argv.append(f"--{option}={value}")
+        gpus = getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0
+        if gpus:
+            argv.append(f"--gres=gpu:{gpus}")
+        # The batch script only holds the allocation: the workers are steps started beside it.
+        return [*argv, *self.extra_args, "--wrap=exec sleep infinity"]
+
+    @staticmethod
+    def step_argv(job: str, node: str) -> tuple[str, ...]:
+        """The command that starts one process on ``node`` inside job ``job``, its stdio carried
+        back unbuffered (the worker protocol's frames are bytes, not lines)."""
+        return ("srun", f"--jobid={job}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
+                "--unbuffered", "--quiet", "--kill-on-bad-exit=1")
+
+    # -- acquire -------------------------------------------------------------------------------
+    def provision(self, spec: PoolSpec) -> list[Instance]:
+        return self.provision_waiting(spec, lambda line: None, 3600.0)
+
+    def provision_waiting(self, spec: PoolSpec, report: Callable[[str], None], timeout: float) -> list[Instance]:
+        # Slurm accepts a job wider than its partition and lets it pend for ever: refuse it here.
+        total = self.partition_nodes()
+        if total and spec.nodes > total:
+            raise self._too_many(spec, total, f"sinfo counts {total} nodes in the partition")
+        job = self._submit(spec)
+        try:
+            nodes = self._wait_running(job, report, timeout)
+            return self._describe(spec, job, nodes)
+        except BaseException:
+            self._cancel(job)
+            raise
+
+    def _submit(self, spec: PoolSpec) -> str:
+        result = _run(self.sbatch_argv(spec))
+        if result.returncode == 0:
+            return result.stdout.strip().split(";")[0]
+        raise self._refused(spec, _said(result))
+
+    def _refused(self, spec: PoolSpec, said: str) -> Exception:
+        """The error for a request Slurm refused at submission, naming what it refused."""
+        lower = said.lower()
+        if "partition" in lower:
+            return ConfigError("partition", f"one of the cluster's partitions ({', '.join(self.partitions())})",
+                               self.partition, detail=f"Slurm said: {said}")
+        if "account" in lower:
+            return ConfigError("account", "an account you may charge (see `sacctmgr show assoc user=$USER`)",
+                               self.account, detail=f"Slurm said: {said}")
+        if "qos" in lower:
+            return ConfigError("qos", "a QOS your account may use (see `sacctmgr show assoc user=$USER`)",
+                               self.qos, detail=f"Slurm said: {said}")
+        if "node count" in lower or "node configuration" in lower:
+            return self._too_many(spec, self.partition_nodes(), f"Slurm said: {said}")
+        if "time limit" in lower:
+            return ConfigError("time", "a time limit within the partition's", self.time, detail=f"Slurm said: {said}")
+        return ProvisionError(f"sbatch refused the allocation: {said}", provider=self.name)
+
+    def _too_many(self, spec: PoolSpec, total: int, why: str) -> ConfigError:
+        where = f"partition {self.partition}" if self.partition else "the default partition"
+        accepted = f"at most {total} (the nodes of {where})" if total else f"fewer nodes ({where})"
+        return ConfigError("nodes", accepted, spec.nodes, detail=why)
+
+    def partitions(self) -> list[str]:
+        """The cluster's partition names (the default one marked ``*`` by sinfo, unmarked here)."""
+        out = _run(["sinfo", "-h", "-o", "%R"]).stdout
+        return sorted({line.strip() for line in out.splitlines() if line.strip()})
+
+    def partition_nodes(self) -> int:
+        """How many nodes the partition asked for (or the default one) has; 0 if unknown."""
+        argv = ["sinfo", "-h", "-o", "%D %P"] + ([f"--partition={self.partition}"] if self.partition else [])
+        total = 0
+        for line in _run(argv).stdout.splitlines():
+            count, _, name = line.partition(" ")
+            if self.partition or name.endswith("*"):
+                with contextlib.suppress(ValueError):
+                    total += int(count)
+        return total
+
+    def _wait_running(self, job: str, report: Callable[[str], None], timeout: float) -> list[str]:
+        """Wait until ``job`` runs; its node names. Reports the pending reason as it changes."""
+        deadline = time.monotonic() + timeout
+        said = ""
+        reason = ""
+        while True:
+            result = _run(["squeue", "-h", f"--jobs={job}", "-o", "%T|%r|%N"])
+            state, _, rest = result.stdout.strip().partition("|")
+            reason, _, nodelist = rest.partition("|")
+            if state == "RUNNING":
+                return _run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+            if state in ENDED or (result.returncode != 0 and not state):
+                raise ProvisionError(f"Slurm job {job} ended before it ran ({state or _said(result)}: {reason})",
+                                     provider=self.name)
+            if state == "PENDING":
+                line = f"queued in Slurm as job {job}: {reason}{self._position(job)}"
+                if line != said:
+                    report(line)
+                    said = line
+            if time.monotonic() >= deadline:
+                raise CapacityError(f"Slurm job {job} was not granted within start_timeout={timeout:g}s "
+                                    f"(pending: {reason or state}); it was cancelled", provider=self.name)
+            time.sleep(POLL)
+
+    def _position(self, job: str) -> str:
+        """``, 2nd in the queue`` (by Slurm's priority order among pending jobs), or nothing."""
+        out = _run(["squeue", "-h", "--states=PENDING", "--sort=-p,i", "-o", "%i"]).stdout.split()
+        if job not in out:
+            return ""
+        n = out.index(job) + 1
+        suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+        return f", {n}{suffix} in the queue"
+
+    def _describe(self, spec: PoolSpec, job: str, nodes: list[str]) -> list[Instance]:
+        addrs = _node_addrs(nodes)
+        gpus = getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0
+        return [Instance(id=f"slurm-{job}-{name}", node=i, private_addr=addrs.get(name, name), accelerators=gpus,
+                         launcher=self.step_argv(job, name)) for i, name in enumerate(nodes)]
+
+    # -- release -------------------------------------------------------------------------------
+    def terminate(self, instances: list[Instance]) -> None:
+        jobs = sorted({job_of(inst) for inst in instances})
+        for job in jobs:
+            self._cancel(job)
+
+    def _cancel(self, job: str, timeout: float = 60.0) -> None:
+        """Cancel ``job`` and wait until Slurm no longer runs it; raise if it still does."""
+        _run(["scancel", "--quiet", job])
+        deadline = time.monotonic() + timeout
+        while True:
+            result = _run(["squeue", "-h", f"--jobs={job}", "-o", "%T"])
+            state = result.stdout.strip()
+            if not state or state in ENDED:
+                return
+            if time.monotonic() >= deadline:
+                raise ProvisionError(f"Slurm job {job} still {state} {timeout:g}s after scancel", provider=self.name)
+            time.sleep(POLL)
+
+    def __repr__(self) -> str:
+        shown = [f"{k}={v!r}" for k, v in (("partition", self.partition), ("account", self.account),
+                                           ("qos", self.qos), ("constraint", self.constraint)) if v is not None]
+        return f"Slurm({', '.join([*shown, f'time={self.time!r}'])})"
+
+
+def job_of(instance: Instance) -> str:
+    """The Slurm job id an instance of this provider belongs to."""
+    return instance.id.split("-")[1]
+
+
+def _node_addrs(nodes: list[str]) -> dict[str, str]:
+    """Each node's address (slurm.conf's NodeAddr), by name."""
+    out = _run(["scontrol", "show", "node", "--oneliner", ",".join(nodes)]).stdout
+    addrs = {}
+    for line in out.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "NodeName" in fields and "NodeAddr" in fields:
+            addrs[fields["NodeName"]] = fields["NodeAddr"]
+    return addrs
+
+
+def _run(argv: list[str], timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError as exc:
+        raise ConfigError("provider", "a machine where Slurm's commands are on PATH", shlex.join(argv[:1])) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ProvisionError(f"`{shlex.join(argv)[:80]}` did not answer within {timeout:g}s",
+                             provider="slurm") from exc
+
+
+def _said(result: subprocess.CompletedProcess[str]) -> str:
+    """What a Slurm command said on failure, in one line."""
+    lines = [line.strip() for line in (result.stderr or result.stdout).splitlines() if line.strip()]
+    return " ".join(lines[-2:]) or f"exit code {result.returncode}"

@@ -1,0 +1,228 @@
+"""A real Slurm cluster for the tests, from Debian's packages (slurmctld, slurmd, munge).
+
+The controller runs on this machine, listening on the test hosts' bridge address; each test
+host (tests/hosts/testhosts.py) is one compute node: ``slurmd -N <host>`` entered into the
+host's network and UTS namespaces with ``nsenter`` (its own address and hostname). Not
+``ip netns exec``: that remounts ``/sys``, which hides the cgroup mounts, and slurmd refuses
+to start. The mount namespace stays this machine's, so every node shares the filesystem with
+the client, as compute nodes share ``$HOME`` with a login node.
+
+Everything is private to one cluster: its ``slurm.conf`` (reached through ``SLURM_CONF``), a
+munge daemon with its own key and socket (``AuthInfo=socket=...``), the ports (chosen free),
+and the state, spool and log directories under ``base``. So two pytest-xdist workers (each
+with its own slot of test hosts) run a cluster each, side by side.
+
+Process tracking is ``proctrack/linuxproc`` and tasks are not confined (``task/none``): the
+cgroup plugins need a cgroup hierarchy of their own per node, which namespaces sharing this
+machine's ``/sys/fs/cgroup`` cannot give.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PARTITION = "debug"
+CPUS_PER_NODE = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class SlurmCluster:
+    """A running cluster: its config, nodes and daemons (see the module docstring)."""
+
+    base: Path
+    conf: str
+    nodes: list[str]
+    addrs: dict[str, str]
+    partition: str = PARTITION
+    daemons: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """This process's environment, pointing Slurm's commands at this cluster."""
+        return {**os.environ, "SLURM_CONF": self.conf}
+
+    def run(self, *argv: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm command against this cluster."""
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def jobs(self) -> list[str]:
+        """Every job the controller still holds, as ``id name state`` lines."""
+        out = self.run("squeue", "-h", "-o", "%i %j %T").stdout
+        return [line for line in out.splitlines() if line.strip()]
+
+    def wait_jobs_gone(self, timeout: float = 30.0) -> list[str]:
+        """Wait until squeue lists no job; the jobs left after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while (left := self.jobs()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return left
+
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        """Wait until every node is idle (registered, nothing running)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self.run("sinfo", "-h", "-N", "-o", "%N %t").stdout.split("\n")
+            states = dict(line.split() for line in out if line.strip())
+            if all(states.get(n) == "idle" for n in self.nodes):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Slurm nodes not idle after {timeout:g}s: {states}\n{self.logs()}")
+            time.sleep(0.2)
+
+    def workers(self) -> list[int]:
+        """PIDs of skyward workers of this cluster's job steps (on any node), and the ``srun``
+        commands that started them."""
+        return [pid for pid in _processes_with_env(f"SLURM_CONF={self.conf}")
+                if b"skyward.worker" in _cmdline(pid)]
+
+    def wait_workers_gone(self, timeout: float = 15.0) -> list[int]:
+        deadline = time.monotonic() + timeout
+        while (left := self.workers()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return left
+
+    def logs(self) -> str:
+        parts = []
+        for path in sorted(self.base.glob("*.log")):
+            parts.append(f"--- {path.name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-15:]))
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        """Cancel every job, then stop every daemon (slurmds, controller, munge)."""
+        with contextlib.suppress(Exception):
+            self.run("scancel", "--full", "--quiet", f"--partition={self.partition}", timeout=15)
+            self.wait_jobs_gone(15)
+        for proc in reversed(self.daemons):
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        for proc in reversed(self.daemons):
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        # slurmstepd processes a slurmd left (it does not wait for them): found by this
+        # cluster's config path in their environment.
+        for pid in _processes_with_env(f"SLURM_CONF={self.conf}"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _processes_with_env(entry: str) -> list[int]:
+    found = []
+    needle = entry.encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def _conf(base: Path, bridge_ip: str, hosts: list[tuple[str, str]], ctl_port: int, slurmd_port: int,
+          munge_socket: Path) -> str:
+    node_lines = "\n".join(f"NodeName={name} NodeAddr={ip} CPUs={CPUS_PER_NODE} State=UNKNOWN"
+                           for name, ip in hosts)
+    return f"""\
+ClusterName=sky{os.getpid()}
+SlurmctldHost={socket.gethostname().split('.')[0]}({bridge_ip})
+SlurmctldPort={ctl_port}
+SlurmdPort={slurmd_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={munge_socket}
+StateSaveLocation={base}/state
+SlurmdSpoolDir={base}/spool/%n
+SlurmctldPidFile={base}/slurmctld.pid
+SlurmdPidFile={base}/slurmd-%n.pid
+SlurmctldLogFile={base}/slurmctld.log
+SlurmdLogFile={base}/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/backfill
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+ReturnToService=2
+InactiveLimit=0
+KillWait=2
+MinJobAge=2
+SlurmctldTimeout=30
+SlurmdTimeout=30
+{node_lines}
+PartitionName={PARTITION} Nodes={','.join(n for n, _ in hosts)} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str]]) -> SlurmCluster:
+    """Start a cluster under ``base``: ``hosts`` are (node name, address, network namespace
+    path or ``pid:<pid>`` of a process whose network and UTS namespaces the node joins)."""
+    base.mkdir(parents=True, exist_ok=True)
+    for d in ("state", "spool", "munge"):
+        (base / d).mkdir(exist_ok=True)
+    os.chmod(base / "munge", 0o700)
+    key = base / "munge" / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    os.chmod(key, 0o400)
+    munge_socket = base / "munge" / "munge.sock"
+    conf = base / "slurm.conf"
+    conf.write_text(_conf(base, bridge_ip, [(n, ip) for n, ip, _ in hosts], _free_port(), _free_port(),
+                          munge_socket))
+    cluster = SlurmCluster(base, str(conf), [n for n, _, _ in hosts], {n: ip for n, ip, _ in hosts})
+    env = cluster.env
+    log = open(base / "daemons.log", "ab")  # noqa: SIM115 - the daemons' own stdio, kept while they run
+    try:
+        cluster.daemons.append(subprocess.Popen(
+            ["munged", "--foreground", "--force", f"--socket={munge_socket}", f"--key-file={key}",
+             f"--pid-file={base}/munge/munged.pid", f"--seed-file={base}/munge/munged.seed",
+             f"--log-file={base}/munge.log"], stdout=log, stderr=log, env=env, start_new_session=True))
+        _wait_for(lambda: munge_socket.exists(), 15, "munged's socket", cluster)
+        cluster.daemons.append(subprocess.Popen(["slurmctld", "-D", "-i"], stdout=log, stderr=log, env=env,
+                                                start_new_session=True))
+        for name, _ip, netns in hosts:
+            enter = (["nsenter", f"--target={netns[4:]}", "--net", "--uts"] if netns.startswith("pid:")
+                     else ["nsenter", f"--net={netns}"])
+            cluster.daemons.append(subprocess.Popen([*enter, "slurmd", "-D", "-N", name], stdout=log, stderr=log,
+                                                    env=env, start_new_session=True))
+        cluster.wait_idle()
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _wait_for(check, timeout: float, what: str, cluster: SlurmCluster) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready after {timeout:g}s\n{cluster.logs()}")
+        time.sleep(0.05)

@@ -1,0 +1,131 @@
+"""sky.Slurm on a real Slurm cluster (tests/slurm_cluster.py): the controller on this machine,
+the two compute nodes in the network namespaces of this session's SSH test hosts.
+
+After every test Slurm runs no job of ours and no worker is left on any node."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import skyward as sky
+from skyward import events as ev
+from tests import slurm_cluster
+
+pytestmark = pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.which("munged") is None,
+                                reason="Slurm's packages (slurmctld, slurmd, slurm-client, munge) are not installed")
+
+
+@pytest.fixture(scope="module")
+def slurm(test_hosts) -> Iterator[slurm_cluster.SlurmCluster]:
+    base = Path(tempfile.mkdtemp(prefix="skyward-slurm-"))
+    cluster = slurm_cluster.start(base, test_hosts[0].bridge_ip,
+                                  [(h.name, h.ip, f"pid:{h.sshd_pid}") for h in test_hosts])
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = cluster.conf  # Slurm's commands, run by the provider, find this cluster
+    try:
+        yield cluster
+    finally:
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(slurm) -> Iterator[None]:
+    yield
+    assert slurm.wait_jobs_gone() == []
+    assert slurm.wait_workers_gone() == []
+
+
+@sky.compute
+def where() -> tuple[str, str | None, int]:
+    import os
+    import socket
+
+    return socket.gethostname(), os.environ.get("SLURMD_NODENAME"), sky.instance_info().node
+
+
+def test_a_two_node_pool_runs_a_broadcast_on_each_node(slurm) -> None:
+    with sky.ComputePool(provider=sky.Slurm(), nodes=2, console=False) as pool:
+        assert where() @ pool == [(slurm.nodes[0], slurm.nodes[0], 0), (slurm.nodes[1], slurm.nodes[1], 1)]
+        assert slurm.jobs()[0].split()[1:] == [f"skyward-{pool.id}", "RUNNING"]
+
+
+def test_processes_per_node_start_that_many_workers_on_each_node(slurm) -> None:
+    @sky.compute
+    def rank() -> tuple[str | None, int, int, str]:
+        import os
+
+        info = sky.instance_info()
+        return os.environ.get("SLURMD_NODENAME"), info.node, info.local_rank, os.environ["SLURM_STEP_ID"]
+
+    with sky.ComputePool(provider=sky.Slurm(), nodes=2, processes_per_node=2, console=False) as pool:
+        ranks = sorted(rank() @ pool)
+        assert [r[:3] for r in ranks] == [(slurm.nodes[0], 0, 0), (slurm.nodes[0], 0, 1),
+                                          (slurm.nodes[1], 1, 0), (slurm.nodes[1], 1, 1)]
+        assert len({r[3] for r in ranks}) == 4  # a job step each
+
+
+def test_torch_ddp_allreduces_across_the_allocation(slurm) -> None:
+    pytest.importorskip("torch")
+
+    @sky.compute
+    def world() -> tuple[int, int, float, str]:
+        import os
+
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([float(dist.get_rank() + 1)])
+        dist.all_reduce(t)
+        return dist.get_rank(), dist.get_world_size(), float(t.item()), os.environ["MASTER_ADDR"]
+
+    plugins = [sky.plugins.torch(backend="gloo", timeout=30)]
+    with sky.ComputePool(provider=sky.Slurm(), nodes=2, plugins=plugins, console=False, start_timeout=60) as pool:
+        head = slurm.addrs[slurm.nodes[0]]
+        assert world() @ pool == [(0, 2, 3.0, head), (1, 2, 3.0, head)]
+
+
+def test_an_unknown_partition_is_refused_naming_it_and_the_partitions(slurm) -> None:
+    with pytest.raises(sky.ConfigError) as caught:
+        with sky.ComputePool(provider=sky.Slurm(partition="nope"), nodes=1, console=False):
+            pass
+    assert caught.value.parameter == "partition" and caught.value.got == "nope"
+    assert slurm.partition in caught.value.accepted
+    assert "Slurm said" in str(caught.value)
+
+
+def test_more_nodes_than_the_partition_has_is_refused(slurm) -> None:
+    with pytest.raises(sky.ConfigError) as caught:
+        with sky.ComputePool(provider=sky.Slurm(), nodes=3, console=False):
+            pass
+    assert caught.value.parameter == "nodes" and caught.value.got == 3
+    assert "at most 2" in caught.value.accepted
+
+
+def test_a_queued_allocation_says_why_and_is_cancelled_at_start_timeout(slurm) -> None:
+    blocker = slurm.run("salloc", "--no-shell", "--exclusive", f"--nodes={len(slurm.nodes)}", "--job-name=blocker")
+    assert blocker.returncode == 0, blocker.stderr
+    seen: list[str] = []
+
+    def on_event(event) -> None:
+        if isinstance(event, ev.NodeStage) and event.stage == "provisioning" and event.detail:
+            seen.append(event.detail)
+
+    try:
+        with pytest.raises(sky.CapacityError, match="start_timeout=3s"):
+            with sky.ComputePool(provider=sky.Slurm(), nodes=2, console=False, start_timeout=3, on_event=on_event):
+                pass
+        assert seen and "Resources" in seen[0] and "1st in the queue" in seen[0]
+        assert [line.split()[1] for line in slurm.jobs()] == ["blocker"]
+    finally:
+        slurm.run("scancel", "--name=blocker")
