@@ -44,10 +44,12 @@ from typing import Any
 
 from skyward.clusters import jobs as cluster_jobs
 from skyward.clusters import manage
+from skyward.clusters.spawned import ask
 from skyward.clusters.state import UP, ClusterStore
 from skyward.errors import ClusterBusy, SkywardError
+from skyward.jobs.calls import RESULT_FILE, CallPlan
 from skyward.jobs.store import (CANCELLED, CANCELLING, FAILED, FAILED_CONTROLLER, FAILED_NO_RESOURCE, FAILED_SETUP,
-                                FINAL, PENDING, RECOVERING, RUNNING, STARTING, SUCCEEDED, JobStore, ManagedJob)
+                                FINAL, PENDING, RECOVERING, RUNNING, STARTING, SUCCEEDED, JobStore, JobRecord)
 from skyward.runtime.jobqueue import ACTIVE
 
 __all__ = ["FAILURES_IN_A_ROW", "LOOK_EVERY", "MAX_LAUNCHES", "WORKERS", "Watcher", "is_launcher"]
@@ -86,12 +88,12 @@ class Watcher:
         self.busy: dict[int, Future[None]] = {}
         self.failures: dict[int, int] = {}
 
-    def log(self, job: ManagedJob, line: str) -> None:
+    def log(self, job: JobRecord, line: str) -> None:
         """A line in the job's controller log (``skyward jobs logs ID --controller``)."""
         with open(job.directory / "controller.log", "a") as f:
             f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
 
-    def step(self, job: ManagedJob) -> None:
+    def step(self, job: JobRecord) -> None:
         """One step of ``job``; never waits on its cluster. An error (this step's, or that of the
         work it collects) is counted: :meth:`trouble`."""
         try:
@@ -99,7 +101,7 @@ class Watcher:
         except Exception as exc:  # (one job's trouble never stops the others)
             self.trouble(job, exc)
 
-    def _step(self, job: ManagedJob) -> None:
+    def _step(self, job: JobRecord) -> None:
         work = self.busy.get(job.id)
         if work is not None:
             if not work.done():
@@ -124,7 +126,7 @@ class Watcher:
             self.next_look[job.id] = time.monotonic() + LOOK_EVERY
             self._off(job, self._look)
 
-    def _off(self, job: ManagedJob, work: Callable[..., None], *args: Any) -> None:
+    def _off(self, job: JobRecord, work: Callable[..., None], *args: Any) -> None:
         """Run ``work(job, *args)`` on the pool; a later step collects it."""
         self.busy[job.id] = future = self.pool.submit(work, job, *args)
         future.add_done_callback(lambda done: self.wake())
@@ -133,7 +135,7 @@ class Watcher:
         """Whether no work is in flight."""
         return not self.busy
 
-    def trouble(self, job: ManagedJob, exc: BaseException) -> None:
+    def trouble(self, job: JobRecord, exc: BaseException) -> None:
         """A step of ``job`` failed: logged with its traceback; the job ends FAILED_CONTROLLER
         (its cluster torn down) after :data:`FAILURES_IN_A_ROW` in a row."""
         count = self.failures[job.id] = self.failures.get(job.id, 0) + 1
@@ -146,7 +148,7 @@ class Watcher:
 
     # -- launching -------------------------------------------------------------------------------
 
-    def _launcher_alive(self, job: ManagedJob) -> bool:
+    def _launcher_alive(self, job: JobRecord) -> bool:
         child = self.children.get(job.id)
         if child is not None:
             if child.poll() is None:
@@ -155,7 +157,7 @@ class Watcher:
             return False
         return is_launcher(job.launcher, job.id)
 
-    def _launching(self, job: ManagedJob) -> None:
+    def _launching(self, job: JobRecord) -> None:
         if self._launcher_alive(job):
             return
         if job.launch_result is not None:
@@ -178,7 +180,7 @@ class Watcher:
             self.log(job, f"{state}: launching cluster {job.cluster} (attempt {job.attempt + 1}, launcher pid "
                           f"{child.pid})")
 
-    def _launched(self, job: ManagedJob, result: dict[str, Any]) -> None:
+    def _launched(self, job: JobRecord, result: dict[str, Any]) -> None:
         if result["code"] == 0 and result["job"] is not None:
             now = time.time()
             if self.store.update(job.id, when=job.status, status=RUNNING, cluster_job=result["job"],
@@ -190,7 +192,7 @@ class Watcher:
 
     # -- running ---------------------------------------------------------------------------------
 
-    def _look(self, job: ManagedJob) -> None:
+    def _look(self, job: JobRecord) -> None:
         record = ClusterStore().get(job.cluster or "")
         if record is None:
             return self._recover(job, f"its cluster {job.cluster} is gone")
@@ -216,7 +218,7 @@ class Watcher:
             return self._recover(job, f"job {job.cluster_job} ended {state.status} on its cluster")
         return None
 
-    def _failed(self, job: ManagedJob, code: int | None) -> None:
+    def _failed(self, job: JobRecord, code: int | None) -> None:
         from skyward.launch.recovery import MAX_RECOVERIES
 
         recovery = pickle.loads(job.plan).job_recovery
@@ -229,7 +231,7 @@ class Watcher:
                                       f"max_restarts_on_errors={restarts})", restart=True)
         return self._end(job, FAILED, code, f"the run failed with exit code {code}")
 
-    def _recover(self, job: ManagedJob, why: str, restart: bool = False) -> None:
+    def _recover(self, job: JobRecord, why: str, restart: bool = False) -> None:
         from skyward.launch.recovery import MAX_RECOVERIES
 
         if job.recoveries >= MAX_RECOVERIES:
@@ -245,13 +247,13 @@ class Watcher:
 
     # -- ending ----------------------------------------------------------------------------------
 
-    def _cancel(self, job: ManagedJob) -> None:
+    def _cancel(self, job: JobRecord) -> None:
         if self._launcher_alive(job):
             self._signal_launcher(job)
             return
         self._off(job, self._end, CANCELLED, None, "cancelled", CANCELLING)
 
-    def _signal_launcher(self, job: ManagedJob) -> None:
+    def _signal_launcher(self, job: JobRecord) -> None:
         """Interrupt the job's launcher, once: it unwinds what it started, then exits."""
         pid = self.children[job.id].pid if job.id in self.children else job.launcher
         if job.id not in self.interrupted and pid and pid > 0:
@@ -259,10 +261,11 @@ class Watcher:
             self.log(job, f"{job.status}: interrupting the launcher (pid {pid})")
             os.kill(pid, signal.SIGTERM)
 
-    def _end(self, job: ManagedJob, state: str, code: int | None, reason: str | None, when: str | None = None) -> None:
+    def _end(self, job: JobRecord, state: str, code: int | None, reason: str | None, when: str | None = None) -> None:
         """Keep the logs, tear the cluster down, then say how the job ended (a teardown that
         fails is tried again by the next steps: the job ends all the same)."""
         self._save_logs(job)
+        self._save_outcome(job)
         try:
             cleaned = self._down(job)
         except Exception as exc:
@@ -276,12 +279,12 @@ class Watcher:
         self.next_look.pop(job.id, None)
         self.interrupted.discard(job.id)
 
-    def _clean(self, job: ManagedJob) -> None:
+    def _clean(self, job: JobRecord) -> None:
         """Tear down the cluster of a job that has ended, if not done yet."""
         if self._down(job):
             self.store.update(job.id, cleaned=1)
 
-    def _down(self, job: ManagedJob) -> bool:
+    def _down(self, job: JobRecord) -> bool:
         """Tear the job's cluster down, if it is there; whether it is gone."""
         if not job.cluster or ClusterStore().get(job.cluster) is None:
             return True
@@ -295,7 +298,24 @@ class Watcher:
             self.log(job, f"cluster {job.cluster} torn down")
         return not problems
 
-    def _save_logs(self, job: ManagedJob) -> None:
+    def _save_outcome(self, job: JobRecord) -> None:
+        """A Python call's outcome on every node (value or exception), kept as ``result.json``
+        for :meth:`skyward.jobs.calls.ManagedJob.result` (the cluster goes)."""
+        if not job.cluster or job.cluster_job is None or ClusterStore().get(job.cluster) is None:
+            return
+        if not isinstance(pickle.loads(job.plan), CallPlan):
+            return
+        try:
+            parts = ask(cluster_jobs.cluster_record(job.cluster), job.cluster_job, 0.0)
+        except SkywardError as exc:
+            self.log(job, f"could not keep the call's outcome: {exc}")
+            return
+        if parts and all(p["status"] not in ACTIVE for p in parts.values()):
+            part = job.directory / (RESULT_FILE + ".part")
+            part.write_text(json.dumps(parts))
+            os.replace(part, job.directory / RESULT_FILE)
+
+    def _save_logs(self, job: JobRecord) -> None:
         """The run's output on its cluster, kept as ``run-<attempt>.log`` (the cluster goes)."""
         if not job.cluster or job.cluster_job is None or ClusterStore().get(job.cluster) is None:
             return
