@@ -303,12 +303,12 @@ class Watcher:
         for :meth:`skyward.jobs.calls.ManagedJob.result` (the cluster goes)."""
         if not job.cluster or job.cluster_job is None or ClusterStore().get(job.cluster) is None:
             return
-        if not isinstance(pickle.loads(job.plan), CallPlan):
-            return
         try:
+            if not isinstance(pickle.loads(job.plan), CallPlan):
+                return
             parts = ask(cluster_jobs.cluster_record(job.cluster), job.cluster_job, 0.0)
-        except SkywardError as exc:
-            self.log(job, f"could not keep the call's outcome: {exc}")
+        except Exception as exc:  # (the job ends all the same)
+            self.log(job, f"could not keep the call's outcome: {exc!r}")
             return
         if parts and all(p["status"] not in ACTIVE for p in parts.values()):
             part = job.directory / (RESULT_FILE + ".part")
