@@ -24,30 +24,16 @@ from skyward.compute import PendingCompute
 from skyward.errors import ConfigError
 from skyward.job_errors import JobError, JobFailed, JobTimeout
 from skyward.jobs import client
-from skyward.jobs.store import CANCELLED, JobRecord, JobStore
+from skyward.jobs.store import CANCELLED, RESULT_FILE, CallPlan, JobRecord, JobStore
 from skyward.launch.taskfile.fields import JobRecovery
 from skyward.protocol import dumps_by_value
 from skyward.runtime.jobqueue import DEFAULT_TASK_CPU_DEMAND
 
-__all__ = ["RESULT_FILE", "CallPlan", "ManagedJob", "get", "launch", "listed"]
+__all__ = ["ManagedJob", "get", "launch", "listed"]
 
 T = TypeVar("T")
-#: Every node's outcome of the call's last run, kept in the job's folder as it ends.
-RESULT_FILE = "result.json"
 
-
-@dataclass(frozen=True)
-class CallPlan:
-    """The plan of a managed job whose run is a Python call (its record's ``plan``)."""
-
-    name: str
-    call: bytes
-    pool: bytes  # (the ComputePool arguments, pickled by value: provider, nodes, image, plugins)
-    broadcast: bool
-    nodes: int
-    job_recovery: JobRecovery | None = None
-
-
+T = TypeVar("T")
 @dataclass(frozen=True, repr=False)
 class ManagedJob(Job[T]):
     """A managed job (``sky.jobs.launch``): a :class:`~skyward.Job` whose ``id`` is the managed

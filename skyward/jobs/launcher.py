@@ -23,7 +23,7 @@ import sys
 from dataclasses import replace
 from typing import Any, NoReturn
 
-from skyward.jobs.calls import CallPlan
+from skyward.jobs.store import CallPlan
 
 __all__ = ["SAFETY_IDLE_MINUTES", "launch", "main"]
 

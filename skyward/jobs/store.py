@@ -18,11 +18,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyward._home import home
 
-__all__ = ["ACTIVE", "FINAL", "STATES", "JobStore", "JobRecord", "folder"]
+if TYPE_CHECKING:
+    from skyward.launch.taskfile.fields import JobRecovery
+
+__all__ = ["ACTIVE", "FINAL", "RESULT_FILE", "STATES", "CallPlan", "JobRecord", "JobStore", "folder"]
 
 PENDING, STARTING, RUNNING, RECOVERING, CANCELLING = "PENDING", "STARTING", "RUNNING", "RECOVERING", "CANCELLING"
 SUCCEEDED, CANCELLED, FAILED, FAILED_SETUP = "SUCCEEDED", "CANCELLED", "FAILED", "FAILED_SETUP"
@@ -40,6 +43,22 @@ CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT
     cluster TEXT, cluster_job INTEGER, attempt INTEGER DEFAULT 0, launcher INTEGER, launch_result TEXT,
     exit_code INTEGER, cancel INTEGER DEFAULT 0, cleaned INTEGER DEFAULT 0, reason TEXT);
 """
+
+
+#: Every node's outcome of a Python call's last run, kept in the job's folder as it ends.
+RESULT_FILE = "result.json"
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """The plan of a managed job whose run is a Python call (:mod:`skyward.jobs.calls`)."""
+
+    name: str
+    call: bytes  # (pickled by value, once, when launched)
+    pool: bytes  # (the ComputePool arguments, pickled by value: provider, nodes, image, plugins)
+    broadcast: bool
+    nodes: int
+    job_recovery: JobRecovery | None = None
 
 
 def folder() -> Path:

@@ -47,8 +47,7 @@ from skyward.clusters import manage
 from skyward.clusters.spawned import ask
 from skyward.clusters.state import UP, ClusterStore
 from skyward.errors import ClusterBusy, SkywardError
-from skyward.jobs.calls import RESULT_FILE, CallPlan
-from skyward.jobs.store import (CANCELLED, CANCELLING, FAILED, FAILED_CONTROLLER, FAILED_NO_RESOURCE, FAILED_SETUP,
+from skyward.jobs.store import (RESULT_FILE, CallPlan, CANCELLED, CANCELLING, FAILED, FAILED_CONTROLLER, FAILED_NO_RESOURCE, FAILED_SETUP,
                                 FINAL, PENDING, RECOVERING, RUNNING, STARTING, SUCCEEDED, JobStore, JobRecord)
 from skyward.runtime.jobqueue import ACTIVE
 
