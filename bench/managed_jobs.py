@@ -115,7 +115,7 @@ Submit → RUNNING is read from each job's record and includes the wait behind t
 {rows}
 
 The controller runs one loop and a pool of 8 threads for looks and teardowns, whatever the number of jobs: \
-its memory grows with the jobs' records it reads each round, not with a thread or process per job."""
+its memory grows with the jobs' records it reads each round, not with a thread or process per job (the threads counted include the short-lived ones a look starts per node)."""
 
 
 if __name__ == "__main__":
