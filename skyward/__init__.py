@@ -19,7 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from skyward import accelerators, integrations, plugins
+    from skyward import accelerators, integrations, jobs, plugins
     from skyward.compute import ComputeFunction, PendingCompute, PendingGather, gather
     from skyward.errors import (
         BootstrapError,
@@ -92,6 +92,7 @@ _features.open_device = _open_device
 _WHERE: dict[str, str] = {
     "accelerators": "skyward.accelerators",
     "integrations": "skyward.integrations",
+    "jobs": "skyward.jobs",
     "plugins": "skyward.plugins",
     **dict.fromkeys(["ComputeFunction", "PendingCompute", "PendingGather", "compute", "gather"], "skyward.compute"),
     **dict.fromkeys(
@@ -119,7 +120,7 @@ _WHERE: dict[str, str] = {
         "skyward.runtime"
     ),
 }
-_MODULES = {"accelerators", "integrations", "plugins"}
+_MODULES = {"accelerators", "integrations", "jobs", "plugins"}
 
 __all__ = sorted([*(n for n in _WHERE if n != "accelerators"), "__version__"])
 

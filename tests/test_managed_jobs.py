@@ -19,6 +19,7 @@ import pytest
 
 from skyward.clusters.state import ClusterStore
 from skyward.jobs import client, controller
+from skyward.jobs.store import JobStore
 from tests.conftest import pid_alive, wait_gone
 from tests.leftovers import cluster_home
 from tests.test_cluster_cli import ROOT, sky, task
@@ -252,3 +253,31 @@ def test_a_controller_that_cannot_start_is_an_error_that_quotes_its_log(home: st
     assert "could not convert string to float: 'soon'" in failed.stderr
     assert f"see {home}/managed/controller.log" in failed.stderr and controller.running() is None
     assert client.jobs() == []  # nothing submitted
+
+
+FAILS_ON_GO = """\
+run: |
+  echo $$ > "$OUT/pid"
+  while [ ! -e "$OUT/go" ]; do sleep 0.1; done
+  exit 5
+"""
+
+
+def test_a_job_the_controller_cannot_handle_ends_failed_controller_with_its_cluster_down(home: str,
+                                                                                        tmp_path: Path) -> None:
+    running = submit(tmp_path, FAILS_ON_GO)
+    until(lambda: (tmp_path / "out" / "pid").exists() and state(running) == "RUNNING", 60, "the job to run")
+    store = JobStore()
+    store.update(running, plan=b"not a plan")  # (what its failed run is checked against is unreadable)
+    unreadable = store.add("unreadable", "1x[CPU:0.5]", b"not a plan", str(tmp_path))  # (its launch cannot start)
+    controller.wake()
+    (tmp_path / "out" / "go").touch()
+    for job, why in ((running, "UnpicklingError"), (unreadable, "the launcher (pid")):
+        ended = client.wait(job, 60)
+        assert ended.status == "FAILED_CONTROLLER" and why in (ended.reason or ""), ended
+        said = sky("jobs", "logs", str(job), "--controller", "--no-follow", cwd=tmp_path)
+        assert said.returncode == 100 and "UnpicklingError" in said.stdout
+        assert "controller error (3 of 3 in a row)" in said.stdout and "FAILED_CONTROLLER: the controller failed on it" \
+            in said.stdout, said.stdout
+    assert "cluster sky-managed-1 torn down" in sky("jobs", "logs", "1", "--controller", cwd=tmp_path).stdout
+    nothing_left(home)

@@ -12,7 +12,7 @@ PUBLIC = [
     "AWS", "BootstrapError", "CapacityError", "ClusterBusy", "ClusterError", "PoolInfo", "CommandFailed", "CommandResult", "ComputeFunction", "ComputePool", "ConfigError", "DeviceError",
     "ConnectionLost", "Image", "InstanceInfo", "Job", "JobError", "JobFailed", "JobTimeout", "Local", "PendingCompute", "PendingGather", "Peer",
     "Plugin", "PluginError", "Preemption", "ProvisionError", "RemoteError", "SSH", "Secret", "Slurm", "SerializationError", "SkywardError",
-    "TaskCancelled", "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "integrations", "on_preempt", "plugins",
+    "TaskCancelled", "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "integrations", "jobs", "on_preempt", "plugins",
     "shard", "shell", "silent", "stderr", "stdout",
 ]
 
@@ -22,6 +22,11 @@ def test_public_names_are_pinned() -> None:
     assert sky.__all__ == sorted(sky.__all__)
     for name in PUBLIC:
         assert getattr(sky, name) is not None
+
+
+def test_managed_jobs_from_python_are_sky_jobs() -> None:
+    assert sorted(sky.jobs.__all__) == ["ManagedJob", "get", "launch", "list"]
+    assert issubclass(sky.jobs.ManagedJob, sky.Job)
 
 
 def test_errors_share_one_root() -> None:
@@ -69,7 +74,7 @@ def test_no_public_name_is_shadowed_by_a_submodule_of_that_name() -> None:
     import skyward
 
     clashing = [name for name in skyward.__all__
-                if name not in ("accelerators", "integrations", "plugins", "compute")
+                if name not in ("accelerators", "integrations", "jobs", "plugins", "compute")
                 and importlib.util.find_spec(f"skyward.{name}") is not None]
     assert clashing == []
 

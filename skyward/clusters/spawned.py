@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from skyward.providers.base import Instance
     from skyward.pool.pool import ComputePool
 
-__all__ = ["Job", "find", "listed", "spawn"]
+__all__ = ["Job", "ask", "find", "listed", "outcome", "pickled_call", "queue_call", "spawn"]
 
 T = TypeVar("T")
 #: Seconds one ask of a node waits for the job to end there (well under the ask's own limit).
@@ -87,11 +87,11 @@ class Job(Generic[T]):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = WAIT_STEP if deadline is None else max(0.0, min(WAIT_STEP, deadline - time.monotonic()))
-            parts = _ask(record, self.id, left)
+            parts = ask(record, self.id, left)
             if not parts:
                 raise _unknown(self.cluster, self.id)
             if all(p["status"] not in ACTIVE for p in parts.values()):
-                return _outcome(self, parts)
+                return outcome(self, parts)
             if deadline is not None and time.monotonic() >= deadline:
                 raise JobTimeout(self.cluster, self.id, float(timeout or 0))
 
@@ -136,9 +136,9 @@ class _Tee(io.TextIOBase):
             out.flush()
 
 
-def spawn(pool: ComputePool, pending: PendingCompute[Any], broadcast: bool) -> Job[Any]:
-    """Put ``pending`` in cluster ``pool.name``'s queue: run on the head node, or with
-    ``broadcast`` on every node; returns the job at once."""
+def pickled_call(pending: PendingCompute[Any]) -> bytes:
+    """``pending`` pickled (by value) to be run as a job; :class:`~skyward.SerializationError`
+    naming what cannot be pickled, or when the pickle is over the limit a job's call may take."""
     try:
         call = dumps_by_value(pending)
     except Exception as exc:
@@ -150,13 +150,24 @@ def spawn(pool: ComputePool, pending: PendingCompute[Any], broadcast: bool) -> J
                                  f"{RESULT_LIMIT // 2**20} MiB", f"{len(call) / 2**20:.1f} MiB",
                                  detail="a spawned call waits on the cluster until it runs: pass a path or a "
                                         "location in storage rather than the data")
+    return call
+
+
+def spawn(pool: ComputePool, pending: PendingCompute[Any], broadcast: bool) -> Job[Any]:
+    """Put ``pending`` in cluster ``pool.name``'s queue: run on the head node, or with
+    ``broadcast`` on every node; returns the job at once."""
+    return queue_call(pool, pickled_call(pending), pending.name, broadcast)
+
+
+def queue_call(pool: ComputePool, call: bytes, name: str, broadcast: bool) -> Job[Any]:
+    """Put the pickled call ``call`` (:func:`pickled_call`) in cluster ``pool.name``'s queue."""
     nodes = (len(pool.instances) or pool.nodes) if broadcast else 1
     cpu = DEFAULT_TASK_CPU_DEMAND
-    meta = {"name": pending.name, "cpus": cpu, "gpus": 0.0, "nodes": nodes, "resources": f"{nodes}x[CPU:{cpu:g}]"}
+    meta = {"name": name, "cpus": cpu, "gpus": 0.0, "nodes": nodes, "resources": f"{nodes}x[CPU:{cpu:g}]"}
     ids = compute(name="number the job")(new_job)(meta) @ pool
     job = next(i for i in ids if i)
     compute(name=f"queue job {job}")(place)(job, meta, call, broadcast) @ pool
-    return Job(str(pool.name), job, pending.name)
+    return Job(str(pool.name), job, name)
 
 
 def find(name: str, job: object) -> Job[Any]:
@@ -193,7 +204,7 @@ def _unknown(name: str, job: int, known: list[int] | None = None) -> JobError:
     return JobError(name, job, f"no such job ({have})", way_out=f"`skyward queue {name} -a` lists them")
 
 
-def _ask(record: Any, job: int, wait: float) -> dict[int, dict[str, Any]]:
+def ask(record: Any, job: int, wait: float) -> dict[int, dict[str, Any]]:
     """Every node's part of ``job`` (node -> the queue tool's answer), each node waiting up to
     ``wait`` seconds for its part to end; nodes without a part are left out."""
     parts: dict[int, dict[str, Any]] = {}
@@ -209,8 +220,9 @@ def _ask(record: Any, job: int, wait: float) -> dict[int, dict[str, Any]]:
     return parts
 
 
-def _outcome(job: Job[Any], parts: dict[int, dict[str, Any]]) -> Any:
-    """The result of a job that has ended on every node (or the error it ended with)."""
+def outcome(job: Job[Any], parts: dict[int, dict[str, Any]]) -> Any:
+    """The result of a job that has ended on every node (or the error it ended with), from every
+    node's answer (:func:`ask`)."""
     ordered = sorted(parts.items())
     if any(p["status"] == CANCELLED for _, p in ordered):
         raise JobError(job.cluster, job.id, "was cancelled: it has no result")

@@ -15,12 +15,12 @@ from typing import IO, TYPE_CHECKING
 
 from skyward.errors import ConfigError
 from skyward.jobs import controller
-from skyward.jobs.store import ACTIVE, CANCELLED, FINAL, SUCCEEDED, JobStore, ManagedJob
+from skyward.jobs.store import ACTIVE, CANCELLED, FINAL, SUCCEEDED, JobStore, JobRecord
 
 if TYPE_CHECKING:
     from skyward.launch.run import LaunchPlan
 
-__all__ = ["STATUS_CODES", "cancel", "get", "jobs", "logs", "submit", "wait"]
+__all__ = ["STATUS_CODES", "cancel", "get", "jobs", "logs", "record", "submit", "wait"]
 
 #: A job's end as an exit status (SkyPilot's ``logs`` codes): 0 succeeded, 103 cancelled, 100
 #: any failure, 101 not finished.
@@ -31,7 +31,7 @@ CANCEL_TIMEOUT = 120.0
 _POLL = 0.2  # (seconds between looks at a job's record while waiting on it)
 
 
-def exit_status(job: ManagedJob) -> int:
+def exit_status(job: JobRecord) -> int:
     if job.status in ACTIVE:
         return NOT_FINISHED
     return STATUS_CODES.get(job.status, FAILED_CODE)
@@ -44,14 +44,19 @@ def submit(p: LaunchPlan) -> int:
     if p.then:
         raise ConfigError("TASK.yaml", "a task file of one task (a pipeline is not run as a managed job yet)",
                           f"a pipeline of {len(p.stages)} tasks")
-    resources = demand(p.accelerator, p.cpus, p.nodes)["resources"]
+    return record(p.name, demand(p.accelerator, p.cpus, p.nodes)["resources"], p)
+
+
+def record(name: str, resources: str, plan: object) -> int:
+    """Record ``plan`` (a task file's, or a Python call's: :mod:`skyward.jobs.calls`) as a
+    managed job and hand it to the controller; its id."""
     controller.ensure()  # (first: a controller that cannot start leaves no job behind)
-    job = JobStore().add(p.name, resources, pickle.dumps(p), os.getcwd())
+    job = JobStore().add(name, resources, pickle.dumps(plan), os.getcwd())
     controller.wake()
     return job
 
 
-def jobs() -> list[ManagedJob]:
+def jobs() -> list[JobRecord]:
     """Every managed job, oldest first (a controller is started if one has work and none runs)."""
     found = JobStore().all()
     if any(j.status in ACTIVE or not j.cleaned for j in found):
@@ -59,7 +64,7 @@ def jobs() -> list[ManagedJob]:
     return found
 
 
-def get(job_id: int) -> ManagedJob:
+def get(job_id: int) -> JobRecord:
     """Managed job ``job_id``; :class:`~skyward.ConfigError` naming the ids there are when none."""
     found = JobStore().get(job_id)
     if found is None:
@@ -69,7 +74,7 @@ def get(job_id: int) -> ManagedJob:
     return found
 
 
-def cancel(ids: list[int] | None = None, *, name: str | None = None, timeout: float = CANCEL_TIMEOUT) -> list[ManagedJob]:
+def cancel(ids: list[int] | None = None, *, name: str | None = None, timeout: float = CANCEL_TIMEOUT) -> list[JobRecord]:
     """Cancel managed jobs: ``ids``, or those named ``name``, or (neither) every unfinished one;
     waits until the controller has ended each (its cluster torn down). Returns them as they ended.
     :class:`~skyward.ConfigError` for an unknown id, or one that has finished, before anything
@@ -96,7 +101,7 @@ def cancel(ids: list[int] | None = None, *, name: str | None = None, timeout: fl
     return [wait(j.id, timeout) for j in chosen]
 
 
-def wait(job_id: int, timeout: float | None = None) -> ManagedJob:
+def wait(job_id: int, timeout: float | None = None) -> JobRecord:
     """Job ``job_id`` once it has ended (``timeout`` None: however long that takes); a controller
     that dies meanwhile is started again. TimeoutError at ``timeout`` seconds."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -108,7 +113,7 @@ def wait(job_id: int, timeout: float | None = None) -> ManagedJob:
     return job
 
 
-def logs(job_id: int, out: IO[str], *, follow: bool = True, of_controller: bool = False) -> ManagedJob:
+def logs(job_id: int, out: IO[str], *, follow: bool = True, of_controller: bool = False) -> JobRecord:
     """Write job ``job_id``'s run output (every attempt's, recoveries included; each node's lines
     as ``[node N] ...``), or with ``of_controller`` the controller's log of it; with ``follow``,
     until it ends. Returns the job as it was last seen."""
@@ -143,7 +148,7 @@ def logs(job_id: int, out: IO[str], *, follow: bool = True, of_controller: bool 
         time.sleep(_POLL)
 
 
-def _follow_file(job: ManagedJob, path: os.PathLike[str], out: IO[str], follow: bool) -> ManagedJob:
+def _follow_file(job: JobRecord, path: os.PathLike[str], out: IO[str], follow: bool) -> JobRecord:
     offset = 0
     while True:
         job = get(job.id)

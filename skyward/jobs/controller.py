@@ -6,7 +6,8 @@ process, ``python -m skyward.jobs.controller``, for every managed job of a skywa
   until it holds its lock (``managed/controller.lock``, which names its pid). One at a time: a
   second one finds the lock taken and exits.
 * It runs one loop (no thread per job): every :data:`TICK` seconds, or at once when a client
-  wakes it (SIGUSR1), each job not settled gets a step (:mod:`skyward.jobs.watch`). Everything
+  wakes it (SIGUSR1), each job not settled gets a step (:mod:`skyward.jobs.watch`); what may
+  wait on a cluster runs on a few threads of the watcher's, whatever the number of jobs. Everything
   it knows is in the jobs' records, so a controller started after another was killed takes
   every job up where the records leave it.
 * It exits by itself after :data:`IDLE_SECONDS` (``SKYWARD_JOBS_CONTROLLER_IDLE``) with no job
@@ -25,10 +26,9 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 
 from skyward.errors import ClusterError
-from skyward.jobs.store import FAILED_CONTROLLER, JobStore, folder
+from skyward.jobs.store import JobStore, folder
 
 __all__ = ["IDLE_SECONDS", "TICK", "ensure", "running", "serve", "stop", "wake"]
 
@@ -37,8 +37,6 @@ TICK = 1.0
 #: Seconds with no job to watch after which the controller exits (``SKYWARD_JOBS_CONTROLLER_IDLE``
 #: in the environment it starts in changes it).
 IDLE_SECONDS = 600.0
-#: Steps of one job that may fail in a row (a bug, a broken record) before it is FAILED_CONTROLLER.
-FAILURES_IN_A_ROW = 3
 #: Start the controller in a session of its own; exit once it holds its lock (0), or with its
 #: status when it ends first (argv: the lock's path, then its command line). Its parent is then
 #: gone: the controller belongs to no client.
@@ -159,21 +157,17 @@ def serve() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} controller pid {os.getpid()} started", flush=True)
     store = JobStore()
-    watcher = Watcher(store)
-    failures: dict[int, int] = {}
+    def wake_loop() -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.write(wake_w, b"w")
+
+    watcher = Watcher(store, wake_loop)
     idle_since = time.monotonic()
     while not stopping:
         jobs = store.unsettled()
         for job in jobs:
-            try:
-                watcher.step(job)
-                failures.pop(job.id, None)
-            except Exception as exc:  # (one job's trouble never stops the others)
-                failures[job.id] = failures.get(job.id, 0) + 1
-                watcher.log(job, f"controller error: {traceback.format_exc().strip()}")
-                if failures[job.id] >= FAILURES_IN_A_ROW:
-                    watcher.end_by_error(job, FAILED_CONTROLLER, f"the controller failed on it: {exc!r}")
-        if jobs:
+            watcher.step(job)
+        if jobs or not watcher.idle():
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since > idle:
             break
@@ -183,6 +177,8 @@ def serve() -> int:
             os.read(wake_r, 4096)
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} controller pid {os.getpid()} exits "
           + ("(SIGTERM)" if stopping else f"(no job for {idle:g}s)"), flush=True)
+    if stopping:  # (at once: a look or teardown in flight is the next controller's to do again)
+        os._exit(0)
     return 0
 
 

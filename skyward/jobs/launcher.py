@@ -23,6 +23,8 @@ import sys
 from dataclasses import replace
 from typing import Any, NoReturn
 
+from skyward.jobs.store import CallPlan
+
 __all__ = ["SAFETY_IDLE_MINUTES", "launch", "main"]
 
 #: The idle minutes after which a managed job's cluster tears itself down (no job running on
@@ -53,6 +55,10 @@ def launch(job: int) -> dict[str, Any]:
     if found is None or found.cluster is None:
         raise SystemExit(f"skyward: no managed job {job}")
     p = pickle.loads(found.plan)
+    if isinstance(p, CallPlan):
+        result = launch_call(found.cluster, p)
+        store.update(job, launch_result=json.dumps(result))
+        return result
     env = {**p.envs, "SKYPILOT_TASK_ID": found.task_id, "SKYWARD_MANAGED_JOB_ID": str(job)}
     p = replace(p, envs=env, job_recovery=None, autostop=None)  # (recovery is the controller's)
     if found.cwd and os.path.isdir(found.cwd):
@@ -70,6 +76,26 @@ def launch(job: int) -> dict[str, Any]:
               "job": progress[1] if len(progress) > 1 else None, "error": last[-1][-500:] if last else ""}
     store.update(job, launch_result=json.dumps(result))
     return result
+
+
+def launch_call(cluster: str, p: CallPlan) -> dict[str, Any]:
+    """Bring up cluster ``cluster`` with the pool arguments of ``p`` and spawn its call there
+    (a job of the cluster's queue, which goes on without this process); the launch's result."""
+    from skyward.clusters.spawned import queue_call
+    from skyward.pool import ComputePool
+
+    phase, job, code, error = "provision", None, 0, ""
+    try:
+        with ComputePool(name=cluster, idle_minutes=SAFETY_IDLE_MINUTES, down=True, console=False,
+                         **pickle.loads(p.pool)) as pool:
+            phase = "run"
+            job = queue_call(pool, p.call, p.name, p.broadcast).id
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:
+        code, error = 1, f"{type(exc).__name__}: {exc}"[-500:]
+        print(f"skyward: {error}", file=sys.stderr, flush=True)
+    return {"code": code, "phase": phase, "job": job, "error": error}
 
 
 def _interrupted(signum: int, frame: object) -> NoReturn:

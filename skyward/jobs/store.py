@@ -18,11 +18,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyward._home import home
 
-__all__ = ["ACTIVE", "FINAL", "STATES", "JobStore", "ManagedJob", "folder"]
+if TYPE_CHECKING:
+    from skyward.launch.taskfile.fields import JobRecovery
+
+__all__ = ["ACTIVE", "FINAL", "RESULT_FILE", "STATES", "CallPlan", "JobRecord", "JobStore", "folder"]
 
 PENDING, STARTING, RUNNING, RECOVERING, CANCELLING = "PENDING", "STARTING", "RUNNING", "RECOVERING", "CANCELLING"
 SUCCEEDED, CANCELLED, FAILED, FAILED_SETUP = "SUCCEEDED", "CANCELLED", "FAILED", "FAILED_SETUP"
@@ -42,6 +45,22 @@ CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT
 """
 
 
+#: Every node's outcome of a Python call's last run, kept in the job's folder as it ends.
+RESULT_FILE = "result.json"
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """The plan of a managed job whose run is a Python call (:mod:`skyward.jobs.calls`)."""
+
+    name: str
+    call: bytes  # (pickled by value, once, when launched)
+    pool: bytes  # (the ComputePool arguments, pickled by value: provider, nodes, image, plugins)
+    broadcast: bool
+    nodes: int
+    job_recovery: JobRecovery | None = None
+
+
 def folder() -> Path:
     """Where the managed jobs live on this machine: ``$SKYWARD_HOME/managed`` (made, 0700)."""
     path = home() / "managed"
@@ -50,7 +69,7 @@ def folder() -> Path:
 
 
 @dataclass(frozen=True)
-class ManagedJob:
+class JobRecord:
     """One managed job as its row says."""
 
     id: int
@@ -102,7 +121,7 @@ class ManagedJob:
                 "task_id": self.task_id, "reason": self.reason}
 
 
-_COLUMNS = [f.name for f in fields(ManagedJob)]
+_COLUMNS = [f.name for f in fields(JobRecord)]
 
 
 class JobStore:
@@ -138,18 +157,18 @@ class JobStore:
                          (f"sky-managed-{stamp}_{name}_{job}", f"sky-managed-{job}", job))
             return job
 
-    def get(self, job: int) -> ManagedJob | None:
+    def get(self, job: int) -> JobRecord | None:
         with self._connect() as conn:
             row = conn.execute("SELECT * FROM jobs WHERE id=?", (job,)).fetchone()
-        return None if row is None else ManagedJob(**{k: row[k] for k in _COLUMNS})
+        return None if row is None else JobRecord(**{k: row[k] for k in _COLUMNS})
 
-    def all(self) -> list[ManagedJob]:
+    def all(self) -> list[JobRecord]:
         """Every job, oldest first."""
         with self._connect() as conn:
             rows = conn.execute("SELECT * FROM jobs ORDER BY id").fetchall()
-        return [ManagedJob(**{k: r[k] for k in _COLUMNS}) for r in rows]
+        return [JobRecord(**{k: r[k] for k in _COLUMNS}) for r in rows]
 
-    def unsettled(self) -> list[ManagedJob]:
+    def unsettled(self) -> list[JobRecord]:
         """The jobs the controller still has work for: not ended, or ended with a cluster up."""
         return [j for j in self.all() if j.status in ACTIVE or not j.cleaned]
 

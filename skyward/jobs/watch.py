@@ -1,6 +1,13 @@
 """What the controller does for one managed job, a step at a time (:meth:`Watcher.step`, called
 by the controller's one loop for every job not settled; no step waits on a job).
 
+What may wait on a cluster (a look at a running job, a teardown, keeping a run's logs) runs on a
+small pool of :data:`WORKERS` threads, whatever the number of jobs: a step hands it over and
+returns, and a later step of the same job collects how it went (one piece of work per job at a
+time). A node that does not answer thus holds up one thread for its job, never the loop: the
+other jobs launch, run and end meanwhile. (One thread per job would cost a stack per job; a
+process per look, a Python start every :data:`LOOK_EVERY` seconds per job.)
+
 * PENDING: a launcher (:mod:`skyward.jobs.launcher`) is started, at most
   :data:`MAX_LAUNCHES` at once; the job is STARTING.
 * STARTING / RECOVERING: when the launcher has written its result, the job is RUNNING on its
@@ -15,6 +22,10 @@ by the controller's one loop for every job not settled; no step waits on a job).
 Whatever the end, the job's cluster is torn down first and its run logs kept under the job's
 folder; a teardown that cannot be confirmed is tried again on the next steps (``cleaned``).
 Recoveries and restarts together are at most :data:`~skyward.launch.recovery.MAX_RECOVERIES`.
+
+A step that raises (a bug, a broken record; a launcher that dies without a result counts too) is
+logged with its traceback in the job's controller log; :data:`FAILURES_IN_A_ROW` of them end the
+job FAILED_CONTROLLER, its cluster torn down.
 """
 
 from __future__ import annotations
@@ -26,19 +37,30 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from skyward.jobs.store import (CANCELLED, CANCELLING, FAILED, FAILED_NO_RESOURCE, FAILED_SETUP, FINAL, PENDING,
-                                RECOVERING, RUNNING, STARTING, SUCCEEDED, JobStore, ManagedJob)
-
+from skyward.clusters import jobs as cluster_jobs
+from skyward.clusters import manage
+from skyward.clusters.spawned import ask
+from skyward.clusters.state import UP, ClusterStore
+from skyward.errors import ClusterBusy, SkywardError
+from skyward.jobs.store import (RESULT_FILE, CallPlan, CANCELLED, CANCELLING, FAILED, FAILED_CONTROLLER, FAILED_NO_RESOURCE, FAILED_SETUP,
+                                FINAL, PENDING, RECOVERING, RUNNING, STARTING, SUCCEEDED, JobStore, JobRecord)
 from skyward.runtime.jobqueue import ACTIVE
 
-__all__ = ["LOOK_EVERY", "MAX_LAUNCHES", "Watcher", "is_launcher"]
+__all__ = ["FAILURES_IN_A_ROW", "LOOK_EVERY", "MAX_LAUNCHES", "WORKERS", "Watcher", "is_launcher"]
 
 #: Launches (cluster provisioning and setup) at once; the other jobs wait PENDING.
 MAX_LAUNCHES = 8
 #: Seconds between looks at a running job's cluster.
 LOOK_EVERY = 2.0
+#: Threads for the work that may wait on a cluster (looks, teardowns), all jobs together.
+WORKERS = 8
+#: Steps of one job that may fail in a row before it is FAILED_CONTROLLER.
+FAILURES_IN_A_ROW = 3
 
 
 def is_launcher(pid: int | None, job: int) -> bool:
@@ -55,31 +77,77 @@ class Watcher:
     """The controller's steps for its jobs; holds only the launchers it started (to reap them)
     and when to look at each running job next."""
 
-    def __init__(self, store: JobStore):
+    def __init__(self, store: JobStore, wake: Callable[[], None] = lambda: None):
         self.store = store
+        self.wake = wake  # (called as a piece of work ends: the loop collects it at once)
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.next_look: dict[int, float] = {}
         self.interrupted: set[int] = set()
+        self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="skyward-jobs")
+        self.busy: dict[int, Future[None]] = {}
+        self.failures: dict[int, int] = {}
 
-    def log(self, job: ManagedJob, line: str) -> None:
+    def log(self, job: JobRecord, line: str) -> None:
         """A line in the job's controller log (``skyward jobs logs ID --controller``)."""
         with open(job.directory / "controller.log", "a") as f:
             f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
 
-    def step(self, job: ManagedJob) -> None:
+    def step(self, job: JobRecord) -> None:
+        """One step of ``job``; never waits on its cluster. An error (this step's, or that of the
+        work it collects) is counted: :meth:`trouble`."""
+        try:
+            self._step(job)
+        except Exception as exc:  # (one job's trouble never stops the others)
+            self.trouble(job, exc)
+
+    def _step(self, job: JobRecord) -> None:
+        work = self.busy.get(job.id)
+        if work is not None:
+            if not work.done():
+                return
+            del self.busy[job.id]
+            work.result()  # (raises the error it ended with)
+            self.failures.pop(job.id, None)
+            fresh = self.store.get(job.id)  # (the work changed it)
+            if fresh is None or (fresh.status in FINAL and fresh.cleaned):
+                return
+            job = fresh
         if job.status in FINAL:
-            self._clean(job)
+            if self._launcher_alive(job):
+                self._signal_launcher(job)
+            else:
+                self._off(job, self._clean)
         elif job.cancel:
             self._cancel(job)
         elif job.status in (PENDING, STARTING, RECOVERING):
             self._launching(job)
         elif job.status == RUNNING and time.monotonic() >= self.next_look.get(job.id, 0.0):
             self.next_look[job.id] = time.monotonic() + LOOK_EVERY
-            self._look(job)
+            self._off(job, self._look)
+
+    def _off(self, job: JobRecord, work: Callable[..., None], *args: Any) -> None:
+        """Run ``work(job, *args)`` on the pool; a later step collects it."""
+        self.busy[job.id] = future = self.pool.submit(work, job, *args)
+        future.add_done_callback(lambda done: self.wake())
+
+    def idle(self) -> bool:
+        """Whether no work is in flight."""
+        return not self.busy
+
+    def trouble(self, job: JobRecord, exc: BaseException) -> None:
+        """A step of ``job`` failed: logged with its traceback; the job ends FAILED_CONTROLLER
+        (its cluster torn down) after :data:`FAILURES_IN_A_ROW` in a row."""
+        count = self.failures[job.id] = self.failures.get(job.id, 0) + 1
+        trace = "".join(traceback.format_exception(exc)).strip()
+        self.log(job, f"controller error ({count} of {FAILURES_IN_A_ROW} in a row): {trace}")
+        self.next_look[job.id] = 0.0  # (tried again at the next round)
+        if count >= FAILURES_IN_A_ROW and job.status not in FINAL:
+            self.failures.pop(job.id, None)
+            self._off(job, self._end, FAILED_CONTROLLER, job.exit_code, f"the controller failed on it: {exc!r}")
 
     # -- launching -------------------------------------------------------------------------------
 
-    def _launcher_alive(self, job: ManagedJob) -> bool:
+    def _launcher_alive(self, job: JobRecord) -> bool:
         child = self.children.get(job.id)
         if child is not None:
             if child.poll() is None:
@@ -88,15 +156,18 @@ class Watcher:
             return False
         return is_launcher(job.launcher, job.id)
 
-    def _launching(self, job: ManagedJob) -> None:
+    def _launching(self, job: JobRecord) -> None:
         if self._launcher_alive(job):
             return
         if job.launch_result is not None:
             self._launched(job, json.loads(job.launch_result))
         elif job.launcher is not None:  # (ended without a word: a crash; the attempt is made again)
-            self.log(job, f"the launcher (pid {job.launcher}) ended without a result; launching again")
             self.store.update(job.id, when=job.status, launcher=None)
-        elif sum(1 for c in self.children.values() if c.poll() is None) < MAX_LAUNCHES and self._down(job):
+            raise RuntimeError(f"the launcher (pid {job.launcher}) ended without a result (see above); launching "
+                               "again")
+        elif job.cluster and ClusterStore().get(job.cluster) is not None:
+            self._off(job, self._down)  # (the last attempt's cluster goes first)
+        elif sum(1 for c in self.children.values() if c.poll() is None) < MAX_LAUNCHES:
             state = STARTING if job.status == PENDING else job.status
             if not self.store.update(job.id, when=job.status, status=state, attempt=job.attempt + 1):
                 return  # (cancelled meanwhile)
@@ -108,7 +179,7 @@ class Watcher:
             self.log(job, f"{state}: launching cluster {job.cluster} (attempt {job.attempt + 1}, launcher pid "
                           f"{child.pid})")
 
-    def _launched(self, job: ManagedJob, result: dict[str, Any]) -> None:
+    def _launched(self, job: JobRecord, result: dict[str, Any]) -> None:
         if result["code"] == 0 and result["job"] is not None:
             now = time.time()
             if self.store.update(job.id, when=job.status, status=RUNNING, cluster_job=result["job"],
@@ -116,16 +187,11 @@ class Watcher:
                 self.log(job, f"RUNNING: job {result['job']} of cluster {job.cluster}")
             return
         state = {"provision": FAILED_NO_RESOURCE, "setup": FAILED_SETUP}.get(result["phase"], FAILED)
-        self._end(job, state, result["code"], result["error"] or f"the launch ended with status {result['code']}")
+        self._off(job, self._end, state, result["code"], result["error"] or f"the launch ended with status {result['code']}")
 
     # -- running ---------------------------------------------------------------------------------
 
-    def _look(self, job: ManagedJob) -> None:
-        from skyward.clusters import jobs as cluster_jobs
-        from skyward.clusters import manage
-        from skyward.clusters.state import UP, ClusterStore
-        from skyward.errors import SkywardError
-
+    def _look(self, job: JobRecord) -> None:
         record = ClusterStore().get(job.cluster or "")
         if record is None:
             return self._recover(job, f"its cluster {job.cluster} is gone")
@@ -151,7 +217,7 @@ class Watcher:
             return self._recover(job, f"job {job.cluster_job} ended {state.status} on its cluster")
         return None
 
-    def _failed(self, job: ManagedJob, code: int | None) -> None:
+    def _failed(self, job: JobRecord, code: int | None) -> None:
         from skyward.launch.recovery import MAX_RECOVERIES
 
         recovery = pickle.loads(job.plan).job_recovery
@@ -164,7 +230,7 @@ class Watcher:
                                       f"max_restarts_on_errors={restarts})", restart=True)
         return self._end(job, FAILED, code, f"the run failed with exit code {code}")
 
-    def _recover(self, job: ManagedJob, why: str, restart: bool = False) -> None:
+    def _recover(self, job: JobRecord, why: str, restart: bool = False) -> None:
         from skyward.launch.recovery import MAX_RECOVERIES
 
         if job.recoveries >= MAX_RECOVERIES:
@@ -180,13 +246,13 @@ class Watcher:
 
     # -- ending ----------------------------------------------------------------------------------
 
-    def _cancel(self, job: ManagedJob) -> None:
+    def _cancel(self, job: JobRecord) -> None:
         if self._launcher_alive(job):
             self._signal_launcher(job)
             return
-        self._end(job, CANCELLED, None, "cancelled", when=CANCELLING)
+        self._off(job, self._end, CANCELLED, None, "cancelled", CANCELLING)
 
-    def _signal_launcher(self, job: ManagedJob) -> None:
+    def _signal_launcher(self, job: JobRecord) -> None:
         """Interrupt the job's launcher, once: it unwinds what it started, then exits."""
         pid = self.children[job.id].pid if job.id in self.children else job.launcher
         if job.id not in self.interrupted and pid and pid > 0:
@@ -194,14 +260,16 @@ class Watcher:
             self.log(job, f"{job.status}: interrupting the launcher (pid {pid})")
             os.kill(pid, signal.SIGTERM)
 
-    def end_by_error(self, job: ManagedJob, state: str, reason: str) -> None:
-        """End ``job`` as ``state`` whatever its state (the controller could not go on with it)."""
-        self._end(job, state, job.exit_code, reason)
-
-    def _end(self, job: ManagedJob, state: str, code: int | None, reason: str | None, when: str | None = None) -> None:
-        """Keep the logs, tear the cluster down, then say how the job ended."""
+    def _end(self, job: JobRecord, state: str, code: int | None, reason: str | None, when: str | None = None) -> None:
+        """Keep the logs, tear the cluster down, then say how the job ended (a teardown that
+        fails is tried again by the next steps: the job ends all the same)."""
         self._save_logs(job)
-        cleaned = self._down(job)
+        self._save_outcome(job)
+        try:
+            cleaned = self._down(job)
+        except Exception as exc:
+            self.log(job, f"teardown of {job.cluster} failed: {exc!r}")
+            cleaned = False
         if self.store.update(job.id, when=when or job.status, status=state, exit_code=code, reason=reason,
                              ended=time.time(), run_seconds=job.job_duration, running_since=None,
                              cleaned=int(cleaned), launcher=None):
@@ -210,19 +278,13 @@ class Watcher:
         self.next_look.pop(job.id, None)
         self.interrupted.discard(job.id)
 
-    def _clean(self, job: ManagedJob) -> None:
-        if self._launcher_alive(job):
-            self._signal_launcher(job)
-            return
+    def _clean(self, job: JobRecord) -> None:
+        """Tear down the cluster of a job that has ended, if not done yet."""
         if self._down(job):
             self.store.update(job.id, cleaned=1)
 
-    def _down(self, job: ManagedJob) -> bool:
+    def _down(self, job: JobRecord) -> bool:
         """Tear the job's cluster down, if it is there; whether it is gone."""
-        from skyward.clusters import manage
-        from skyward.clusters.state import ClusterStore
-        from skyward.errors import ClusterBusy
-
         if not job.cluster or ClusterStore().get(job.cluster) is None:
             return True
         try:
@@ -235,11 +297,25 @@ class Watcher:
             self.log(job, f"cluster {job.cluster} torn down")
         return not problems
 
-    def _save_logs(self, job: ManagedJob) -> None:
-        """The run's output on its cluster, kept as ``run-<attempt>.log`` (the cluster goes)."""
-        from skyward.clusters import jobs as cluster_jobs
-        from skyward.clusters.state import ClusterStore
+    def _save_outcome(self, job: JobRecord) -> None:
+        """A Python call's outcome on every node (value or exception), kept as ``result.json``
+        for :meth:`skyward.jobs.calls.ManagedJob.result` (the cluster goes)."""
+        if not job.cluster or job.cluster_job is None or ClusterStore().get(job.cluster) is None:
+            return
+        try:
+            if not isinstance(pickle.loads(job.plan), CallPlan):
+                return
+            parts = ask(cluster_jobs.cluster_record(job.cluster), job.cluster_job, 0.0)
+        except Exception as exc:  # (the job ends all the same)
+            self.log(job, f"could not keep the call's outcome: {exc!r}")
+            return
+        if parts and all(p["status"] not in ACTIVE for p in parts.values()):
+            part = job.directory / (RESULT_FILE + ".part")
+            part.write_text(json.dumps(parts))
+            os.replace(part, job.directory / RESULT_FILE)
 
+    def _save_logs(self, job: JobRecord) -> None:
+        """The run's output on its cluster, kept as ``run-<attempt>.log`` (the cluster goes)."""
         if not job.cluster or job.cluster_job is None or ClusterStore().get(job.cluster) is None:
             return
         path = job.directory / f"run-{job.attempt}.log"

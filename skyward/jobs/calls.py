@@ -1,0 +1,145 @@
+"""Managed jobs from Python: ``sky.jobs.launch(train(cfg), nodes=2, provider=...)`` runs a
+``@sky.compute`` call as a managed job, and :class:`ManagedJob` is what it returns.
+
+The call is pickled once, when launched (as ``pool.spawn`` pickles it: :mod:`skyward.clusters.spawned`),
+and kept in the job's record with the pool's arguments. The controller runs it as it runs a task
+file: its launcher (:mod:`skyward.jobs.launcher`) opens the job's named cluster with those
+arguments and spawns the call there; a lost node is recovered (a new cluster, the call run again
+on every node it runs on), a failed call restarted ``max_restarts_on_errors`` times. When the job
+ends the controller keeps every node's outcome (value or exception) in the job's folder before
+the cluster goes, so :meth:`ManagedJob.result` works whenever, from any process of this machine.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from skyward.clusters.spawned import Job, outcome, pickled_call
+from skyward.compute import PendingCompute
+from skyward.errors import ConfigError
+from skyward.job_errors import JobError, JobFailed, JobTimeout
+from skyward.jobs import client
+from skyward.jobs.store import CANCELLED, RESULT_FILE, CallPlan, JobRecord, JobStore
+from skyward.launch.taskfile.fields import JobRecovery
+from skyward.protocol import dumps_by_value
+from skyward.runtime.jobqueue import DEFAULT_TASK_CPU_DEMAND
+
+__all__ = ["ManagedJob", "get", "launch", "listed"]
+
+T = TypeVar("T")
+
+T = TypeVar("T")
+@dataclass(frozen=True, repr=False)
+class ManagedJob(Job[T]):
+    """A managed job (``sky.jobs.launch``): a :class:`~skyward.Job` whose ``id`` is the managed
+    job's (``skyward jobs queue``) and whose cluster is the one the controller brought up for it
+    (``sky-managed-<id>``, torn down when it ends). Everything is asked of the job's record,
+    from any process of this machine, whether the job is running or long over.
+
+    >>> job = sky.jobs.launch(train(cfg), nodes=2, provider=sky.Local())   # doctest: +SKIP
+    >>> sky.jobs.get(job.id).result()                 # later, in any process  # doctest: +SKIP
+    """
+
+    @property
+    def status(self) -> str:
+        """PENDING, STARTING, RUNNING, RECOVERING, CANCELLING, SUCCEEDED, CANCELLED, FAILED,
+        FAILED_SETUP, FAILED_NO_RESOURCE or FAILED_CONTROLLER (as ``skyward jobs queue`` shows)."""
+        return client.get(self.id).status
+
+    def result(self, timeout: float | None = None) -> T:
+        """Wait until the job ends (at most ``timeout`` seconds; None: as long as it takes) and
+        return the call's value (for ``broadcast=True``, a list, one per node), or raise its
+        exception with its type and remote traceback. Raises :class:`~skyward.JobTimeout` when
+        ``timeout`` passes first (the job goes on), :class:`~skyward.JobError` for a cancelled
+        job, :class:`~skyward.JobFailed` for a job that ended with no outcome kept."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not 0 <= timeout < math.inf):
+            raise ConfigError("timeout", "a number of seconds >= 0, or None (wait as long as the job runs)", timeout)
+        try:
+            record = client.wait(self.id, timeout)
+        except TimeoutError:
+            raise JobTimeout(self.cluster, self.id, float(timeout or 0)) from None
+        kept = record.directory / RESULT_FILE
+        if record.status == CANCELLED:
+            raise JobError(self.cluster, self.id, "was cancelled: it has no result")
+        if not kept.exists():
+            raise JobFailed(self.cluster, self.id, record.exit_code,
+                            log_tail=[f"{record.status}: {record.reason or 'no outcome was kept'}"])
+        parts = {int(node): answer for node, answer in json.loads(kept.read_text()).items()}
+        return outcome(self, parts)  # type: ignore[no-any-return]
+
+    def logs(self, follow: bool = False) -> str:
+        """The call's output, every run's (``skyward jobs logs ID``); with ``follow``, written to
+        standard output as it comes until the job ends."""
+        text = io.StringIO()
+        client.logs(self.id, text, follow=False)
+        if follow:
+            sys.stdout.write(text.getvalue())
+            client.wait(self.id)
+            return self.logs()
+        return text.getvalue()
+
+    def cancel(self) -> None:
+        """Cancel the job and wait until its cluster is torn down (``skyward jobs cancel ID``);
+        :class:`~skyward.JobError` when it has already finished."""
+        record = client.get(self.id)
+        if record.status not in client.ACTIVE:
+            raise JobError(self.cluster, self.id, f"has already finished ({record.status}): there is nothing to "
+                                                  "cancel")
+        client.cancel([self.id])
+
+    def __repr__(self) -> str:
+        return f"<ManagedJob {self.id} ({self.name})>"
+
+
+def launch(pending: PendingCompute[T], *, nodes: int = 1, provider: Any = None, image: Any = None,
+           plugins: Any = (), broadcast: bool = False, max_restarts_on_errors: int = 0) -> ManagedJob[T]:
+    """Run ``pending`` (a ``@sky.compute`` call) as a managed job and return it at once.
+
+    The controller (started if none runs) brings up a cluster of ``nodes`` nodes of
+    ``provider`` (default :class:`~skyward.Local`) with ``image`` and ``plugins``, runs the call
+    on its head node (``broadcast=True``: on every node, as ``@``), recovers the job when a node
+    is lost (a new cluster, the call run again), restarts a call that raised up to
+    ``max_restarts_on_errors`` times, keeps its outcome and tears the cluster down. The calling
+    process may exit as soon as this returns. Raises :class:`~skyward.ConfigError` for bad
+    input and :class:`~skyward.SerializationError` for a call that cannot be pickled, before
+    anything is recorded.
+    """
+    if not isinstance(pending, PendingCompute):
+        raise ConfigError("pending", "a @sky.compute call, e.g. sky.jobs.launch(train(cfg))", pending)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError("nodes", "a number of nodes >= 1", nodes)
+    if isinstance(max_restarts_on_errors, bool) or not isinstance(max_restarts_on_errors, int) \
+            or max_restarts_on_errors < 0:
+        raise ConfigError("max_restarts_on_errors", "a number of restarts >= 0", max_restarts_on_errors)
+    from skyward.pool.options import pool_options
+
+    pool_options(provider=provider, nodes=nodes, image=image, plugins=plugins)  # (bad input fails here)
+    plan = CallPlan(pending.name, pickled_call(pending),
+                    dumps_by_value({"provider": provider, "nodes": nodes, "image": image, "plugins": list(plugins)}),
+                    bool(broadcast), nodes, JobRecovery(max_restarts_on_errors=max_restarts_on_errors))
+    per_node = nodes if broadcast else 1
+    job = client.record(plan.name, f"{per_node}x[CPU:{DEFAULT_TASK_CPU_DEMAND:g}]", plan)
+    return _handle(client.get(job))
+
+
+def get(job_id: int) -> ManagedJob[Any]:
+    """Managed job ``job_id`` (one launched from Python or a task file's);
+    :class:`~skyward.ConfigError` naming the ids there are when there is none."""
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise ConfigError("job_id", "a managed job's id (an int, as `skyward jobs queue` shows it)", job_id)
+    return _handle(client.get(job_id))
+
+
+def listed() -> list[ManagedJob[Any]]:
+    """Every managed job of this machine, oldest first (``skyward jobs queue``)."""
+    return [_handle(j) for j in JobStore().all()]
+
+
+def _handle(record: JobRecord) -> ManagedJob[Any]:
+    return ManagedJob(record.cluster or f"sky-managed-{record.id}", record.id, record.name)

@@ -1,0 +1,89 @@
+"""Managed jobs from Python (``sky.jobs.launch``) on the Local provider: a broadcast call on 2
+nodes that checkpoints comes back with its result after one of its nodes is SIGKILLed (the job
+recovered on a new cluster), from another process too; a call that raises gives its exception;
+cancel, list and unknown ids. Afterwards no cluster and no process of the job is left."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import skyward as sky
+from skyward.clusters.state import ClusterStore
+from skyward.jobs import client
+from tests.test_cluster_cli import ROOT
+from tests.test_cluster_jobs import until
+from tests.test_managed_jobs import home, nothing_left  # noqa: F401 (home: a fixture)
+
+
+@sky.compute
+def resumable(out: str) -> tuple[int, str]:
+    """Each node: where it resumes from (node 0 checkpoints "1"), then waits for "go"."""
+    folder = Path(out)
+    node = sky.instance_info().node
+    start = (folder / "ckpt").read_text() if (folder / "ckpt").exists() else "0"
+    if node == 0:
+        (folder / "ckpt").write_text("1")
+    (folder / f"node{node}.{os.getpid()}").write_text(start)
+    while not (folder / "go").exists():
+        time.sleep(0.05)
+    print(f"node {node} resumed at {start}")
+    return node, start
+
+
+@sky.compute
+def fails(out: str) -> None:
+    Path(out, "failed").write_text("ran")
+    raise KeyError("no such shard")
+
+
+def test_a_broadcast_call_survives_a_lost_node_and_its_result_comes_back(home: str, tmp_path: Path) -> None:
+    job = sky.jobs.launch(resumable(str(tmp_path)), nodes=2, broadcast=True, provider=sky.Local())
+    assert isinstance(job, sky.Job) and (job.id, job.name) == (1, "resumable")
+    until(lambda: len(list(tmp_path.glob("node*"))) == 2 and job.status == "RUNNING", 60, "both nodes to run")
+    workers = ClusterStore().get(job.cluster).workers
+    os.kill(workers[1][0], signal.SIGKILL)  # node 1's worker, and the call with it
+    until(lambda: sky.jobs.get(job.id).status == "RUNNING" and len(list(tmp_path.glob("node*"))) == 4, 60,
+          "the job to run again on a new cluster")
+    with pytest.raises(sky.JobTimeout, match="not finished within 0s"):
+        job.result(timeout=0)
+    (tmp_path / "go").touch()
+    assert job.result(timeout=60) == [(0, "1"), (1, "1")]  # resumed from the checkpoint, every node
+    assert job.status == "SUCCEEDED" and [j.id for j in sky.jobs.list()] == [1]
+    other = subprocess.run([sys.executable, "-c", "import skyward as sky; print(sky.jobs.get(1).result(5))"],
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert other.stdout.strip() == "[(0, '1'), (1, '1')]", other.stderr
+    assert "node 1 resumed at 1" in job.logs()
+    said = io.StringIO()
+    client.logs(1, said, follow=False, of_controller=True)
+    assert "RECOVERING: a node was lost" in said.getvalue() and client.get(1).recoveries == 1
+    nothing_left(home)
+
+
+def test_a_raising_call_fails_with_its_exception_and_a_cancelled_one_has_no_result(home: str, tmp_path: Path) -> None:
+    failed = sky.jobs.launch(fails(str(tmp_path)))
+    with pytest.raises(KeyError, match="no such shard") as raised:
+        failed.result(timeout=60)
+    assert "remote traceback" in "".join(getattr(raised.value, "__notes__", [])).lower()
+    assert failed.status == "FAILED"
+    held = sky.jobs.launch(resumable(str(tmp_path / "held")))
+    (tmp_path / "held").mkdir()
+    until(lambda: held.status == "RUNNING", 60, "the job to run")
+    held.cancel()
+    assert held.status == "CANCELLED"
+    with pytest.raises(sky.JobError, match="was cancelled: it has no result"):
+        held.result()
+    with pytest.raises(sky.JobError, match=r"has already finished \(CANCELLED\)"):
+        held.cancel()
+    with pytest.raises(sky.ConfigError, match="expected a managed job's id .one of 1, 2"):
+        sky.jobs.get(9)
+    with pytest.raises(sky.ConfigError, match="invalid nodes"):
+        sky.jobs.launch(fails(str(tmp_path)), nodes=0)
+    nothing_left(home)
