@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 import skyward as sky
+from skyward.pool.starting import each
 from tests.conftest import skyward_workers, wait_gone
 
 
@@ -44,3 +47,30 @@ def test_a_256_node_pool_starts_broadcasts_gathers_and_leaves_no_worker():
         assert sky.gather(*(double(i) for i in range(3000))) >> pool == [2 * i for i in range(3000)]
     assert wait_gone(workers, 10) == []
     assert skyward_workers() == []
+
+
+def test_nodes_start_start_parallelism_at_a_time_and_the_first_failure_is_raised_after_all_end():
+    together = threading.Barrier(3, timeout=30)  # (broken, and raising, unless 3 run at once)
+    lock = threading.Lock()
+    running, most, ended = [0], [0], []
+
+    def step(k: int) -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            if k < 3:
+                together.wait()
+            if k == 4:
+                raise ValueError("node 4 failed")
+            return k
+        finally:
+            with lock:
+                running[0] -= 1
+                ended.append(k)
+
+    assert each(step, [(k,) for k in range(3)], 3) == [0, 1, 2]
+    with pytest.raises(ValueError, match="node 4 failed"):
+        each(step, [(k,) for k in range(3, 9)], 3)
+    assert most[0] == 3
+    assert sorted(ended) == list(range(9))

@@ -91,8 +91,9 @@ class IOLoop:
         """Call ``on_ready`` whenever ``fd`` is readable (or has ended)."""
         try:
             self._selector.register(fd, selectors.EVENT_READ, on_ready)
-        except KeyError:  # watched already
-            self._selector.modify(fd, selectors.EVENT_READ, on_ready)
+        except KeyError:  # watched already (or a closed descriptor of that number was: forget it)
+            self.unwatch(fd)
+            self._selector.register(fd, selectors.EVENT_READ, on_ready)
 
     def unwatch(self, fd: int) -> None:
         try:
