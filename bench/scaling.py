@@ -1,14 +1,18 @@
-"""How a pool grows: start time, broadcast latency and gather throughput from 1 to 128 nodes.
+"""How a pool grows: start time, threads, client memory, broadcast and gather from 1 to 512 nodes.
 
-    python bench/scaling.py            # Local 1, 4, 16, 64, 128 nodes and SSH 1, 2, 4, 8 test hosts,
+    python bench/scaling.py            # Local 1, 8, 64, 128, 512 nodes and SSH 1, 2, 4, 8 test hosts,
                                        # 3 repetitions; writes its section of docs/benchmarks.md
                                        # (kept when bench/run.py rewrites the page)
     python bench/scaling.py --quick    # Local 1, 4, 16 nodes, once; prints the figures only
     python bench/scaling.py --no-ssh   # Local only
+    python bench/scaling.py --local-sizes 8,128,512 --no-ssh --reps 1   # chosen Local sizes
 
 Each measurement is a fresh client process (``--client``) that opens a pool of N nodes and reports:
 
 - ``start``: entering ``ComputePool(nodes=N)`` until every worker has said READY;
+- ``threads``: the client's threads while the pool is open, less those it had before;
+- ``client_kib``: the client's resident memory while the pool is open, less what it was before,
+  per node (KiB);
 - ``broadcast``: the median of 20 ``noop() @ pool`` (one no-op task on every node, all answers back),
   after one to warm up;
 - ``gather``: ``sky.gather(*1024 no-op tasks) >> pool``, as tasks per second;
@@ -40,11 +44,17 @@ sys.path.insert(0, HERE)
 from _common import hosts_wheelhouse, loadavg, write_section  # noqa: E402
 
 OWNER = "bench/scaling.py"
-LOCAL_SIZES = (1, 4, 16, 64, 128)
+LOCAL_SIZES = (1, 8, 64, 128, 512)
 SSH_SIZES = (1, 2, 4, 8)
 BROADCASTS = 20
 GATHERED = 1024
-METRICS = ("start", "broadcast", "gather", "close")
+METRICS = ("start", "threads", "client_kib", "broadcast", "gather", "close")
+
+
+def rss_kib() -> float:
+    """This process's resident memory now, KiB (Linux)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024
 
 
 # -- the client, in its own process -------------------------------------------------------------------
@@ -63,10 +73,14 @@ def client(nodes: int, ssh: dict[str, Any] | None, result_path: str) -> None:
                                  known_hosts=hosts[0]["known_hosts_all"], find_links=[ssh["wheelhouse"]],
                                  no_index=True, connect_timeout=10)
         kw["image"] = sky.Image(env={"BENCH_IMAGE": ssh["image_tag"]})
+    import threading
+
+    threads, rss = threading.active_count(), rss_kib()
     started = time.perf_counter()
     pool = sky.ComputePool(nodes=nodes, console=False, start_timeout=600, **kw).__enter__()
     try:
         start = time.perf_counter() - started
+        threads, client_kib = threading.active_count() - threads, (rss_kib() - rss) / nodes
         assert noop() @ pool == [None] * nodes  # warm: the function is on every worker
         trips = []
         for _ in range(BROADCASTS):
@@ -81,7 +95,7 @@ def client(nodes: int, ssh: dict[str, Any] | None, result_path: str) -> None:
         pool.__exit__(None, None, None)
         close = time.perf_counter() - t
     with open(result_path, "w") as f:
-        json.dump({"start": start, "broadcast": statistics.median(trips), "gather": gather, "close": close}, f)
+        json.dump({"start": start, "threads": threads, "client_kib": client_kib, "broadcast": statistics.median(trips), "gather": gather, "close": close}, f)
 
 
 # -- the driver ---------------------------------------------------------------------------------------
@@ -90,7 +104,7 @@ def run_once(nodes: int, ssh: dict[str, Any] | None) -> dict[str, float]:
         result = os.path.join(tmp, "result.json")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
         done = subprocess.run([sys.executable, os.path.abspath(__file__), "--client", str(nodes),
-                               json.dumps(ssh), result], env=env, capture_output=True, text=True, timeout=900)
+                               json.dumps(ssh), result], env=env, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0 or not os.path.exists(result):
             raise SystemExit(f"bench/scaling.py: the {nodes}-node client failed (exit {done.returncode}):\n"
                              + (done.stdout + done.stderr)[-3000:])
@@ -106,7 +120,8 @@ def measure(sizes: tuple[int, ...], reps: int, ssh: dict[str, Any] | None) -> di
             load = loadavg()[0]
             samples[n].append(dict(run_once(n, ssh), load=load))
             s = samples[n][-1]
-            print(f"[scaling] {what} rep {rep + 1}/{reps} {n:>3} nodes: start {s['start']:.2f}s, broadcast "
+            print(f"[scaling] {what} rep {rep + 1}/{reps} {n:>3} nodes: start {s['start']:.2f}s, threads "
+                  f"+{s['threads']}, client {s['client_kib']:.0f} KiB/node, broadcast "
                   f"{s['broadcast'] * 1e3:.1f}ms, gather {s['gather']:,.0f}/s, close {s['close']:.2f}s "
                   f"(load {loadavg()[0]:.1f})", file=sys.stderr, flush=True)
     return samples
@@ -120,8 +135,9 @@ def slope(xs: list[float], ys: list[float]) -> float:
 
 def table(samples: dict[int, list[dict[str, float]]]) -> tuple[list[str], str]:
     med = {n: {m: statistics.median(s[m] for s in runs) for m in METRICS} for n, runs in samples.items()}
-    rows = [f"| {n} | {v['start']:.2f} | {v['broadcast'] * 1e3:.2f} | {v['gather']:,.0f} | "
-            f"{GATHERED / v['gather']:.3f} | {v['close']:.2f} |" for n, v in med.items()]
+    rows = [f"| {n} | {v['start']:.2f} | {v['start'] / n * 1e3:.1f} | {v['threads']:.0f} | {v['client_kib']:.0f} | "
+            f"{v['broadcast'] * 1e3:.2f} | {v['gather']:,.0f} | {GATHERED / v['gather']:.3f} | {v['close']:.2f} |"
+            for n, v in med.items()]
     loads = [s["load"] for runs in samples.values() for s in runs]
     rows.append("")
     rows.append(f"1-minute load average as each measurement started: {min(loads):.1f}–{max(loads):.1f} "
@@ -139,11 +155,12 @@ def table(samples: dict[int, list[dict[str, float]]]) -> tuple[list[str], str]:
 
 def report(local: dict[int, list[dict[str, float]]], ssh: dict[int, list[dict[str, float]]] | str | None,
            reps: int, quick: bool, load_start: list[float], cores: int) -> str:
-    head = "| nodes | start s | broadcast ms | gather tasks/s | gather s | close s |"
-    rule = "| --- | --- | --- | --- | --- | --- |"
+    head = ("| nodes | start s | start ms/node | threads added | client KiB/node | broadcast ms | gather tasks/s "
+            "| gather s | close s |")
+    rule = "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     load = loadavg()
     lines = [
-        "## Scaling: start, broadcast and gather from 1 to 128 nodes",
+        "## Scaling: start, threads, client memory, broadcast and gather with the pool's size",
         "",
         f"*Generated by `python bench/scaling.py{' --quick' if quick else ''}` on "
         f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}, {cores} cores; load average {load_start[0]:.2f}, "
@@ -152,7 +169,8 @@ def report(local: dict[int, list[dict[str, float]]], ssh: dict[int, list[dict[st
         "",
         f"Each figure is the median of {reps} repetition{'s' if reps != 1 else ''}, each a fresh client process "
         "opening a pool of that size (sizes interleaved). *start*: entering the pool until every worker is "
-        f"ready; *broadcast*: the median of {BROADCASTS} `noop() @ pool`, every node's answer back; *gather*: "
+        "ready; *threads added*: the client's threads with the pool open, less before; *client KiB/node*: the "
+        f"client's resident memory with the pool open, less before, per node; *broadcast*: the median of {BROADCASTS} `noop() @ pool`, every node's answer back; *gather*: "
         f"`sky.gather(*{GATHERED} no-op tasks) >> pool`; *close*: leaving the block, every worker confirmed "
         "gone. Every worker is a process of this machine (Local) or of a test host sharing its cores (SSH): "
         "past a few nodes per core the figures measure the cores being shared, which is the point of the "
@@ -206,10 +224,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="Local 1, 4, 16 nodes once; print, do not write")
     parser.add_argument("--no-ssh", action="store_true", help="Local only")
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3; --quick: 1)")
+    parser.add_argument("--local-sizes", default=None, help="comma-separated Local pool sizes (default "
+                        + ",".join(map(str, LOCAL_SIZES)) + ")")
     args = parser.parse_args()
     reps = args.reps or (1 if args.quick else 3)
     load_start = loadavg()
-    local = measure((1, 4, 16) if args.quick else LOCAL_SIZES, reps, None)
+    sizes = tuple(int(n) for n in args.local_sizes.split(",")) if args.local_sizes else LOCAL_SIZES
+    local = measure((1, 4, 16) if args.quick else sizes, reps, None)
     ssh = None if args.quick or args.no_ssh else measure_ssh(SSH_SIZES, reps)
     section = report(local, ssh, reps, args.quick, load_start, os.cpu_count() or 1)
     print(section)

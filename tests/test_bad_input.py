@@ -77,6 +77,8 @@ POOL = [
     Bad("idle-timeout-string", pool(idle_timeout="30"), "idle_timeout", "'30'", "positive number of seconds"),
     Bad("start-timeout-nan", pool(start_timeout=float("nan")), "start_timeout", "nan", "not inf or nan"),
     Bad("start-timeout-zero", pool(start_timeout=0), "start_timeout", "0", "positive number of seconds"),
+    Bad("start-parallelism-zero", pool(start_parallelism=0), "start_parallelism", "0", "an integer >= 1"),
+    Bad("start-parallelism-string", pool(start_parallelism="8"), "start_parallelism", "'8'", "an integer >= 1"),
     Bad("heartbeat-bool", pool(heartbeat_interval=True), "heartbeat_interval", "True", "positive number"),
     Bad("heartbeat-inf", pool(heartbeat_interval=float("inf")), "heartbeat_interval", "inf", "not inf or nan"),
     Bad("console-no", pool(console="no"), "console", "'no'", "True or False"),

@@ -26,7 +26,8 @@ from skyward import events as ev
 from skyward._procs import TREE_VARIABLE
 from skyward._retry import Backoff
 from skyward.errors import BootstrapError, ClusterError, WorkerLost
-from skyward.pool.lifecycle import Nodes, _write_files
+from skyward.pool.lifecycle import Nodes
+from skyward.pool.starting import write_files
 from skyward.protocol import Kind
 from skyward.providers.base import Instance
 from skyward.transport import Transport, WorkerLaunch, reach
@@ -112,7 +113,7 @@ class ClusterNodes(Nodes):
         if self.spawn_residents:
             tree = f"cluster-{self.record.id}-{rank}-{uuid.uuid4().hex[:8]}"
             self.trees.append(tree)
-            _write_files(inst, transport, launch)
+            write_files(inst, transport, launch)
             # A provider whose machines power off when idle (AWS's watchdog) names the file the
             # worker touches to keep its machine up until the cluster's autostop.
             command = resident_command(launch, sock, self.record.idle_minutes, tree,

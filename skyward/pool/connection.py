@@ -6,9 +6,12 @@ stream ends unexpectedly every in-flight task fails with :class:`~skyward.errors
 carrying the exit code and the last lines of output.
 
 Replies reach callers the same way for every transport: one thread at a time reads the
-stream, the connection's reader thread or a caller waiting in ``>>`` for its own reply
-(:mod:`skyward.pool.turns`). Pings and silence are :mod:`skyward.pool.liveness`'s; the
-worker's own stderr is read by :mod:`skyward.pool.worker_log`.
+stream, the process's I/O loop (:mod:`skyward.pool.ioloop`, one thread serving every worker)
+or a caller waiting in ``>>`` for its own reply (:mod:`skyward.pool.turns`). Pings and
+silence are :mod:`skyward.pool.liveness`'s; the worker's own stderr is read by
+:mod:`skyward.pool.worker_log` (on the loop where the channel gives its descriptor, on a thread
+of the connection's own elsewhere: SSH). A connection adds no thread of its own on Local;
+a loss is settled (exit code, kill) on a short-lived thread, and so is a task's timeout.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 from skyward import events as ev
 from skyward.errors import ConnectionLost, WorkerLost
 from skyward.messages import Fatal, RemoteFailure
-from skyward.pool import worker_log
+from skyward.pool import ioloop, worker_log
 from skyward.pool.liveness import Liveness, confirm_gone
 from skyward.pool.turns import Reply, Turns
 from skyward.protocol import FrameReader, FrameWriter, Kind, Payload, loads_payload
@@ -44,7 +47,7 @@ class _Task:
     future: Future[Any]
     name: str
     started: float
-    timer: threading.Timer | None = None
+    timer: ioloop.Timer | None = None
 
 
 @dataclass(eq=False)
@@ -74,19 +77,20 @@ class NodeConnection:
         self._lock = threading.Lock()
         self._writer = FrameWriter(self.channel.stdin)
         self._reader = FrameReader(self.channel.stdout)
-        self._turns = Turns(self.channel.poll_fd(), self._reader, self._lock, self._pump, self.spin)
-        self._liveness = Liveness(self.node, self._writer, self.channel, lambda: self.alive and not self.closing,
-                                  lambda reason: self._lose(reason, wait_exit=False))
         # Set once ``alive`` is False *and* ``lost`` says why (or the end was expected): a loss
         # is noticed by one thread and seen by others before its exit code is read.
         self._settled = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._read_loop, name=f"skyward-node{self.node}-reader", daemon=True),
-            threading.Thread(target=worker_log.read_lines, args=(self.channel.stderr, self._log_line),
-                             name=f"skyward-node{self.node}-stderr", daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
+        self._ended = threading.Event()  # the stream is over and what that means is handled
+        self._stderr_done = threading.Event()  # the worker's stderr is read to its end
+        self._liveness = Liveness(self.node, self._writer, self.channel, lambda: self.alive and not self.closing,
+                                  lambda reason: self._lose(reason, wait_exit=False))
+        fd = self.channel.stderr_fd()
+        if fd is not None:
+            worker_log.watch(fd, self._log_line, self._stderr_done)
+        else:  # (SSH: paramiko's stderr has no descriptor of its own)
+            threading.Thread(target=self._read_stderr, name=f"skyward-node{self.node}-stderr", daemon=True).start()
+        self._turns = Turns(self.channel.poll_fd(), self._reader, self._lock, self._pump, self.spin,
+                            lambda: bool(self._tasks), self._stream_ended)
 
     # -- sending ---------------------------------------------------------------------------
     @property
@@ -118,9 +122,7 @@ class NodeConnection:
             _fail(future, self.loss())
             return future
         if timeout is not None:
-            task.timer = threading.Timer(timeout, self._expire, args=(task_id, timeout))
-            task.timer.daemon = True
-            task.timer.start()
+            task.timer = ioloop.get().call_later(timeout, lambda: self._expire(task_id, timeout))
         if self.listening:
             self.emit(ev.TaskStarted(task_id, self.node, name))
         try:
@@ -140,16 +142,16 @@ class NodeConnection:
             self.submit(payload, name, timeout, reply)
             self._turns.read_until(reply, fd, main, self._lose)
         finally:  # (whatever interrupted us, and wherever: a stream this thread holds is given back)
-            self._turns.release(lambda: bool(self._tasks) or not self.alive)
-        while not reply.done():  # the stream ended: the reader thread is failing the task
-            if not self._threads[0].is_alive() and not reply.done():
+            self._turns.release()
+        while not reply.done():  # the stream ended: the loop is failing the task
+            if self._ended.is_set() and not reply.done():
                 reply.set_exception(self.loss())
                 break
             time.sleep(0.01)
         return reply.result()
 
     def listen(self) -> None:
-        """Have the reader thread read now if nobody does (the pool is closing: BYE is coming)."""
+        """Have the loop read now if nobody does (the pool is closing: BYE is coming)."""
         with self._lock:
             self._turns.need_thread()
 
@@ -199,17 +201,28 @@ class NodeConnection:
             _fail(task.future, TaskTimeout(task.name, timeout, node=self.node))
 
     # -- receiving ---------------------------------------------------------------------------
-    def _read_loop(self) -> None:
-        reason = "worker exited"
-        try:
-            self._turns.run_thread(lambda: bool(self._tasks))
-        except Exception as exc:  # a corrupt stream is as bad as a dead one
-            reason = f"stream broke: {type(exc).__name__}: {exc}"
+    def _stream_ended(self, why: str | None) -> None:
+        """(On the loop.) The stream ended (``why`` None) or broke: an expected end is settled
+        here; a loss, which waits for the exit code, on a thread of its own."""
         if self.said_bye:
             self.alive = False
             self._settled.set()
+            self._ended.set()
             return
-        self._lose(reason)
+
+        def lose() -> None:
+            try:
+                self._lose(why or "worker exited")
+            finally:
+                self._ended.set()
+
+        threading.Thread(target=lose, name=f"skyward-node{self.node}-end", daemon=True).start()
+
+    def _read_stderr(self) -> None:
+        try:
+            worker_log.read_lines(self.channel.stderr, self._log_line)
+        finally:
+            self._stderr_done.set()
 
     def _pump(self) -> bool:
         """Read one frame and handle it; False at the end of the stream. (The frame dies with
@@ -299,8 +312,7 @@ class NodeConnection:
                 self.channel.kill()
                 exit_code = self.channel.wait(1.0)
         # Let the stderr reader drain what the dying process wrote, for the error message.
-        if self._threads[1].ident is not None:  # (a worker lost as it starts: not yet running)
-            self._threads[1].join(0.5)
+        self._stderr_done.wait(0.5)
         what = f"{reason} while running {len(tasks)} task(s)" if tasks else reason
         self.lost = WorkerLost(self.node, what, exit_code=exit_code, log_tail=list(self.tail),
                                local_rank=self.local_rank if self.processes > 1 else None)
@@ -350,7 +362,7 @@ class NodeConnection:
             if self.channel.wait(max(0.0, grace_end - time.monotonic())) is None:
                 self.channel.kill()
             problem = confirm_gone(self.channel)
-        self._threads[0].join(2.0)
+        self._ended.wait(2.0)
         with self._lock:
             leftovers, self._tasks = self._tasks, {}
             self.alive = False

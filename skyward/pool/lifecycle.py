@@ -17,15 +17,15 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, InvalidStateError, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, InvalidStateError, wait
 from dataclasses import replace
 from typing import Any
 
 from skyward import events as ev
-from skyward._retry import Backoff
 from skyward.errors import BootstrapError, PluginError, SkywardError
 from skyward.pool.connection import NodeConnection
 from skyward.pool.prepare import prepare
+from skyward.pool.starting import await_consumed, each, write_files
 from skyward.protocol import Payload
 from skyward.providers.base import Instance, PoolSpec, Provider
 from skyward.runtime import InstanceInfo, Peer
@@ -54,6 +54,8 @@ class Nodes:
         self._stop_heartbeat = threading.Event()
         self.image: Any = None
         self.start_timeout = 120.0
+        #: How many nodes are prepared, and have their workers started, at once.
+        self.parallelism = 32
         #: Called with (node, why) when a member's worker is lost (the pool's replace_lost);
         #: None (the default) leaves a lost node as it is, and costs the fast path nothing.
         self.on_lost: Callable[[int, str], None] | None = None
@@ -109,14 +111,7 @@ class Nodes:
 
         pairs = list(zip(self.instances if instances is None else instances,
                          self._transports if transports is None else transports, strict=True))
-        if len(pairs) == 1:
-            return [one(*pairs[0])]
-        with ThreadPoolExecutor(max_workers=min(32, len(pairs))) as executor:
-            futures = [executor.submit(one, *pair) for pair in pairs]
-        for f in futures:
-            if f.exception() is not None:
-                raise f.exception()  # type: ignore[misc]
-        return [f.result() for f in futures]
+        return each(one, pairs, self.parallelism)
 
     def spawn(self, start_timeout: float) -> None:
         """Start the workers on every prepared node (``processes`` each) and wait until each has
@@ -133,13 +128,20 @@ class Nodes:
         ``joining``: nodes added to an open pool. Given up when the pool closes."""
         deadline = time.monotonic() + start_timeout
         emit = self._emit if self.on_lost is None else self._watching_emit
-        for inst, transport, launch in members:
+        started: list[list[NodeConnection]] = [[] for _ in members]  # (kept on failure: stop() stops them)
+
+        def start_node(k: int, inst: Instance, transport: Transport, launch: WorkerLaunch) -> None:
             self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
             for local_rank in range(self.processes):
-                connections.append(NodeConnection(inst.node, transport.host,
-                                                  self._open(inst, transport, launch, local_rank), emit,
-                                                  self._listening, spin=self._spin, local_rank=local_rank,
-                                                  processes=self.processes))
+                started[k].append(NodeConnection(inst.node, transport.host,
+                                                 self._open(inst, transport, launch, local_rank), emit,
+                                                 self._listening, spin=self._spin, local_rank=local_rank,
+                                                 processes=self.processes))
+
+        try:
+            each(start_node, [(k, *member) for k, member in enumerate(members)], self.parallelism)
+        finally:
+            connections.extend(conn for node in started for conn in node)
         head_port = self.provider.rendezvous_port(self.spec)
         ordered = sorted(everyone, key=lambda i: i.node)
         peers = tuple(Peer(i.node, i.private_addr) for i in ordered)
@@ -179,8 +181,8 @@ class Nodes:
     def _open(self, inst: Instance, transport: Transport, launch: WorkerLaunch, local_rank: int) -> Any:
         """Start one worker process on ``inst`` and return its channel."""
         if local_rank:  # the previous worker must have read (and deleted) its files first
-            _await_consumed(inst, transport, launch)
-        _write_files(inst, transport, launch)
+            await_consumed(inst, transport, launch)
+        write_files(inst, transport, launch)
         return transport.start(launch)
 
     def restart(self, start_timeout: float) -> None:
@@ -376,25 +378,3 @@ class Nodes:
             if conn.local_rank == self.processes - 1:
                 self._emit(ev.NodeStage(conn.node, "stopped"))
         return problems
-
-
-def _write_files(inst: Instance, transport: Transport, launch: WorkerLaunch) -> None:
-    """Write the files a worker reads as it starts (the image's env; it deletes them)."""
-    for path, data in launch.files:
-        try:
-            transport.put_bytes(data, path, mode=0o600)
-        except SkywardError:
-            raise
-        except Exception as exc:
-            raise BootstrapError(transport.host, "starting worker", f"could not write {path}: {type(exc).__name__}",
-                                 node=inst.node) from exc
-
-
-def _await_consumed(inst: Instance, transport: Transport, launch: WorkerLaunch, timeout: float = 60.0) -> None:
-    """Wait until the worker just started has read and deleted its files, so that writing them
-    again for the node's next worker cannot race with that deletion."""
-    for _ in Backoff(timeout=timeout, delay=0.01, factor=1.5, max_delay=0.5):
-        if not any(transport.exists(path) for path, _ in launch.files):
-            return
-    raise BootstrapError(transport.host, "starting worker", f"the worker did not read its files within {timeout:g}s",
-                         node=inst.node)

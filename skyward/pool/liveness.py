@@ -6,8 +6,12 @@ Guarantees:
    the first frame a worker reads, and it is what arms the worker's own dead man's switch: a
    ping before it has nothing to keep alive, and the worker refuses it (a 48-node Local pool
    could not start when the first heartbeat beat the last SETUP).
-2. Pings are written by a thread of this worker's own: a write that blocks (a link cut
-   mid-send) stalls this worker only, never the pool's heartbeat loop or another worker.
+2. A ping never blocks the pool's heartbeat loop: where the channel tells whether its stdin
+   can take a small message now (Local pipes), the ping is written at once if it can and
+   nothing else is being written (a worker that is being written to hears the client), and
+   skipped otherwise; elsewhere (SSH channels, whose window cannot be asked that way) pings
+   are written by a thread of this worker's own, so a write that blocks (a link cut mid-send)
+   stalls this worker only.
 3. A worker that has sent a frame and then nothing for ``lost_after`` seconds is lost: its
    tasks fail at once with :class:`~skyward.errors.WorkerLost` (there is no exit code to wait
    for: its host may be unreachable), whoever waits for them, on whatever thread. It is then
@@ -52,7 +56,9 @@ class Liveness:
         self._ping_due = threading.Event()
         self._silent: threading.Thread | None = None  # declares the worker lost and stops it
         self._gone_problem: str | None = None  # what that could not confirm
-        threading.Thread(target=self._ping_loop, name=f"skyward-node{node}-ping", daemon=True).start()
+        self._direct = channel.write_ready() is not None  # pinged at once, without a thread
+        if not self._direct:
+            threading.Thread(target=self._ping_loop, name=f"skyward-node{node}-ping", daemon=True).start()
 
     def arm(self) -> None:
         """SETUP has been written: from now on the worker may be pinged."""
@@ -68,7 +74,12 @@ class Liveness:
         ``lost_after`` seconds. Never blocks."""
         if not self._armed or not self._serving():
             return
-        self._ping_due.set()
+        if self._direct:
+            with contextlib.suppress(OSError, ValueError):
+                if self._channel.write_ready():
+                    self._writer.try_send((Kind.PING,))
+        else:
+            self._ping_due.set()
         silent = time.monotonic() - self.last_heard
         if silent > lost_after and self.heard and self._silent is None:
             self._silent = threading.Thread(target=self._lose_silent, args=(silent,), daemon=True,

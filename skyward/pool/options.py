@@ -76,6 +76,7 @@ class PoolOptions(BaseModel):
     idle_timeout: Seconds = 30.0
     heartbeat_interval: Seconds = 1.0
     start_timeout: Seconds = 120.0
+    start_parallelism: Count = 32
     console: Flag = True
     on_event: Annotated[Callable[..., Any] | None,
                         Field(description="a function taking one skyward event, or None")] = None

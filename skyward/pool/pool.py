@@ -99,6 +99,8 @@ class ComputePool(PoolCalls):
             and without word from a worker after which the client declares it lost.
         start_timeout: seconds to wait for every worker to become ready once its machine is
             prepared (environment builds have their own limit, set on the provider).
+        start_parallelism: how many nodes are prepared and have their workers started at once
+            (>= 1; default 32).
         console: print task output with a ``[node N]`` prefix (and progress, when supported).
         on_event: a callback receiving every :mod:`skyward.events` event.
 
@@ -125,6 +127,7 @@ class ComputePool(PoolCalls):
         idle_timeout: float = 30.0,
         heartbeat_interval: float = 1.0,
         start_timeout: float = 120.0,
+        start_parallelism: int = 32,
         console: bool = True,
         on_event: Callable[[ev.Event], None] | None = None,
     ):
@@ -148,6 +151,7 @@ class ComputePool(PoolCalls):
             scale_down_after=scale_down_after, replace_lost=replace_lost,
             executor=executor, accelerator=accelerator, idle_timeout=idle_timeout,
             heartbeat_interval=heartbeat_interval, start_timeout=start_timeout, console=console, on_event=on_event,
+            start_parallelism=start_parallelism,
         )
         self.provider = options.provider
         self.min_nodes, self.max_nodes = options.limits
@@ -181,6 +185,7 @@ class ComputePool(PoolCalls):
         self._state: Literal["new", "starting", "open", "closed"] = "new"
         self._plugins_payload = dumps_payload(list(self.plugins))
         self._nodes = self._make_nodes(Nodes)
+        self._nodes.parallelism = options.start_parallelism
         # A plugin whose around_app joins every worker in one group (torch's process group,
         # jax.distributed): a new node joins by restarting every worker with it.
         self._nodes.join_by_restart = any(p.name in GROUP_PLUGINS for p in self.plugins)

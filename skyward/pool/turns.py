@@ -1,23 +1,23 @@
-"""Who reads a worker's stream: the connection's reader thread, or a caller waiting in ``>>``.
+"""Who reads a worker's stream: the I/O loop, or a caller waiting in ``>>``.
 
 One thread at a time reads the stream and handles each frame (the connection's ``pump``):
 
-* the reader thread, which serves futures (``>``, ``@``, ``&``, ``gather``) and keeps
-  listening (heartbeats, output, the end of the stream) whenever nobody else does;
+* the process's I/O loop (:mod:`skyward.pool.ioloop`, one thread for every worker), which
+  serves futures (``>``, ``@``, ``&``, ``gather``) and keeps listening (heartbeats, output,
+  the end of the stream) whenever nobody else does;
 * a caller blocked in ``>>``, which, when nothing else is in flight, reads its own reply.
   Handing a reply from the reader thread to a blocked caller costs a thread wake-up, which on
   a small VM is more than the whole pipe round trip (docs/benchmarks.md); the caller reading
   itself gives the trip the floor's shape: one write and one read on each side.
 
-The reader thread stands down when a caller asks (a byte on a wake-up pipe) and nothing is in
-flight, and takes the stream back after ``LINGER`` seconds without a caller, or at once when a
-future needs serving. This works for every transport: a channel's ``poll_fd`` polls readable
+The loop (still called "the reader thread" below) stands down when a caller asks and nothing is
+in flight, and takes the stream back after ``LINGER`` seconds without a caller, or at once when
+a future needs serving. This works for every transport: a channel's ``poll_fd`` polls readable
 exactly when its stream has bytes.
 """
 
 from __future__ import annotations
 
-import os
 import select
 import threading
 import time
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from skyward import _signals
+from skyward.pool import ioloop
 from skyward.protocol import FrameReader, spinner
 
 #: The reader thread takes the stream back after this long without a caller reading it.
@@ -66,30 +67,36 @@ class Reply:
 class Turns:
     """The turn-taking on one stream. ``lock`` is the connection's (it also guards the tasks
     in flight, which decide whether the reader thread may stand down); ``pump`` reads and
-    handles one frame, False at the end of the stream."""
+    handles one frame, False at the end of the stream; ``busy()`` (called under ``lock``): tasks
+    are in flight; ``ended(why)`` is called once, on the loop, when the stream has ended (``why``
+    None) or broke; the stream is read by nobody after that."""
 
     def __init__(self, fd: int, reader: FrameReader, lock: threading.Lock, pump: Callable[[], bool],
-                 spin: float):
+                 spin: float, busy: Callable[[], bool], ended: Callable[[str | None], None]):
         self._lock = lock
         self._reader = reader
         self._pump = pump
+        self._busy = busy
+        self._ended = ended
         self.fd: int | None = fd  # None once the stream has ended: callers no longer read it
-        # Who reads now (guarded by ``lock``): _THREAD, a caller's thread id, or None (nobody:
-        # the reader thread is parked and no task is in flight).
+        # Who reads now (guarded by ``lock``): _THREAD (the loop), a caller's thread id, or None
+        # (nobody: the stream is parked and no task is in flight). Only the loop moves it away
+        # from _THREAD.
         self._reading: object = _THREAD
-        self._stand_down = False  # a caller asked the reader thread to hand over the stream
-        self._resume = threading.Event()  # the parked reader thread must read again
+        self._stand_down = False  # a caller asked the loop to hand over the stream
+        self._watched = False  # the loop's selector has the fd (loop thread only)
         self._last_caller = 0.0
-        self._wake_r, self._wake_w = os.pipe()
         self._caller_poll: Any = None  # a caller's poll object for the stream, made once
         self._spin = spinner(fd, spin)
+        self._loop = ioloop.get()
+        self._loop.call_soon(self._watch)
 
     # -- callers ---------------------------------------------------------------------------
     def claim(self, main: bool) -> int | None:
         """The stream's fd if the calling thread may now read its own reply, else None (and
-        the reader thread is asked to stand down, so that the next call finds it free)."""
+        the loop is asked to stand down, so that the next call finds it free)."""
         if main and not _signals.safe_to_hold():
-            return None  # a signal handler that could tear a frame: let the thread read
+            return None  # a signal handler that could tear a frame: let the loop read
         with self._lock:
             if self.fd is None:
                 return None
@@ -98,7 +105,7 @@ class Turns:
                 return self.fd
             if self._reading is _THREAD and not self._stand_down:
                 self._stand_down = True
-                os.write(self._wake_w, b"!")
+                self._loop.call_soon(self._on_stand_down)
         return None
 
     def read_until(self, reply: Reply, fd: int, main: bool, broke: Callable[[str], None]) -> None:
@@ -117,7 +124,7 @@ class Turns:
                     _signals.hold()  # a Ctrl-C now is raised once this frame is handled
                 try:
                     if not self._pump():
-                        return  # the end of the stream: the reader thread takes it from here
+                        return  # the end of the stream: the loop takes it from here
                 except Exception as exc:  # a corrupt stream is as bad as a dead one
                     broke(f"stream broke: {type(exc).__name__}: {exc}")
                     return
@@ -125,74 +132,90 @@ class Turns:
                 if main:
                     _signals.release()
 
-    def release(self, busy: Callable[[], bool]) -> None:
+    def release(self) -> None:
         """If the calling thread holds the stream, let it go: park the stream, or hand it to the
-        reader thread if ``busy()`` (evaluated under the lock: tasks in flight, or the worker
-        gone). Safe to call whether or not :meth:`claim` gave this thread the stream."""
+        loop if ``busy()`` (tasks in flight) or the stream is not done with (the worker gone).
+        Safe to call whether or not :meth:`claim` gave this thread the stream."""
         with self._lock:
             if self._reading != threading.get_ident():
                 return
             self._last_caller = time.monotonic()
-            if busy():
+            if self._busy() or self._reader.buffered():
                 self._reading = _THREAD
-                self._resume.set()
-            else:
-                self._reading = None
+                self._loop.call_soon(self._watch)
+                return
+            self._reading = None
+        self._loop.park(self)  # (no wake-up when parked already: the fast path costs nothing)
 
     def need_thread(self) -> None:
-        """Have the reader thread read now if nobody does. Call with the lock held."""
+        """Have the loop read now if nobody does. Call with the lock held."""
         if self._reading is None:
             self._reading = _THREAD
-            self._resume.set()
+            self._loop.call_soon(self._watch)
 
-    # -- the reader thread -----------------------------------------------------------------
-    def run_thread(self, busy: Callable[[], bool]) -> None:
-        """The reader thread's life: read, stand down when asked and not ``busy()``, park,
-        resume; return at the end of the stream (raise if it broke). Callers stop reading it."""
+    # -- the loop's side (called on the loop's thread) ---------------------------------------
+    def _watch(self) -> None:
+        with self._lock:
+            if self.fd is None or self._reading is not _THREAD:
+                return
+        if not self._watched:
+            self._loop.watch(self.fd, self._on_ready)
+            self._watched = True
+        if self._reader.buffered():  # frames a caller read along with its reply
+            self._on_ready()
+
+    def _unwatch(self) -> None:
+        if self._watched and self.fd is not None:
+            self._loop.unwatch(self.fd)
+        self._watched = False
+
+    def _on_stand_down(self) -> None:
+        if self._stand_down and self._hand_over():
+            self._unwatch()
+            self._loop.park(self)
+
+    def _on_ready(self) -> None:
+        """The stream is readable: read what is there (whole frames), then stand down if asked."""
+        with self._lock:
+            if self._reading is not _THREAD:  # (handed over after select() saw the fd)
+                return
         try:
-            while self._read_as_thread(busy):
-                self._park()
-        finally:
-            with self._lock:
-                self.fd = None
-                os.close(self._wake_r)
-                os.close(self._wake_w)
+            while True:
+                if not self._pump():
+                    self._end(None)
+                    return
+                if not self._reader.buffered():
+                    break
+        except Exception as exc:  # a corrupt stream is as bad as a dead one
+            self._end(f"stream broke: {type(exc).__name__}: {exc}")
+            return
+        self._on_stand_down()
 
-    def _read_as_thread(self, busy: Callable[[], bool]) -> bool:
-        """Read until the stream ends (False) or a caller takes it (True)."""
-        assert self.fd is not None  # (cleared only by this thread, after this loop)
-        poller = select.poll()
-        poller.register(self.fd, select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
-        while True:
-            if self._stand_down and self._hand_over(busy):
-                return True
-            if not self._reader.buffered():
-                ready = poller.poll()
-                if any(fd == self._wake_r for fd, _ in ready):
-                    os.read(self._wake_r, 64)
-                    continue
-            if not self._pump():
-                return False
-
-    def _hand_over(self, busy: Callable[[], bool]) -> bool:
+    def _hand_over(self) -> bool:
         """Stand down if nothing is in flight (a caller asked); True if the stream is free now."""
         with self._lock:
-            if busy() or self._reader.buffered():
+            if self._reading is not _THREAD or self._busy() or self._reader.buffered():
                 return False
             self._stand_down = False
             self._reading = None
             self._last_caller = time.monotonic()
             return True
 
-    def _park(self) -> None:
-        """Wait, without reading, until the stream needs the reader thread again."""
-        while True:
-            self._resume.wait(LINGER)
-            with self._lock:
-                if self._reading is None and time.monotonic() - self._last_caller >= LINGER:
-                    self._reading = _THREAD
-                if self._reading is _THREAD:
-                    self._resume.clear()
-                    return
-                self._resume.clear()  # a caller holds the stream; it will set us when done
+    def retake(self) -> bool:
+        """(The loop, while parked.) Take the stream back after ``LINGER`` s without a caller;
+        True once the loop reads it again (or it is over)."""
+        with self._lock:
+            if self.fd is None:
+                return True
+            if self._reading is None and time.monotonic() - self._last_caller >= LINGER:
+                self._reading = _THREAD
+            if self._reading is not _THREAD:
+                return False  # a caller holds it: it hands it back when done
+        self._watch()
+        return True
+
+    def _end(self, why: str | None) -> None:
+        self._unwatch()
+        with self._lock:
+            self.fd = None
+        self._ended(why)

@@ -93,6 +93,20 @@ class FrameWriter:
                     write(part)
             self._stream.flush()
 
+    def try_send(self, control: tuple) -> bool:
+        """Send a small message unless another thread is writing now (False: not sent). For
+        messages that may be skipped (a ping): the caller never waits behind a large frame."""
+        head = pickle.dumps(control, protocol=5)
+        frame = _layout("!IQ").pack(1, len(head)) + head
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self._stream.write(frame)
+            self._stream.flush()
+        finally:
+            self._lock.release()
+        return True
+
     def close(self) -> None:
         with self._lock:
             try:

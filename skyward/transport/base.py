@@ -62,6 +62,16 @@ class Channel(ABC):
         has ended). Bytes ``stdout`` took from its source and still holds must be reported by
         a ``pending()`` method on it: the frame reader counts them as buffered."""
 
+    def stderr_fd(self) -> int | None:
+        """A file descriptor to read ``stderr``'s bytes from directly, with ``os.read``, when it
+        polls readable; None where there is none (the pool then reads ``stderr`` on a thread)."""
+        return None
+
+    def write_ready(self) -> bool | None:
+        """Whether a small message (a ping) can be written to ``stdin`` now without blocking;
+        None where that cannot be told (the pool then pings from a thread of its own)."""
+        return None
+
     @abstractmethod
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit code, or None if the process is still running after ``timeout``."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -47,6 +48,18 @@ class LocalChannel(Channel):
 
     def poll_fd(self) -> int:
         return self.stdout.fileno()
+
+    def stderr_fd(self) -> int | None:
+        return self.stderr.fileno()
+
+    def write_ready(self) -> bool | None:
+        # A pipe polls writable with a page free at least: a ping (tens of bytes) fits whole.
+        try:
+            poller = select.poll()
+            poller.register(self.stdin.fileno(), select.POLLOUT)
+            return any(ev & select.POLLOUT for _, ev in poller.poll(0))
+        except (OSError, ValueError):  # closed
+            return False
 
     def wait(self, timeout: float | None = None) -> int | None:
         try:
