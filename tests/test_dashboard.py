@@ -158,6 +158,70 @@ def test_no_page_or_answer_holds_the_secret_and_a_log_line_is_text(board: Board)
     assert json.loads(answers["/api/clusters/nothing"][1]) == {"error": "no cluster named nothing", "gone": True}
 
 
+def node_files() -> tuple[Path, Path]:
+    """Node 0's log of job 1, and the file naming the node's queue tool (Local: on this machine)."""
+    record = manage.ClusterStore().get("dash")
+    assert record is not None
+    base = Path(record.roots[0]) / "c" / record.id
+    return base / "jobs" / "0" / "1.log", base / "jobqueue.path"
+
+
+def log_poll(board: Board, seen: dict[str, int] | None = None) -> dict:
+    text = ",".join(f"{n}:{c}" for n, c in (seen or {}).items())
+    code, answer = ask(board, "GET", f"/api/clusters/dash/jobs/1/log?seen={text}", token=board.token)
+    assert code == 200, answer
+    return json.loads(answer)
+
+
+def test_a_log_poll_reads_only_the_bytes_after_the_offset_the_page_carries(board: Board) -> None:
+    def ticked() -> dict | None:
+        answer = log_poll(board)
+        return answer if any(x["text"].startswith("tick") for x in answer["lines"]) else None
+
+    first = wait_for(ticked, 30, "a tick")
+    log, _ = node_files()
+    offset = first["seen"]["0"]
+    shown = sum(len(x["text"].encode()) + 1 for x in first["lines"])
+    assert offset == shown <= log.stat().st_size  # (a byte offset: the lines sent, newlines with them)
+    with open(log, "r+b") as f:  # what was read is replaced (same size, other lines): never read again
+        before = f.read(offset)
+        f.seek(0)
+        f.write(b"x\n" * (offset // 2) + b"\n" * (offset % 2))
+    try:
+        later = wait_for(lambda: (a := log_poll(board, first["seen"]))["lines"] and a, 10, "a new tick")
+    finally:
+        with open(log, "r+b") as f:
+            f.write(before)
+    assert [x["text"] for x in later["lines"] if not x["text"].startswith("tick ")] == []
+    assert later["seen"]["0"] == offset + sum(len(x["text"].encode()) + 1 for x in later["lines"])
+
+
+def test_a_node_whose_tool_predates_offsets_still_shows_the_log(board: Board, tmp_path: Path) -> None:
+    """A cluster started by an older skyward keeps its node-side tool, which knows no ``read``: the
+    server asks it the old way and sends on only what is new all the same."""
+    import skyward
+
+    here = Path(skyward.__file__).parent
+    (tmp_path / "runtime").mkdir()
+    for name in ("_procs.py", "runtime/jobqueue.py", "runtime/spawned.py"):
+        (tmp_path / name).symlink_to(here / name)
+    tool = (here / "runtime" / "jobtool.py").read_text()
+    assert tool.count('if what == "read":') == 1
+    (tmp_path / "runtime" / "jobtool.py").write_text(tool.replace('if what == "read":', "if False:"))
+    _, pointer = node_files()
+    kept = pointer.read_text()
+    pointer.write_text(str(tmp_path / "runtime" / "jobtool.py"))
+    try:
+        first = log_poll(board)
+        assert first["lines"][:2] == [{"node": 0, "text": "the secret is set"},
+                                      {"node": 0, "text": '<script>document.title="pwned"</script><b>bold?</b>'}]
+        assert first["seen"]["0"] == sum(len(x["text"].encode()) + 1 for x in first["lines"])
+        later = wait_for(lambda: (a := log_poll(board, first["seen"]))["lines"] and a, 10, "a new tick")
+        assert [x["text"] for x in later["lines"] if not x["text"].startswith("tick ")] == []
+    finally:
+        pointer.write_text(kept)
+
+
 def browser(work: Path):  # type: ignore[no-untyped-def]
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service

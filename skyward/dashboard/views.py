@@ -20,9 +20,7 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
-import io
 import json
-import re
 import shlex
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -56,7 +54,6 @@ _SAMPLE = ("import json, time\n"
            "total = b[0] - a[0]\n"
            "print(json.dumps({'cpu': round(100.0 * (1 - (b[1] - a[1]) / total), 1) if total else 0.0,\n"
            "                  'memory_used': m['MemTotal'] - m['MemAvailable'], 'memory_total': m['MemTotal']}))\n")
-_NODE_LINE = re.compile(r"^\[node (\d+)\] (.*)$")
 
 
 def safely(read: Callable[[], T]) -> T | dict[str, str]:
@@ -126,24 +123,15 @@ def queues() -> list[dict[str, Any]]:
 
 
 def job_log(name: str, job_id: int, seen: dict[int, int]) -> dict[str, Any]:
-    """Job ``job_id``'s lines after the ``seen[node]`` first of each node (what ``skyward logs
-    --no-follow`` prints), the count seen now, and the job's row (None: no such job)."""
+    """Job ``job_id``'s lines after byte ``seen[node]`` of each node's log (what the page has
+    shown), the offsets after them (the page sends them back with its next ask) and the job's row
+    (None: no such job). Each node reads only the bytes after its offset."""
     found = jobs.job(name, job_id)
     if found is None:
         return {"error": f"no job {job_id} on cluster {name}", "job": None}
-    out = io.StringIO()
-    jobs.logs(name, job_id, out, follow=False)
-    counts: dict[int, int] = {}
-    lines = []
-    for line in out.getvalue().splitlines():
-        matched = _NODE_LINE.match(line)
-        if matched is None:
-            continue
-        node = int(matched.group(1))
-        counts[node] = counts.get(node, 0) + 1
-        if counts[node] > seen.get(node, 0):
-            lines.append({"node": node, "text": matched.group(2)})
-    return {"job": found.as_dict(), "lines": lines, "seen": {str(n): c for n, c in counts.items()}}
+    parts = jobs.log_since(name, job_id, seen)
+    lines = [{"node": node, "text": text} for node in sorted(parts) for text in parts[node][0]]
+    return {"job": found.as_dict(), "lines": lines, "seen": {str(n): parts[n][1] for n in sorted(parts)}}
 
 
 def _start(name: str) -> list[str]:
