@@ -234,6 +234,80 @@ def browser(work: Path):  # type: ignore[no-untyped-def]
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
 
 
+#: A script whose pool opts in: 3 tasks done, 1 failed, then 2 held until the test says go.
+POOL_SCRIPT = """\
+import pathlib, sys, threading, time
+import skyward as sky
+
+@sky.compute
+def work(i):
+    if i < 0:
+        raise ValueError("a planned failure")
+    return i
+
+@sky.compute
+def held(path):
+    import pathlib, time
+    while not pathlib.Path(path).exists():
+        time.sleep(0.05)
+    return 1
+
+with sky.ComputePool(sky.Local(), concurrency=4, console=False, dashboard=True) as pool:
+    for i in (1, 2, 3):
+        work(i) >> pool
+    try:
+        work(-1) >> pool
+    except Exception:
+        pass
+    later = threading.Thread(target=lambda: sky.gather(held(sys.argv[1]), held(sys.argv[1])) >> pool)
+    later.start()
+    later.join()
+"""
+
+
+def pools(board: Board) -> list[dict]:
+    code, text = ask(board, "GET", "/api/pools", token=board.token)
+    assert code == 200, text
+    return json.loads(text)
+
+
+def test_a_pool_that_opts_in_is_shown_live_and_gone_once_it_ends(board: Board) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    (board.work / "pool_script.py").write_text(POOL_SCRIPT)
+    go = board.work / "go" / "release"
+    proc = subprocess.Popen([sys.executable, "pool_script.py", str(go)], cwd=board.work,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    driver = None
+    try:
+        def holding() -> dict | None:
+            found = [p for p in pools(board) if p["pid"] == proc.pid]
+            return found[0] if found and found[0]["running"] == 2 else None
+
+        shown = wait_for(holding, 60, "the pool with its two held tasks")
+        assert (shown["done"], shown["failed"], [n["node"] for n in shown["nodes"]]) == (3, 1, [0])
+        assert shown["tasks_per_second"] > 0 and shown["script"] == "pool_script.py"
+        driver = browser(board.work)
+        driver.get(f"{board.url}/?token={board.token}")
+        row = WebDriverWait(driver, 30).until(lambda d: d.find_elements(
+            By.XPATH, f"//table[@id='pools']//tr[td[text()='{proc.pid}']]"))[0]
+        assert "pool_script.py" in row.text and "2 running" in row.text
+        go.touch()
+        assert proc.wait(60) == 0, proc.stdout.read()  # type: ignore[union-attr]
+        assert [p for p in pools(board) if p["pid"] == proc.pid] == []
+        assert list((Path(os.environ["SKYWARD_HOME"]) / "pools").glob("*.json")) == []
+        WebDriverWait(driver, 30).until(lambda d: not d.find_elements(
+            By.XPATH, f"//table[@id='pools']//tr[td[text()='{proc.pid}']]"))
+    finally:
+        if driver is not None:
+            driver.quit()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
 def test_in_a_browser_the_cluster_is_up_the_log_follows_cancel_ends_the_job_stop_start_and_down_work(board: Board) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as seen

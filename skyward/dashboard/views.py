@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from skyward.clusters.state import ClusterRecord
     from skyward.machine import Instance
 
-__all__ = ["ACTIONS", "act", "cluster", "clusters", "job_log", "queues"]
+__all__ = ["ACTIONS", "act", "cluster", "clusters", "job_log", "pools", "queues"]
 
 T = TypeVar("T")
 #: Seconds a node has to answer a sample before it shows as unreachable.
@@ -109,6 +109,14 @@ def _sample(record: ClusterRecord, inst: Instance) -> dict[str, Any]:
         return {"state": "up", **json.loads(result.stdout.strip().splitlines()[-1])}
     except Exception as exc:
         return {"state": "unreachable", "why": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def pools() -> list[dict[str, Any]]:
+    """The pools of running scripts that opted in (``ComputePool(dashboard=True)``), as their
+    snapshots say (:mod:`skyward.console.snapshot`): nodes, tasks, tasks per second."""
+    from skyward.console import snapshot
+
+    return snapshot.live()
 
 
 def queues() -> list[dict[str, Any]]:

@@ -77,6 +77,7 @@ class PoolOptions(BaseModel):
     heartbeat_interval: Seconds = 1.0
     start_timeout: Seconds = 120.0
     console: Flag = True
+    dashboard: Flag = False
     on_event: Annotated[Callable[..., Any] | None,
                         Field(description="a function taking one skyward event, or None")] = None
     plugins: Annotated[tuple[Annotated[Any, AfterValidator(_plugin)], ...], BeforeValidator(_plugins),

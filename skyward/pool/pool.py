@@ -101,6 +101,7 @@ class ComputePool(PoolCalls):
             prepared (environment builds have their own limit, set on the provider).
         console: print task output with a ``[node N]`` prefix (and progress, when supported).
         on_event: a callback receiving every :mod:`skyward.events` event.
+        dashboard: show this pool, live, in ``skyward dashboard`` (also: ``SKYWARD_DASHBOARD=1``).
 
     Raises :class:`~skyward.ConfigError` for bad input before anything starts.
     """
@@ -127,6 +128,7 @@ class ComputePool(PoolCalls):
         start_timeout: float = 120.0,
         console: bool = True,
         on_event: Callable[[ev.Event], None] | None = None,
+        dashboard: bool = False,
     ):
         from skyward.pool.options import pool_options
 
@@ -148,6 +150,7 @@ class ComputePool(PoolCalls):
             scale_down_after=scale_down_after, replace_lost=replace_lost,
             executor=executor, accelerator=accelerator, idle_timeout=idle_timeout,
             heartbeat_interval=heartbeat_interval, start_timeout=start_timeout, console=console, on_event=on_event,
+            dashboard=dashboard,
         )
         self.provider = options.provider
         self.min_nodes, self.max_nodes = options.limits
@@ -178,6 +181,10 @@ class ComputePool(PoolCalls):
             self._subscribers.append(Console())
         if options.on_event is not None:
             self._subscribers.append(options.on_event)
+        from skyward.console.snapshot import Snapshot, wanted
+
+        if wanted(options.dashboard):
+            self._subscribers.append(Snapshot())
         self._state: Literal["new", "starting", "open", "closed"] = "new"
         self._plugins_payload = dumps_payload(list(self.plugins))
         self._nodes = self._make_nodes(Nodes)
