@@ -369,3 +369,21 @@ def test_in_a_browser_the_cluster_is_up_the_log_follows_cancel_ends_the_job_stop
         assert manage.status() == [] and wait_gone(workers, 10) == []
     finally:
         driver.quit()
+
+
+def test_the_environment_variable_shows_every_pool_of_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import skyward as sky
+    from skyward.console import snapshot
+
+    @sky.compute
+    def one() -> int:
+        return 1
+
+    with cluster_home(monkeypatch, "skyp"):
+        monkeypatch.setenv("SKYWARD_DASHBOARD", "1")
+        with sky.ComputePool(sky.Local(), console=False) as pool:
+            assert one() >> pool == 1
+            mine = wait_for(lambda: [p for p in snapshot.live() if p["pid"] == os.getpid() and p["done"] == 1],
+                            30, "this pool's snapshot")
+            assert mine[0]["pool"] == pool.id and mine[0]["failed"] == 0
+        assert snapshot.live() == [] and list(snapshot.folder().glob("*")) == []
