@@ -28,7 +28,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from skyward.clusters import jobs, manage
-from skyward.clusters.state import UP, ClusterStore
+from skyward.clusters.state import INIT, UP, ClusterStore
 from skyward.errors import SkywardError
 
 if TYPE_CHECKING:
@@ -72,21 +72,36 @@ def clusters() -> list[dict[str, Any]]:
 
 
 def cluster(name: str) -> dict[str, Any]:
-    """Cluster ``name``: its status row, its nodes (sampled when it is up) and its job queue."""
+    """Cluster ``name``: its status row, its nodes (sampled when it is up; when it is partly up,
+    INIT, those whose workers answer, the others ``lost``) and its job queue."""
     found = manage.status([name])
     if not found:
         return {"error": f"no cluster named {name}", "gone": True}
     shown = found[0]
     record = shown.record
     samples: list[dict[str, Any]] = [{} for _ in record.instances]
-    if shown.status == UP:
+    answering = _answering(record) if shown.status == INIT and record.workers else None
+    if shown.status == UP or answering is not None:
         with ThreadPoolExecutor(max(1, len(record.instances))) as pool:
-            samples = list(pool.map(lambda inst: _sample(record, inst), record.instances))
+            samples = list(pool.map(lambda inst: _sample(record, inst) if answering is None or answering[inst.node]
+                                    else {"state": "lost", "why": "its worker does not answer"}, record.instances))
     nodes = [{"node": inst.node, "host": inst.ssh.host if inst.ssh else "this machine",
               "price_per_hour": inst.price_per_hour, **sample} for inst, sample in zip(record.instances, samples,
                                                                                        strict=True)]
     queue = safely(lambda: _newest_first(name)) if shown.status == UP else []
     return {**shown.as_dict(), "autostop": record.autostop, "nodes": nodes, "jobs": queue}
+
+
+def _answering(record: ClusterRecord) -> dict[int, bool] | None:
+    """(A cluster partly up) Whether each node's workers all answer on their control sockets;
+    None when the nodes cannot be asked now."""
+    try:
+        answers = manage.ask_workers(record, "status")
+    except (ConnectionError, OSError):
+        return None
+    per = record.processes
+    return {inst.node: all(a == "up" for a in answers[inst.node * per:(inst.node + 1) * per])
+            for inst in record.instances}
 
 
 def _newest_first(name: str) -> list[dict[str, Any]]:
