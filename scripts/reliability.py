@@ -25,6 +25,7 @@ PAGE = ROOT / "docs" / "reliability.md"
 sys.path.insert(0, str(ROOT))
 
 from tests.faults import test_clusters as clusters  # noqa: E402
+from tests.faults import test_dashboard as dashboard  # noqa: E402
 from tests.faults import test_preemption as preemption  # noqa: E402
 from tests.faults import test_state as state  # noqa: E402
 from tests.faults.test_matrix import CASES, IDLE_TIMEOUT, PATHS, SILENT_ENDS_WITHIN, WATCHDOG  # noqa: E402
@@ -33,6 +34,7 @@ TEST = "test_every_exit_path_leaves_nothing_and_names_the_node"
 CLUSTER_TEST = "test_a_named_cluster_ends_up_attachable_or_gone"
 PREEMPTION_TEST = "test_a_spot_notice_during_a_task_then_every_exit_path"
 STATE_TEST = "test_many_processes_opening_the_state_at_once_all_succeed"
+DASHBOARD_TEST = "test_the_dashboard_through_a_fault"
 
 
 def outcomes(report: Path, test: str = TEST) -> dict[str, str]:
@@ -156,8 +158,37 @@ def state_rows(results: dict[str, str]) -> list[str]:
     ]
 
 
+def dashboard_rows(results: dict[str, str]) -> list[str]:
+    """``skyward dashboard``'s cases: its server killed, a node lost, a cluster downed, as pages watch."""
+    mark = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
+    tried = sum(1 for c in dashboard.CASES if results.get(c) in ("clean", "failed"))
+    clean = sum(1 for c in dashboard.CASES if results.get(c) == "clean")
+    return [
+        "## Dashboard",
+        "",
+        "`skyward dashboard` over real Local clusters, asked as its pages ask, while a fault happens",
+        "(`tests/faults/test_dashboard.py`). In every case no answer is a 500, the clusters and jobs",
+        "are what they would be without the dashboard, and nothing is left behind. *server-killed*:",
+        "the server is SIGKILLed while a job's log page follows the log; the job and its cluster go",
+        "on, nothing the server started is left, and a new server on the same port goes on from the",
+        "offsets the page kept, no line lost or repeated. *node-lost*: node 1's worker of a 2-node",
+        "cluster is SIGKILLed while the cluster's page is open; the page shows the cluster INIT (as",
+        "`skyward status` does), node 1 lost and node 0 up with its figures. *cluster-downed*:",
+        "`skyward down` from the command line while the cluster's page and its job's log page are",
+        "open; both show it gone, and the job's processes end with it.",
+        "",
+        f"**{clean} of {tried} cases clean** ({len(dashboard.CASES)} in the matrix).",
+        "",
+        "| " + " | ".join(dashboard.CASES) + " |",
+        "| " + " | ".join("---" for _ in dashboard.CASES) + " |",
+        "| " + " | ".join(mark[results.get(c)] for c in dashboard.CASES) + " |",
+        "",
+    ]
+
+
 def page(results: dict[str, str], cluster_results: dict[str, str] | None = None,
-         preemption_results: dict[str, str] | None = None, state_results: dict[str, str] | None = None) -> str:
+         preemption_results: dict[str, str] | None = None, state_results: dict[str, str] | None = None,
+         dashboard_results: dict[str, str] | None = None) -> str:
     mark = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
     paths = list(dict.fromkeys([*PATHS["running"], *(p for ps in PATHS.values() for p in ps)]))
     tried = sum(1 for c in CASES if results.get(c.id) in ("clean", "failed"))
@@ -232,6 +263,7 @@ def page(results: dict[str, str], cluster_results: dict[str, str] | None = None,
         *cluster_rows(cluster_results or {}),
         *preemption_rows(preemption_results or {}),
         *state_rows(state_results or {}),
+        *dashboard_rows(dashboard_results or {}),
     ]
     return "\n".join(lines)
 
@@ -246,7 +278,7 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/faults",
                         f"--junitxml={report}"], cwd=ROOT, check=False)
     PAGE.write_text(page(outcomes(report), outcomes(report, CLUSTER_TEST), outcomes(report, PREEMPTION_TEST),
-                         outcomes(report, STATE_TEST)))
+                         outcomes(report, STATE_TEST), outcomes(report, DASHBOARD_TEST)))
     print(f"wrote {PAGE.relative_to(ROOT)}")
     return 0
 

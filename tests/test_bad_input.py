@@ -83,6 +83,8 @@ POOL = [
     Bad("heartbeat-inf", pool(heartbeat_interval=float("inf")), "heartbeat_interval", "inf", "not inf or nan"),
     Bad("console-no", pool(console="no"), "console", "'no'", "True or False"),
     Bad("console-int", pool(console=1), "console", "1", "True or False"),
+    Bad("dashboard-no", pool(dashboard="no"), "dashboard", "'no'", "True or False"),
+    Bad("dashboard-int", pool(dashboard=1), "dashboard", "1", "True or False"),
     Bad("on-event-string", pool(on_event="print"), "on_event", "'print'", "a function taking one skyward event"),
     Bad("on-event-number", pool(on_event=3), "on_event", "3", "a function taking one skyward event"),
     Bad("provider-string", pool(provider="local"), "provider", "'local'", "sky.Local()"),
@@ -371,6 +373,11 @@ def test_bad_aws_input_is_refused_before_any_instance(row: Bad, aws) -> None:  #
     assert reservations == [], "an instance was launched"
     assert aws.client().describe_security_groups(Filters=[{"Name": "tag-key", "Values": ["skyward:pool"]}])[
         "SecurityGroups"] == []
+
+
+def test_a_bad_dashboard_switch_in_the_environment_names_the_variable(monkeypatch) -> None:
+    monkeypatch.setenv("SKYWARD_DASHBOARD", "yes")
+    check(Bad("env-dashboard", pool(), "SKYWARD_DASHBOARD", "yes", "1 (show running pools"))
 
 
 def test_a_region_typo_from_the_environment_names_the_region(aws, monkeypatch) -> None:  # noqa: F811

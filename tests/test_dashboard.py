@@ -158,6 +158,70 @@ def test_no_page_or_answer_holds_the_secret_and_a_log_line_is_text(board: Board)
     assert json.loads(answers["/api/clusters/nothing"][1]) == {"error": "no cluster named nothing", "gone": True}
 
 
+def node_files() -> tuple[Path, Path]:
+    """Node 0's log of job 1, and the file naming the node's queue tool (Local: on this machine)."""
+    record = manage.ClusterStore().get("dash")
+    assert record is not None
+    base = Path(record.roots[0]) / "c" / record.id
+    return base / "jobs" / "0" / "1.log", base / "jobqueue.path"
+
+
+def log_poll(board: Board, seen: dict[str, int] | None = None) -> dict:
+    text = ",".join(f"{n}:{c}" for n, c in (seen or {}).items())
+    code, answer = ask(board, "GET", f"/api/clusters/dash/jobs/1/log?seen={text}", token=board.token)
+    assert code == 200, answer
+    return json.loads(answer)
+
+
+def test_a_log_poll_reads_only_the_bytes_after_the_offset_the_page_carries(board: Board) -> None:
+    def ticked() -> dict | None:
+        answer = log_poll(board)
+        return answer if any(x["text"].startswith("tick") for x in answer["lines"]) else None
+
+    first = wait_for(ticked, 30, "a tick")
+    log, _ = node_files()
+    offset = first["seen"]["0"]
+    shown = sum(len(x["text"].encode()) + 1 for x in first["lines"])
+    assert offset == shown <= log.stat().st_size  # (a byte offset: the lines sent, newlines with them)
+    with open(log, "r+b") as f:  # what was read is replaced (same size, other lines): never read again
+        before = f.read(offset)
+        f.seek(0)
+        f.write(b"x\n" * (offset // 2) + b"\n" * (offset % 2))
+    try:
+        later = wait_for(lambda: (a := log_poll(board, first["seen"]))["lines"] and a, 10, "a new tick")
+    finally:
+        with open(log, "r+b") as f:
+            f.write(before)
+    assert [x["text"] for x in later["lines"] if not x["text"].startswith("tick ")] == []
+    assert later["seen"]["0"] == offset + sum(len(x["text"].encode()) + 1 for x in later["lines"])
+
+
+def test_a_node_whose_tool_predates_offsets_still_shows_the_log(board: Board, tmp_path: Path) -> None:
+    """A cluster started by an older skyward keeps its node-side tool, which knows no ``read``: the
+    server asks it the old way and sends on only what is new all the same."""
+    import skyward
+
+    here = Path(skyward.__file__).parent
+    (tmp_path / "runtime").mkdir()
+    for name in ("_procs.py", "runtime/jobqueue.py", "runtime/spawned.py"):
+        (tmp_path / name).symlink_to(here / name)
+    tool = (here / "runtime" / "jobtool.py").read_text()
+    assert tool.count('if what == "read":') == 1
+    (tmp_path / "runtime" / "jobtool.py").write_text(tool.replace('if what == "read":', "if False:"))
+    _, pointer = node_files()
+    kept = pointer.read_text()
+    pointer.write_text(str(tmp_path / "runtime" / "jobtool.py"))
+    try:
+        first = log_poll(board)
+        assert first["lines"][:2] == [{"node": 0, "text": "the secret is set"},
+                                      {"node": 0, "text": '<script>document.title="pwned"</script><b>bold?</b>'}]
+        assert first["seen"]["0"] == sum(len(x["text"].encode()) + 1 for x in first["lines"])
+        later = wait_for(lambda: (a := log_poll(board, first["seen"]))["lines"] and a, 10, "a new tick")
+        assert [x["text"] for x in later["lines"] if not x["text"].startswith("tick ")] == []
+    finally:
+        pointer.write_text(kept)
+
+
 def browser(work: Path):  # type: ignore[no-untyped-def]
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -168,6 +232,80 @@ def browser(work: Path):  # type: ignore[no-untyped-def]
                  f"--user-data-dir={work / 'chromium'}", "--disable-gpu"):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+
+
+#: A script whose pool opts in: 3 tasks done, 1 failed, then 2 held until the test says go.
+POOL_SCRIPT = """\
+import pathlib, sys, threading, time
+import skyward as sky
+
+@sky.compute
+def work(i):
+    if i < 0:
+        raise ValueError("a planned failure")
+    return i
+
+@sky.compute
+def held(path):
+    import pathlib, time
+    while not pathlib.Path(path).exists():
+        time.sleep(0.05)
+    return 1
+
+with sky.ComputePool(sky.Local(), concurrency=4, console=False, dashboard=True) as pool:
+    for i in (1, 2, 3):
+        work(i) >> pool
+    try:
+        work(-1) >> pool
+    except Exception:
+        pass
+    later = threading.Thread(target=lambda: sky.gather(held(sys.argv[1]), held(sys.argv[1])) >> pool)
+    later.start()
+    later.join()
+"""
+
+
+def pools(board: Board) -> list[dict]:
+    code, text = ask(board, "GET", "/api/pools", token=board.token)
+    assert code == 200, text
+    return json.loads(text)
+
+
+def test_a_pool_that_opts_in_is_shown_live_and_gone_once_it_ends(board: Board) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    (board.work / "pool_script.py").write_text(POOL_SCRIPT)
+    go = board.work / "go" / "release"
+    proc = subprocess.Popen([sys.executable, "pool_script.py", str(go)], cwd=board.work,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    driver = None
+    try:
+        def holding() -> dict | None:
+            found = [p for p in pools(board) if p["pid"] == proc.pid]
+            return found[0] if found and found[0]["running"] == 2 else None
+
+        shown = wait_for(holding, 60, "the pool with its two held tasks")
+        assert (shown["done"], shown["failed"], [n["node"] for n in shown["nodes"]]) == (3, 1, [0])
+        assert shown["tasks_per_second"] > 0 and shown["script"] == "pool_script.py"
+        driver = browser(board.work)
+        driver.get(f"{board.url}/?token={board.token}")
+        row = WebDriverWait(driver, 30).until(lambda d: d.find_elements(
+            By.XPATH, f"//table[@id='pools']//tr[td[text()='{proc.pid}']]"))[0]
+        assert "pool_script.py" in row.text and "2 running" in row.text
+        go.touch()
+        assert proc.wait(60) == 0, proc.stdout.read()  # type: ignore[union-attr]
+        assert [p for p in pools(board) if p["pid"] == proc.pid] == []
+        assert list((Path(os.environ["SKYWARD_HOME"]) / "pools").glob("*.json")) == []
+        WebDriverWait(driver, 30).until(lambda d: not d.find_elements(
+            By.XPATH, f"//table[@id='pools']//tr[td[text()='{proc.pid}']]"))
+    finally:
+        if driver is not None:
+            driver.quit()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
 
 
 def test_in_a_browser_the_cluster_is_up_the_log_follows_cancel_ends_the_job_stop_start_and_down_work(board: Board) -> None:
@@ -231,3 +369,21 @@ def test_in_a_browser_the_cluster_is_up_the_log_follows_cancel_ends_the_job_stop
         assert manage.status() == [] and wait_gone(workers, 10) == []
     finally:
         driver.quit()
+
+
+def test_the_environment_variable_shows_every_pool_of_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import skyward as sky
+    from skyward.console import snapshot
+
+    @sky.compute
+    def one() -> int:
+        return 1
+
+    with cluster_home(monkeypatch, "skyp"):
+        monkeypatch.setenv("SKYWARD_DASHBOARD", "1")
+        with sky.ComputePool(sky.Local(), console=False) as pool:
+            assert one() >> pool == 1
+            mine = wait_for(lambda: [p for p in snapshot.live() if p["pid"] == os.getpid() and p["done"] == 1],
+                            30, "this pool's snapshot")
+            assert mine[0]["pool"] == pool.id and mine[0]["failed"] == 0
+        assert snapshot.live() == [] and list(snapshot.folder().glob("*")) == []

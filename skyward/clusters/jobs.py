@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from skyward.clusters.state import ClusterRecord
     from skyward.providers.base import Instance
 
-__all__ = ["JobRow", "cancel", "cluster_record", "each_node", "follow_job", "jobs", "logs", "run_tool"]
+__all__ = ["LOG_CHUNK", "JobRow", "cancel", "cluster_record", "each_node", "follow_job", "jobs", "log_since", "logs",
+           "run_tool"]
 
 #: ``skyward logs --status``'s exit codes (SkyPilot's), also those of a ``launch -c``/``exec``
 #: that followed its job to the end.
@@ -35,6 +36,8 @@ STATUS_CODES = {SUCCEEDED: 0, FAILED: 100, FAILED_SETUP: 100, FAILED_DRIVER: 100
 #: setup that failed on one node ends the others' parts: FAILED_SETUP wins over their CANCELLED).
 ENDINGS = (FAILED_SETUP, CANCELLED, FAILED_DRIVER, FAILED)
 NOT_FINISHED, NO_SUCH_JOB = 101, 102
+#: Bytes of a node's log that :func:`log_since` sends at most (the rest comes with the next ask).
+LOG_CHUNK = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,9 @@ def each_node(record: ClusterRecord, work: Callable[[Instance], None]) -> None:
         raise errors[0]
 
 
-def run_tool(record: ClusterRecord, inst: Instance, *args: str) -> tuple[int, str]:
+def run_tool(record: ClusterRecord, inst: Instance, *args: str, accept: tuple[int, ...] = (0, 102)) -> tuple[int, str]:
+    """Run the queue's tool with ``args`` on ``inst``: (exit code, stdout); ClusterError when the
+    node cannot be reached or the exit code is not in ``accept``."""
     from skyward.transport import reach
 
     transport = reach(inst)
@@ -100,7 +105,7 @@ def run_tool(record: ClusterRecord, inst: Instance, *args: str) -> tuple[int, st
     finally:
         with contextlib.suppress(Exception):
             transport.close()
-    if result.exit_code not in (0, 102):
+    if result.exit_code not in accept:
         raise ClusterError(record.name, f"node {inst.node} could not read its job queue (exit {result.exit_code}: "
                            f"{result.stderr.strip()[-500:]})", way_out="see `skyward status`")
     return result.exit_code, result.stdout
@@ -214,6 +219,36 @@ def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int
 
     each_node(record, one)
     return ends
+
+
+def log_since(name: str, job_id: int, offsets: dict[int, int],
+              limit: int = LOG_CHUNK) -> dict[int, tuple[list[str], int]]:
+    """Job ``job_id``'s lines on each node after byte ``offsets[node]`` of its log (none given:
+    from the start), at most ``limit`` bytes of whole lines per node, with the offset after them.
+    A node reads only those bytes (its tool's ``read``): an ask costs what is new, not the log's
+    size. A node whose tool knows no ``read`` (a cluster launched by an older skyward keeps its
+    tool) is asked for its whole log, as ``logs`` does, and it is cut here."""
+    record = cluster_record(name)
+    lock = threading.Lock()
+    found: dict[int, tuple[list[str], int]] = {}
+
+    def one(inst: Instance) -> None:
+        offset = max(0, offsets.get(inst.node, 0))
+        code, out = run_tool(record, inst, "read", f"{job_id}@{offset}", str(limit), accept=(0, 1, 102))
+        text, end = "", offset
+        if code == 0:
+            answer = json.loads(out)
+            text, end = answer["text"], answer["offset"]
+        elif code == 1:  # (a tool of before `read` fails on `ID@OFFSET` at once)
+            code, out = run_tool(record, inst, "follow", str(job_id), "0", "-1")
+            data = out.encode()[offset:offset + limit]
+            taken = data[:data.rfind(b"\n") + 1] or data[:limit if len(data) == limit else 0]
+            text, end = taken.decode(errors="replace"), offset + len(taken)
+        with lock:
+            found[inst.node] = (text.splitlines(), end)
+
+    each_node(record, one)
+    return found
 
 
 def _stop_others(record: ClusterRecord, job_id: int, node: int) -> None:

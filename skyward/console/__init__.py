@@ -4,8 +4,11 @@ events alone (:mod:`skyward.events`), never from its internals.
 - :mod:`~skyward.console.view`: :class:`Console`, the event subscriber, and its modes;
 - :mod:`~skyward.console.state`: what the console knows (nodes, tasks, messages), from events;
 - :mod:`~skyward.console.live`: drawing that state with rich.
+- :mod:`~skyward.console.snapshot`: the same counts, written for ``skyward dashboard`` by a pool
+  that opts in (``dashboard=True``), and read back there.
 
-It imports only :mod:`skyward.events` and :mod:`skyward.errors`; the pool imports it.
+It imports only :mod:`skyward.events`, :mod:`skyward.errors` (and, for the snapshot, the
+home folder); the pool imports it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The dashboard's web application (Starlette) and its server (uvicorn), on 127.0.0.1 only.
 
 Routes: the pages ``/``, ``/clusters/NAME``, ``/jobs``, ``/clusters/NAME/jobs/ID``; the JSON
-they poll under ``/api/``; the actions, each a POST: ``/api/clusters/NAME/{stop,start,down}``
+they poll under ``/api/`` (``/api/pools``: the pools of running scripts that opted in); the actions, each a POST: ``/api/clusters/NAME/{stop,start,down}``
 and ``/api/clusters/NAME/jobs/ID/cancel``. Every request passes :class:`~.guard.Guard` first.
 The handlers are plain functions (Starlette runs them in its thread pool): a slow node holds
 one request, never the server. A state that cannot be read is a JSON ``error`` (503 for a read,
@@ -69,6 +69,7 @@ def build(token: str, port: int) -> Any:
         Route("/api/clusters", lambda r: answer(views.safely(views.clusters))),
         Route("/api/clusters/{name}", lambda r: answer(views.safely(lambda: views.cluster(r.path_params["name"])))),
         Route("/api/jobs", lambda r: answer(views.safely(views.queues))),
+        Route("/api/pools", lambda r: answer(views.safely(views.pools))),
         Route("/api/clusters/{name}/jobs/{job:int}/log",
               lambda r: answer(views.safely(lambda: views.job_log(r.path_params["name"], job_id(r), seen(r))))),
         Route("/api/clusters/{name}/{action}", action, methods=["POST"]),

@@ -41,6 +41,10 @@ def clusters_page(token: str) -> str:
     body = _table("clusters", ("Name", "Provider", "Nodes", "Status", "Autostop", "$/h", "Cost so far", ""),
                   "No clusters. <code>skyward launch -c NAME</code> makes one.")
     body += '<p class="muted" id="total"></p>'
+    body += ("<h2>Pools of running scripts</h2>"
+             + _table("pools", ("Script", "PID", "Pool", "Provider", "Nodes", "Tasks", "Tasks/s", "Started"),
+                      "No pool shows here now. A script's pool does with <code>ComputePool(..., dashboard=True)</code>"
+                      " or <code>SKYWARD_DASHBOARD=1</code>."))
     return _frame("clusters", "Clusters", "Clusters", body, token)
 
 

@@ -20,9 +20,7 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
-import io
 import json
-import re
 import shlex
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,14 +28,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from skyward.clusters import jobs, manage
-from skyward.clusters.state import UP, ClusterStore
+from skyward.clusters.state import INIT, UP, ClusterStore
 from skyward.errors import SkywardError
 
 if TYPE_CHECKING:
     from skyward.clusters.state import ClusterRecord
     from skyward.machine import Instance
 
-__all__ = ["ACTIONS", "act", "cluster", "clusters", "job_log", "queues"]
+__all__ = ["ACTIONS", "act", "cluster", "clusters", "job_log", "pools", "queues"]
 
 T = TypeVar("T")
 #: Seconds a node has to answer a sample before it shows as unreachable.
@@ -56,7 +54,6 @@ _SAMPLE = ("import json, time\n"
            "total = b[0] - a[0]\n"
            "print(json.dumps({'cpu': round(100.0 * (1 - (b[1] - a[1]) / total), 1) if total else 0.0,\n"
            "                  'memory_used': m['MemTotal'] - m['MemAvailable'], 'memory_total': m['MemTotal']}))\n")
-_NODE_LINE = re.compile(r"^\[node (\d+)\] (.*)$")
 
 
 def safely(read: Callable[[], T]) -> T | dict[str, str]:
@@ -75,21 +72,36 @@ def clusters() -> list[dict[str, Any]]:
 
 
 def cluster(name: str) -> dict[str, Any]:
-    """Cluster ``name``: its status row, its nodes (sampled when it is up) and its job queue."""
+    """Cluster ``name``: its status row, its nodes (sampled when it is up; when it is partly up,
+    INIT, those whose workers answer, the others ``lost``) and its job queue."""
     found = manage.status([name])
     if not found:
         return {"error": f"no cluster named {name}", "gone": True}
     shown = found[0]
     record = shown.record
     samples: list[dict[str, Any]] = [{} for _ in record.instances]
-    if shown.status == UP:
+    answering = _answering(record) if shown.status == INIT and record.workers else None
+    if shown.status == UP or answering is not None:
         with ThreadPoolExecutor(max(1, len(record.instances))) as pool:
-            samples = list(pool.map(lambda inst: _sample(record, inst), record.instances))
+            samples = list(pool.map(lambda inst: _sample(record, inst) if answering is None or answering[inst.node]
+                                    else {"state": "lost", "why": "its worker does not answer"}, record.instances))
     nodes = [{"node": inst.node, "host": inst.ssh.host if inst.ssh else "this machine",
               "price_per_hour": inst.price_per_hour, **sample} for inst, sample in zip(record.instances, samples,
                                                                                        strict=True)]
     queue = safely(lambda: _newest_first(name)) if shown.status == UP else []
     return {**shown.as_dict(), "autostop": record.autostop, "nodes": nodes, "jobs": queue}
+
+
+def _answering(record: ClusterRecord) -> dict[int, bool] | None:
+    """(A cluster partly up) Whether each node's workers all answer on their control sockets;
+    None when the nodes cannot be asked now."""
+    try:
+        answers = manage.ask_workers(record, "status")
+    except (ConnectionError, OSError):
+        return None
+    per = record.processes
+    return {inst.node: all(a == "up" for a in answers[inst.node * per:(inst.node + 1) * per])
+            for inst in record.instances}
 
 
 def _newest_first(name: str) -> list[dict[str, Any]]:
@@ -114,6 +126,14 @@ def _sample(record: ClusterRecord, inst: Instance) -> dict[str, Any]:
         return {"state": "unreachable", "why": f"{type(exc).__name__}: {exc}"[:300]}
 
 
+def pools() -> list[dict[str, Any]]:
+    """The pools of running scripts that opted in (``ComputePool(dashboard=True)``), as their
+    snapshots say (:mod:`skyward.console.snapshot`): nodes, tasks, tasks per second."""
+    from skyward.console import snapshot
+
+    return snapshot.live()
+
+
 def queues() -> list[dict[str, Any]]:
     """Every cluster's jobs, newest first, as ``skyward queue -a --json`` lists them; a cluster
     whose queue cannot be read now has an ``error`` instead."""
@@ -126,24 +146,15 @@ def queues() -> list[dict[str, Any]]:
 
 
 def job_log(name: str, job_id: int, seen: dict[int, int]) -> dict[str, Any]:
-    """Job ``job_id``'s lines after the ``seen[node]`` first of each node (what ``skyward logs
-    --no-follow`` prints), the count seen now, and the job's row (None: no such job)."""
+    """Job ``job_id``'s lines after byte ``seen[node]`` of each node's log (what the page has
+    shown), the offsets after them (the page sends them back with its next ask) and the job's row
+    (None: no such job). Each node reads only the bytes after its offset."""
     found = jobs.job(name, job_id)
     if found is None:
         return {"error": f"no job {job_id} on cluster {name}", "job": None}
-    out = io.StringIO()
-    jobs.logs(name, job_id, out, follow=False)
-    counts: dict[int, int] = {}
-    lines = []
-    for line in out.getvalue().splitlines():
-        matched = _NODE_LINE.match(line)
-        if matched is None:
-            continue
-        node = int(matched.group(1))
-        counts[node] = counts.get(node, 0) + 1
-        if counts[node] > seen.get(node, 0):
-            lines.append({"node": node, "text": matched.group(2)})
-    return {"job": found.as_dict(), "lines": lines, "seen": {str(n): c for n, c in counts.items()}}
+    parts = jobs.log_since(name, job_id, seen)
+    lines = [{"node": node, "text": text} for node in sorted(parts) for text in parts[node][0]]
+    return {"job": found.as_dict(), "lines": lines, "seen": {str(n): parts[n][1] for n in sorted(parts)}}
 
 
 def _start(name: str) -> list[str]:

@@ -78,6 +78,7 @@ class PoolOptions(BaseModel):
     start_timeout: Seconds = 120.0
     start_parallelism: Count = 32
     console: Flag = True
+    dashboard: Flag = False
     on_event: Annotated[Callable[..., Any] | None,
                         Field(description="a function taking one skyward event, or None")] = None
     plugins: Annotated[tuple[Annotated[Any, AfterValidator(_plugin)], ...], BeforeValidator(_plugins),

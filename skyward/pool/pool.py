@@ -103,6 +103,7 @@ class ComputePool(PoolCalls):
             (>= 1; default 32).
         console: print task output with a ``[node N]`` prefix (and progress, when supported).
         on_event: a callback receiving every :mod:`skyward.events` event.
+        dashboard: show this pool, live, in ``skyward dashboard`` (also: ``SKYWARD_DASHBOARD=1``).
 
     Raises :class:`~skyward.ConfigError` for bad input before anything starts.
     """
@@ -130,6 +131,7 @@ class ComputePool(PoolCalls):
         start_parallelism: int = 32,
         console: bool = True,
         on_event: Callable[[ev.Event], None] | None = None,
+        dashboard: bool = False,
     ):
         from skyward.pool.options import pool_options
 
@@ -151,7 +153,7 @@ class ComputePool(PoolCalls):
             scale_down_after=scale_down_after, replace_lost=replace_lost,
             executor=executor, accelerator=accelerator, idle_timeout=idle_timeout,
             heartbeat_interval=heartbeat_interval, start_timeout=start_timeout, console=console, on_event=on_event,
-            start_parallelism=start_parallelism,
+            start_parallelism=start_parallelism, dashboard=dashboard,
         )
         self.provider = options.provider
         self.min_nodes, self.max_nodes = options.limits
@@ -182,6 +184,10 @@ class ComputePool(PoolCalls):
             self._subscribers.append(Console())
         if options.on_event is not None:
             self._subscribers.append(options.on_event)
+        from skyward.console.snapshot import Snapshot, wanted
+
+        if wanted(options.dashboard):
+            self._subscribers.append(Snapshot())
         self._state: Literal["new", "starting", "open", "closed"] = "new"
         self._plugins_payload = dumps_payload(list(self.plugins))
         self._nodes = self._make_nodes(Nodes)

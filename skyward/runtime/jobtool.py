@@ -1,12 +1,14 @@
 """The script side of a cluster's job queue (:mod:`skyward.runtime.jobqueue`): what a
 ``skyward`` process anywhere asks of a node, run there with the node's Python as
-``python -I -S jobtool.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL | result ID WAIT``
+``python -I -S jobtool.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL | read ID@OFFSET LIMIT |
+result ID WAIT``
 (its path is in ``$SKYWARD_CLUSTER_DIR/jobqueue.path``). Standard library only: it loads the queue and skyward's
 /proc reader by their paths, so it starts fast in any environment.
 
 ``rows`` prints the node's part of every job (JSON); ``cancel`` marks the jobs CANCELLED, has
 each one's command guardian end its whole process tree, and waits until none of it is left;
-``follow`` copies a job's log to stdout until the job has ended on the node; ``result`` waits
+``follow`` copies a job's log to stdout until the job has ended on the node; ``read`` prints the
+part of a job's log after a byte offset (what the dashboard asks every second); ``result`` waits
 (a bounded time) for the job to end on the node and prints how it ended, with what a spawned
 call kept (:mod:`skyward.runtime.spawned`).
 """
@@ -173,6 +175,26 @@ def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -
     return 0
 
 
+def read(base: str, node: int, job: int, offset: int, limit: int) -> int:
+    """Print (JSON) node ``node``'s log of ``job`` after byte ``offset``: ``text``, at most
+    ``limit`` bytes ending at a line's end (a last line without its newline once the part has
+    ended; a line longer than ``limit`` in pieces), ``offset`` after it, the part's ``status``.
+    Only those bytes are read, whatever the log's size. 102: no such job."""
+    found = _state(base, node, job)  # (before the log: an ended part's log is whole)
+    if found is None:
+        return 102
+    data = b""
+    with contextlib.suppress(FileNotFoundError), open(q.log_path(base, node, job), "rb") as f:
+        f.seek(offset)
+        data = f.read(limit)
+    if len(data) < limit and found[0] not in q.ACTIVE:
+        taken = data
+    else:
+        taken = data[:data.rfind(b"\n") + 1] or data[:limit if len(data) == limit else 0]
+    print(json.dumps({"text": taken.decode(errors="replace"), "offset": offset + len(taken), "status": found[0]}))
+    return 0
+
+
 def result(base: str, node: int, job: int, wait: float) -> int:
     """Wait up to ``wait`` seconds for node ``node``'s part of ``job`` to end, then print it as
     JSON: status, exit code, whether it ended more than ``KEEP_SECONDS`` ago (``expired``), for a
@@ -205,8 +227,9 @@ def result(base: str, node: int, job: int, wait: float) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``jobqueue.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL | result ID WAIT`` (run
-    by its path)."""
+    """``jobqueue.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL | read ID@OFFSET LIMIT |
+    result ID WAIT`` (run by its path). (``read``'s ``ID@OFFSET`` is one word so that a tool of
+    before ``read`` fails on it at once, exit 1, and its caller falls back to ``follow``.)"""
     base, node, what, rest = argv[1], int(argv[2]), argv[3], argv[4:]
     if what == "rows":
         print(json.dumps(rows(base, node)))
@@ -214,6 +237,9 @@ def main(argv: list[str]) -> int:
     if what == "cancel":
         print(json.dumps(cancel(base, node, None if rest == ["all"] else [int(x) for x in rest])))
         return 0
+    if what == "read":
+        job, offset = rest[0].split("@")
+        return read(base, node, int(job), int(offset), int(rest[1]))
     if what == "result":
         return result(base, node, int(rest[0]), float(rest[1]))
     return follow(base, node, int(rest[0]), keep_following=rest[1] == "1", tail=int(rest[2]))

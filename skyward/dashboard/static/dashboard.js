@@ -121,17 +121,36 @@ async function clusters() {
     "no price known (Local and SSH hosts cost nothing here)";
 }
 
+// The pools of running scripts that opted in (their snapshots), with their tasks per second.
+async function pools() {
+  const found = await api("/api/pools");
+  if (found.error) return say(found.error, true);
+  fill("pools", found.map((p) => {
+    const ready = p.nodes.filter((n) => n.stage === "ready").length;
+    const rate = el("span", null, "rate");
+    rate.append(Number(p.tasks_per_second).toFixed(1) + " ", spark("pool " + p.pid + " " + p.pool, p.tasks_per_second, null));
+    return [p.script || "-", p.pid, p.pool, p.provider, ready + " of " + p.nodes.length + " ready",
+            p.running + " running, " + p.done + " done, " + p.failed + " failed", rate, ago(p.started)];
+  }));
+}
+
+async function home() {
+  await Promise.all([clusters(), pools()]);
+}
+
 // The last minutes of CPU % per node, drawn as a small SVG line (no library).
 const HISTORY = {};
 const SVG = "http://www.w3.org/2000/svg";
 
-function spark(node, cpu) {
-  const points = (HISTORY[node] = (HISTORY[node] || []).concat([cpu]).slice(-60));
+// (``top``: the value drawn at the top; null: the highest of the points shown)
+function spark(key, value, top) {
+  const points = (HISTORY[key] = (HISTORY[key] || []).concat([value]).slice(-60));
+  const high = top || Math.max(1, ...points);
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("viewBox", "0 0 120 24");
   svg.setAttribute("class", "spark");
   const line = document.createElementNS(SVG, "polyline");
-  line.setAttribute("points", points.map((v, i) => (i * 2) + "," + (23 - v * 0.22).toFixed(1)).join(" "));
+  line.setAttribute("points", points.map((v, i) => (i * 2) + "," + (23 - v * 22 / high).toFixed(1)).join(" "));
   svg.append(line);
   return svg;
 }
@@ -161,7 +180,7 @@ async function cluster() {
     dollars(c.cost_so_far) + " so far");
   document.getElementById("actions").replaceChildren(clusterButtons(c.name, c.status));
   fill("nodes", c.nodes.map((n) => n.state === "up" ?
-    [n.node, n.host, badge("up"), n.cpu.toFixed(1) + " %", spark(n.node, n.cpu),
+    [n.node, n.host, badge("up"), n.cpu.toFixed(1) + " %", spark("node " + n.node, n.cpu, 100),
      bytes(n.memory_used) + " of " + bytes(n.memory_total)] :
     [n.node, n.host, badge(n.state || c.status), null, null, n.why || null]));
   if (c.jobs.error) say(c.jobs.error, true);
@@ -217,7 +236,7 @@ function setUpJob() {
   });
 }
 
-const REFRESH = {clusters: [clusters, 3000], cluster: [cluster, 3000], jobs: [jobs, 3000], job: [log, 1000]};
+const REFRESH = {clusters: [home, 3000], cluster: [cluster, 3000], jobs: [jobs, 3000], job: [log, 1000]};
 let busy = false;
 
 async function refresh() {
