@@ -95,6 +95,57 @@ def test_torch_ddp_allreduces_across_the_allocation(slurm) -> None:
         assert world() @ pool == [(0, 2, 3.0, head), (1, 2, 3.0, head)]
 
 
+@sky.compute
+def nap(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+def _job(slurm, pool) -> str:
+    return next(line.split()[0] for line in slurm.jobs() if line.split()[1] == f"skyward-{pool.id}")
+
+
+def test_an_allocation_that_reaches_its_time_limit_raises_slurm_time_limit(slurm) -> None:
+    # Slurm's smallest limit is a minute: the test lowers the running job's limit to zero, and
+    # Slurm ends the job by its own time-limit check (state TIMEOUT), as at the end of a real one.
+    with sky.ComputePool(provider=sky.Slurm(time="10:00"), nodes=2, console=False) as pool:
+        job = _job(slurm, pool)
+        napping = nap(300) > pool
+        assert slurm.run("scontrol", "update", f"JobId={job}", "TimeLimit=0").returncode == 0
+        with pytest.raises(sky.SlurmTimeLimit) as caught:
+            napping.result(timeout=90)
+        assert caught.value.job == job and caught.value.limit == "00:00:00"
+        assert "time limit" in str(caught.value) and "sky.Slurm(time=" in str(caught.value)
+        with pytest.raises(sky.SlurmTimeLimit):
+            where() @ pool
+
+
+def test_a_failed_node_is_named_and_replace_lost_brings_nodes_back_in_new_allocations(slurm) -> None:
+    failed = slurm.nodes[1]
+    with sky.ComputePool(provider=sky.Slurm(), nodes=2, replace_lost=True, console=False, start_timeout=60) as pool:
+        first = _job(slurm, pool)
+        napping = nap(300) > pool
+        try:
+            # A node's slurmd dies; slurmctld would mark the node DOWN after SlurmdTimeout (and the
+            # job NODE_FAIL): the test says so at once.
+            slurm.kill_slurmd(failed)
+            assert slurm.run("scontrol", "update", f"NodeName={failed}", "State=DOWN",
+                             "Reason=slurmd-killed").returncode == 0
+            with pytest.raises(sky.WorkerLost) as caught:
+                napping.result(timeout=60)
+            assert f"Slurm job {first} is NODE_FAIL" in str(caught.value)
+            assert f"{failed} is DOWN" in str(caught.value) and "slurmd-killed" in str(caught.value)
+            pool.wait_ready(timeout=60)
+            assert where() @ pool == [(slurm.nodes[0], slurm.nodes[0], 0), (slurm.nodes[0], slurm.nodes[0], 1)]
+            jobs = [line.split() for line in slurm.jobs()]
+            assert len(jobs) == 2 and first not in {j[0] for j in jobs}
+            assert {j[1] for j in jobs} == {f"skyward-{pool.id}"}
+        finally:
+            slurm.start_slurmd(failed)  # (it registers; Slurm returns the node to service)
+    slurm.wait_idle()
+
+
 def test_an_unknown_partition_is_refused_naming_it_and_the_partitions(slurm) -> None:
     with pytest.raises(sky.ConfigError) as caught:
         with sky.ComputePool(provider=sky.Slurm(partition="nope"), nodes=1, console=False):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyward import events as ev
-from skyward.errors import ConnectionLost, WorkerLost
+from skyward.errors import ConnectionLost, SkywardError, WorkerLost
 from skyward.messages import Fatal, RemoteFailure
 from skyward.pool import worker_log
 from skyward.pool.liveness import Liveness, confirm_gone
@@ -67,8 +67,10 @@ class NodeConnection:
     alive: bool = True
     closing: bool = False
     said_bye: bool = False
-    #: Why the worker is gone, once that is settled (see :meth:`loss`).
-    lost: WorkerLost | None = None
+    #: Why the worker is gone, once that is settled (see :meth:`loss`): a WorkerLost, or what
+    #: ``explain`` (the provider's :meth:`~skyward.providers.base.Provider.explain_loss`) says.
+    lost: SkywardError | None = None
+    explain: Callable[[WorkerLost], SkywardError | None] | None = None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -275,7 +277,7 @@ class NodeConnection:
         self.emit(ev.NodeLog(self.node, line))
 
     # -- loss ----------------------------------------------------------------------------------
-    def loss(self) -> WorkerLost:
+    def loss(self) -> SkywardError:
         """Why the worker is not running. Called once ``alive`` is False: the loss may have just
         been noticed by another thread, which is still reading the exit code, so this waits
         (seconds at most) until it is settled; every caller gets the same error, exit code
@@ -302,8 +304,13 @@ class NodeConnection:
         if self._threads[1].ident is not None:  # (a worker lost as it starts: not yet running)
             self._threads[1].join(0.5)
         what = f"{reason} while running {len(tasks)} task(s)" if tasks else reason
-        self.lost = WorkerLost(self.node, what, exit_code=exit_code, log_tail=list(self.tail),
-                               local_rank=self.local_rank if self.processes > 1 else None)
+        lost: SkywardError = WorkerLost(self.node, what, exit_code=exit_code, log_tail=list(self.tail),
+                                        local_rank=self.local_rank if self.processes > 1 else None)
+        if self.explain is not None and not self.closing:  # (a batch scheduler may know why)
+            with contextlib.suppress(Exception):
+                lost = self.explain(lost) or lost  # type: ignore[arg-type]
+                what = lost.reason if isinstance(lost, WorkerLost) else str(lost)
+        self.lost = lost
         self._settled.set()
         if not self.ready.done():
             self.ready.set_exception(self.lost)

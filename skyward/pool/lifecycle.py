@@ -139,7 +139,7 @@ class Nodes:
                 connections.append(NodeConnection(inst.node, transport.host,
                                                   self._open(inst, transport, launch, local_rank), emit,
                                                   self._listening, spin=self._spin, local_rank=local_rank,
-                                                  processes=self.processes))
+                                                  processes=self.processes, explain=self.provider.explainer(inst)))
         head_port = self.provider.rendezvous_port(self.spec)
         ordered = sorted(everyone, key=lambda i: i.node)
         peers = tuple(Peer(i.node, i.private_addr) for i in ordered)
