@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,4 +182,40 @@ def test_a_queued_allocation_says_why_and_is_cancelled_at_start_timeout(slurm) -
         assert seen and "Resources" in seen[0] and "1st in the queue" in seen[0]
         assert [line.split()[1] for line in slurm.jobs()] == ["blocker"]
     finally:
+        slurm.run("scancel", "--name=blocker")
+
+
+CLIENT = """
+import skyward as sky
+
+with sky.ComputePool(provider=sky.Slurm(), nodes=2, start_timeout=300):
+    pass
+"""
+
+
+def test_ctrl_c_while_the_allocation_is_queued_cancels_it(slurm, tmp_path) -> None:
+    blocker = slurm.run("salloc", "--no-shell", "--exclusive", f"--nodes={len(slurm.nodes)}", "--job-name=blocker")
+    assert blocker.returncode == 0, blocker.stderr
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT)
+    env = {**slurm.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    client = subprocess.Popen([sys.executable, str(script)], env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in client.stderr:  # the console's line for the queued request: Slurm's reason
+            seen.append(line)
+            if "queued in Slurm as job" in line:
+                break
+        assert "Resources" in seen[-1], seen
+        assert any(line.split()[1].startswith("skyward-") for line in slurm.jobs())
+        client.send_signal(signal.SIGINT)
+        rest = client.stderr.read()
+        assert client.wait(60) != 0
+        assert "interrupted" in rest and "nothing left running" in rest, rest
+        assert [line.split()[1] for line in slurm.jobs()] == ["blocker"]  # (nothing left to wait on)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
         slurm.run("scancel", "--name=blocker")
