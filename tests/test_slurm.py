@@ -18,7 +18,7 @@ import pytest
 
 import skyward as sky
 from skyward import events as ev
-from tests import slurm_cluster
+from tests import leftovers, slurm_cluster
 
 pytestmark = pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.which("munged") is None,
                                 reason="Slurm's packages (slurmctld, slurmd, slurm-client, munge) are not installed")
@@ -219,3 +219,46 @@ def test_ctrl_c_while_the_allocation_is_queued_cancels_it(slurm, tmp_path) -> No
             client.kill()
             client.wait()
         slurm.run("scancel", "--name=blocker")
+
+
+TASK = """\
+name: ranks
+num_nodes: 2
+resources:
+  infra: slurm/{partition}
+run: |
+  echo "rank $SKYPILOT_NODE_RANK of $SKYPILOT_NUM_NODES on $SLURMD_NODENAME"
+"""
+
+
+@pytest.mark.parametrize("how", ["infra", "flag"])
+def test_a_two_node_task_file_runs_on_slurm(slurm, tmp_path, how) -> None:
+    task = tmp_path / "task.yaml"
+    if how == "infra":  # resources.infra: slurm/PARTITION, as SkyPilot writes it
+        task.write_text(TASK.format(partition=slurm.partition))
+        flags = []
+    else:  # skyward launch --infra slurm task.yaml, the file naming no infra
+        task.write_text(TASK.replace("resources:\n  infra: slurm/{partition}\n", ""))
+        flags = ["--infra", "slurm"]
+    env = {**slurm.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-m", "skyward.cli", "launch", str(task), "-y", *flags], env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    where = f"Slurm partition {slurm.partition}" if how == "infra" else "the default Slurm partition"
+    assert f"2 node(s) of {where}" in done.stdout
+    for rank, node in enumerate(slurm.nodes):
+        assert f"rank {rank} of 2 on {node}" in done.stdout + done.stderr
+
+
+@pytest.fixture
+def own_home(monkeypatch) -> Iterator[str]:
+    with leftovers.cluster_home(monkeypatch, "skyslurm") as path:
+        yield path
+
+
+def test_a_named_cluster_on_slurm_is_refused_before_anything_is_queued(slurm, own_home) -> None:
+    with pytest.raises(sky.ConfigError) as caught:
+        with sky.ComputePool(provider=sky.Slurm(), nodes=1, name="on-slurm", console=False):
+            pass
+    assert caught.value.parameter == "name" and caught.value.got == "on-slurm"
+    assert slurm.jobs() == []

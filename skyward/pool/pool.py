@@ -168,7 +168,8 @@ class ComputePool(PoolCalls):
         self.task_id = f"skyward-{time.strftime('%Y%m%d-%H%M%S')}-{self.id}"
         self.spec = PoolSpec(self.id, self.min_nodes, self.accelerator, self.concurrency,
                              max_nodes=self.max_nodes if self.elastic else None)
-        self.provider.validate(self.spec)
+        self.provider.validate(PoolSpec(self.id, self.min_nodes, self.accelerator, self.concurrency, cluster=self.name,
+                                        max_nodes=self.spec.max_nodes))  # (which may refuse a named cluster)
 
         self._subscribers: list[Callable[[ev.Event], None]] = []
         self._console_attached = bool(options.console)

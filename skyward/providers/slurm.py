@@ -96,6 +96,9 @@ class Slurm(Provider):
         if missing:
             raise ConfigError("provider", "a machine where Slurm's commands (" + ", ".join(COMMANDS) + ") are on "
                               "PATH: a login node of the cluster", f"sky.Slurm() without {', '.join(missing)}")
+        if spec.cluster is not None:
+            raise ConfigError("name", "None with sky.Slurm() (named clusters are not on Slurm yet: the allocation "
+                              "would outlive the client unwatched)", spec.cluster)
         if spec.max_nodes is not None:
             raise ConfigError("nodes", "a fixed number of nodes with sky.Slurm() (elastic pools are not supported "
                               "on Slurm yet)", (spec.nodes, spec.max_nodes))
