@@ -262,3 +262,18 @@ def test_a_named_cluster_on_slurm_is_refused_before_anything_is_queued(slurm, ow
             pass
     assert caught.value.parameter == "name" and caught.value.got == "on-slurm"
     assert slurm.jobs() == []
+
+
+@pytest.mark.parametrize(("flags", "accepted"), [
+    ({"infra": "gcp"}, "a provider Skyward has"),
+    ({"infra": "slurm/a/b"}, "slurm/PARTITION"),
+    ({"infra": "slurm", "provider": "aws"}, "--infra or --provider, not both"),
+])
+def test_a_bad_infra_flag_is_refused_naming_it(tmp_path, flags, accepted) -> None:
+    from skyward.launch import plan
+
+    task = tmp_path / "task.yaml"
+    task.write_text("run: echo\n")
+    with pytest.raises(sky.ConfigError) as caught:
+        plan(str(task), **flags)
+    assert "--infra" in str(caught.value) and accepted in str(caught.value)
