@@ -267,7 +267,7 @@ class Slurm(Provider):
         if state == "TIMEOUT" or reason == "TimeLimit":
             return SlurmTimeLimit(job, fields.get("TimeLimit", self.time), node=lost.node)
         said = f"Slurm job {job} is {state}" + ("" if reason == "None" else f" ({reason})")
-        down = [f"{n} is {f.get('State')} ({f.get('Reason', '')})" for n, f in _nodes(fields.get("NodeList", "")).items()
+        down = [f"{n} is {f.get('State')} ({f.get('Reason', '')})" for n, f in _nodes(fields.get("NodeList", ""), 10).items()
                 if any(word in f.get("State", "") for word in ("DOWN", "FAIL", "DRAIN"))]
         said += "".join(f"; {d}" for d in down)
         return WorkerLost(lost.node, f"{lost.reason} on Slurm node {name}; {said}", exit_code=lost.exit_code,
@@ -316,16 +316,16 @@ def job_of(instance: Instance) -> str:
 
 def _job_fields(job: str) -> dict[str, str]:
     """``scontrol show job``'s fields of ``job`` (empty once Slurm has forgotten it)."""
-    out = _run(["scontrol", "show", "job", "--oneliner", job]).stdout
+    out = _run(["scontrol", "show", "job", "--oneliner", job], timeout=10).stdout
     return dict(f.split("=", 1) for f in out.split() if "=" in f)
 
 
-def _nodes(nodelist: str) -> dict[str, dict[str, str]]:
+def _nodes(nodelist: str, timeout: float = 60.0) -> dict[str, dict[str, str]]:
     """``scontrol show node``'s fields of each node of ``nodelist`` (Slurm's ``h[1-2]`` form
     or names joined by commas), by name."""
     if not nodelist or nodelist == "(null)":
         return {}
-    out = _run(["scontrol", "show", "node", "--oneliner", nodelist]).stdout
+    out = _run(["scontrol", "show", "node", "--oneliner", nodelist], timeout=timeout).stdout
     found = {}
     for line in out.splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
