@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         RemoteError,
         SerializationError,
         SkywardError,
+        SlurmTimeLimit,
         TaskCancelled,
         TaskTimeout,
         WorkerLost,
@@ -98,7 +99,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(
         [
             "BootstrapError", "CapacityError", "ClusterBusy", "ClusterError", "CommandFailed", "ConfigError", "ConnectionLost", "DeviceError", "PluginError",
-            "ProvisionError", "RemoteError", "SerializationError", "SkywardError", "TaskCancelled",
+            "ProvisionError", "RemoteError", "SerializationError", "SkywardError", "SlurmTimeLimit", "TaskCancelled",
             "TaskTimeout", "WorkerLost",
         ],
         "skyward.errors",

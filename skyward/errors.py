@@ -253,6 +253,21 @@ class WorkerLost(ConnectionLost):
     """A worker process died or stopped answering heartbeats while it had work."""
 
 
+class SlurmTimeLimit(SkywardError):
+    """A Slurm pool's allocation (job ``job``) reached its time limit ``limit`` (as Slurm shows it,
+    ``"01:00:00"``) and Slurm ended its workers; ``node``: the pool's node that saw it. Not a lost
+    node: never replaced nor retried (a new allocation would outrun the limit asked for)."""
+
+    def __init__(self, job: str, limit: str, node: int | None = None):
+        self.job, self.limit, self.node = job, limit, node
+        super().__init__(f"Slurm job {job} reached its time limit ({limit}) and Slurm ended its workers"
+                         + (f" (seen on node {node})" if node is not None else "")
+                         + ": ask for a longer sky.Slurm(time=...), within the partition's MaxTime")
+
+    def __reduce__(self):
+        return (type(self), (self.job, self.limit, self.node))
+
+
 class RemoteError(SkywardError):
     """A task raised an exception whose type cannot be rebuilt on the client, or ended by an
     exception that is not an ``Exception``: ``sys.exit("msg")`` in a task is a RemoteError with

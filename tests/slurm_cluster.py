@@ -48,6 +48,9 @@ class SlurmCluster:
     addrs: dict[str, str]
     partition: str = PARTITION
     daemons: list[subprocess.Popen] = field(default_factory=list)
+    #: Each node's slurmd command (entering its host's namespaces), and its running slurmd.
+    slurmd_argv: dict[str, list[str]] = field(default_factory=dict)
+    slurmds: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
@@ -93,6 +96,19 @@ class SlurmCluster:
         while (left := self.workers()) and time.monotonic() < deadline:
             time.sleep(0.1)
         return left
+
+    def start_slurmd(self, node: str) -> None:
+        """Start ``node``'s slurmd (again: it registers, and Slurm returns the node to service)."""
+        log = open(self.base / "daemons.log", "ab")  # noqa: SIM115 - the daemon's own stdio
+        proc = subprocess.Popen(self.slurmd_argv[node], stdout=log, stderr=log, env=self.env, start_new_session=True)
+        self.slurmds[node] = proc
+        self.daemons.append(proc)
+
+    def kill_slurmd(self, node: str) -> None:
+        """SIGKILL ``node``'s slurmd, as a crash would (its job steps' slurmstepd stay)."""
+        proc = self.slurmds[node]
+        proc.kill()
+        proc.wait(10)
 
     def logs(self) -> str:
         parts = []
@@ -211,8 +227,8 @@ def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str]]) -> Slur
         for name, _ip, netns in hosts:
             enter = (["nsenter", f"--target={netns[4:]}", "--net", "--uts"] if netns.startswith("pid:")
                      else ["nsenter", f"--net={netns}"])
-            cluster.daemons.append(subprocess.Popen([*enter, "slurmd", "-D", "-N", name], stdout=log, stderr=log,
-                                                    env=env, start_new_session=True))
+            cluster.slurmd_argv[name] = [*enter, "slurmd", "-D", "-N", name]
+            cluster.start_slurmd(name)
         cluster.wait_idle()
     except BaseException:
         cluster.stop()

@@ -32,7 +32,7 @@ def test_every_public_name_is_in_the_api_reference() -> None:
     assert modules == {"errors", "events"}
     errors = {n for n in sky.__all__ if n.endswith("Error") or n in ("ConnectionLost", "WorkerLost",
                                                                        "TaskCancelled", "TaskTimeout", "CommandFailed",
-                                                                       "ClusterBusy", "JobFailed", "JobTimeout")}
+                                                                       "ClusterBusy", "JobFailed", "JobTimeout", "SlurmTimeLimit")}
     wanted = {n for n in sky.__all__ if n not in ("__version__", "plugins", "integrations")} - errors
     wanted |= {n for n in skyward.plugins.__all__} | set(skyward.providers.__all__)
     wanted.add("torch")  # sky.integrations.torch

@@ -11,7 +11,7 @@ import skyward as sky
 PUBLIC = [
     "AWS", "BootstrapError", "CapacityError", "ClusterBusy", "ClusterError", "PoolInfo", "CommandFailed", "CommandResult", "ComputeFunction", "ComputePool", "ConfigError", "DeviceError",
     "ConnectionLost", "Image", "InstanceInfo", "Job", "JobError", "JobFailed", "JobTimeout", "Local", "PendingCompute", "PendingGather", "Peer",
-    "Plugin", "PluginError", "Preemption", "ProvisionError", "RemoteError", "SSH", "Secret", "Slurm", "SerializationError", "SkywardError",
+    "Plugin", "PluginError", "Preemption", "ProvisionError", "RemoteError", "SSH", "Secret", "Slurm", "SerializationError", "SkywardError", "SlurmTimeLimit",
     "TaskCancelled", "TaskTimeout", "WorkerLost", "__version__", "compute", "gather", "instance_info", "integrations", "jobs", "on_preempt", "plugins",
     "shard", "shell", "silent", "stderr", "stdout",
 ]

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +18,7 @@ import pytest
 
 import skyward as sky
 from skyward import events as ev
-from tests import slurm_cluster
+from tests import leftovers, slurm_cluster
 
 pytestmark = pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.which("munged") is None,
                                 reason="Slurm's packages (slurmctld, slurmd, slurm-client, munge) are not installed")
@@ -95,6 +98,57 @@ def test_torch_ddp_allreduces_across_the_allocation(slurm) -> None:
         assert world() @ pool == [(0, 2, 3.0, head), (1, 2, 3.0, head)]
 
 
+@sky.compute
+def nap(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+def _job(slurm, pool) -> str:
+    return next(line.split()[0] for line in slurm.jobs() if line.split()[1] == f"skyward-{pool.id}")
+
+
+def test_an_allocation_that_reaches_its_time_limit_raises_slurm_time_limit(slurm) -> None:
+    # Slurm's smallest limit is a minute: the test lowers the running job's limit to zero, and
+    # Slurm ends the job by its own time-limit check (state TIMEOUT), as at the end of a real one.
+    with sky.ComputePool(provider=sky.Slurm(time="10:00"), nodes=2, console=False) as pool:
+        job = _job(slurm, pool)
+        napping = nap(300) > pool
+        assert slurm.run("scontrol", "update", f"JobId={job}", "TimeLimit=0").returncode == 0
+        with pytest.raises(sky.SlurmTimeLimit) as caught:
+            napping.result(timeout=90)
+        assert caught.value.job == job and caught.value.limit == "00:00:00"
+        assert "time limit" in str(caught.value) and "sky.Slurm(time=" in str(caught.value)
+        with pytest.raises(sky.SlurmTimeLimit):
+            where() @ pool
+
+
+def test_a_failed_node_is_named_and_replace_lost_brings_nodes_back_in_new_allocations(slurm) -> None:
+    failed = slurm.nodes[1]
+    with sky.ComputePool(provider=sky.Slurm(), nodes=2, replace_lost=True, console=False, start_timeout=60) as pool:
+        first = _job(slurm, pool)
+        napping = nap(300) > pool
+        try:
+            # A node's slurmd dies; slurmctld would mark the node DOWN after SlurmdTimeout (and the
+            # job NODE_FAIL): the test says so at once.
+            slurm.kill_slurmd(failed)
+            assert slurm.run("scontrol", "update", f"NodeName={failed}", "State=DOWN",
+                             "Reason=slurmd-killed").returncode == 0
+            with pytest.raises(sky.WorkerLost) as caught:
+                napping.result(timeout=60)
+            assert f"Slurm job {first} is NODE_FAIL" in str(caught.value)
+            assert f"{failed} is DOWN" in str(caught.value) and "slurmd-killed" in str(caught.value)
+            pool.wait_ready(timeout=60)
+            assert where() @ pool == [(slurm.nodes[0], slurm.nodes[0], 0), (slurm.nodes[0], slurm.nodes[0], 1)]
+            jobs = [line.split() for line in slurm.jobs()]
+            assert len(jobs) == 2 and first not in {j[0] for j in jobs}
+            assert {j[1] for j in jobs} == {f"skyward-{pool.id}"}
+        finally:
+            slurm.start_slurmd(failed)  # (it registers; Slurm returns the node to service)
+    slurm.wait_idle()
+
+
 def test_an_unknown_partition_is_refused_naming_it_and_the_partitions(slurm) -> None:
     with pytest.raises(sky.ConfigError) as caught:
         with sky.ComputePool(provider=sky.Slurm(partition="nope"), nodes=1, console=False):
@@ -129,3 +183,97 @@ def test_a_queued_allocation_says_why_and_is_cancelled_at_start_timeout(slurm) -
         assert [line.split()[1] for line in slurm.jobs()] == ["blocker"]
     finally:
         slurm.run("scancel", "--name=blocker")
+
+
+CLIENT = """
+import skyward as sky
+
+with sky.ComputePool(provider=sky.Slurm(), nodes=2, start_timeout=300):
+    pass
+"""
+
+
+def test_ctrl_c_while_the_allocation_is_queued_cancels_it(slurm, tmp_path) -> None:
+    blocker = slurm.run("salloc", "--no-shell", "--exclusive", f"--nodes={len(slurm.nodes)}", "--job-name=blocker")
+    assert blocker.returncode == 0, blocker.stderr
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT)
+    env = {**slurm.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    client = subprocess.Popen([sys.executable, str(script)], env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in client.stderr:  # the console's line for the queued request: Slurm's reason
+            seen.append(line)
+            if "queued in Slurm as job" in line:
+                break
+        assert "Resources" in seen[-1], seen
+        assert any(line.split()[1].startswith("skyward-") for line in slurm.jobs())
+        client.send_signal(signal.SIGINT)
+        rest = client.stderr.read()
+        assert client.wait(60) != 0
+        assert "interrupted" in rest and "nothing left running" in rest, rest
+        assert [line.split()[1] for line in slurm.jobs()] == ["blocker"]  # (nothing left to wait on)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+        slurm.run("scancel", "--name=blocker")
+
+
+TASK = """\
+name: ranks
+num_nodes: 2
+resources:
+  infra: slurm/{partition}
+run: |
+  echo "rank $SKYPILOT_NODE_RANK of $SKYPILOT_NUM_NODES on $SLURMD_NODENAME"
+"""
+
+
+@pytest.mark.parametrize("how", ["infra", "flag"])
+def test_a_two_node_task_file_runs_on_slurm(slurm, tmp_path, how) -> None:
+    task = tmp_path / "task.yaml"
+    if how == "infra":  # resources.infra: slurm/PARTITION, as SkyPilot writes it
+        task.write_text(TASK.format(partition=slurm.partition))
+        flags = []
+    else:  # skyward launch --infra slurm task.yaml, the file naming no infra
+        task.write_text(TASK.replace("resources:\n  infra: slurm/{partition}\n", ""))
+        flags = ["--infra", "slurm"]
+    env = {**slurm.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-m", "skyward.cli", "launch", str(task), "-y", *flags], env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    where = f"Slurm partition {slurm.partition}" if how == "infra" else "the default Slurm partition"
+    assert f"2 node(s) of {where}" in done.stdout
+    for rank, node in enumerate(slurm.nodes):
+        assert f"rank {rank} of 2 on {node}" in done.stdout + done.stderr
+
+
+@pytest.fixture
+def own_home(monkeypatch) -> Iterator[str]:
+    with leftovers.cluster_home(monkeypatch, "skyslurm") as path:
+        yield path
+
+
+def test_a_named_cluster_on_slurm_is_refused_before_anything_is_queued(slurm, own_home) -> None:
+    with pytest.raises(sky.ConfigError) as caught:
+        with sky.ComputePool(provider=sky.Slurm(), nodes=1, name="on-slurm", console=False):
+            pass
+    assert caught.value.parameter == "name" and caught.value.got == "on-slurm"
+    assert slurm.jobs() == []
+
+
+@pytest.mark.parametrize(("flags", "accepted"), [
+    ({"infra": "gcp"}, "a provider Skyward has"),
+    ({"infra": "slurm/a/b"}, "slurm/PARTITION"),
+    ({"infra": "slurm", "provider": "aws"}, "--infra or --provider, not both"),
+])
+def test_a_bad_infra_flag_is_refused_naming_it(tmp_path, flags, accepted) -> None:
+    from skyward.launch import plan
+
+    task = tmp_path / "task.yaml"
+    task.write_text("run: echo\n")
+    with pytest.raises(sky.ConfigError) as caught:
+        plan(str(task), **flags)
+    assert "--infra" in str(caught.value) and accepted in str(caught.value)

@@ -3,7 +3,8 @@
 ::
 
     skyward launch [-c NAME [-i MIN] [--down] [-d]] [TASK.yaml | COMMAND] [--num-nodes N] [--gpus L4:2]
-                   [--cpus 8+] [--memory 32+] [--provider local|ssh|aws] [--hosts user@h1,user@h2]
+                   [--cpus 8+] [--memory 32+] [--provider local|ssh|aws|slurm]
+                   [--infra slurm/PARTITION] [--hosts user@h1,user@h2]
                    [--env K[=V]]... [--env-file F] [--secret K[=V]]... [--workdir D | --git-url U [--git-ref R]]
                    [--dryrun] [-y]
     skyward exec NAME TASK.yaml|COMMAND [-d] [the task flags]     skyward status [NAME...] [-r] [-o json]
@@ -101,9 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "resources.accelerators)")
     launch.add_argument("--cpus", metavar="N[+]", help="vCPUs per node, e.g. 8 or 8+ (at least)")
     launch.add_argument("--memory", metavar="N[+]", help="GiB of memory per node, e.g. 32+")
-    launch.add_argument("--provider", default=None, metavar="{local,ssh,aws}",
+    launch.add_argument("--provider", default=None, metavar="{local,ssh,aws,slurm}",
                         help="where the nodes come from (default: the one resources.infra names, else local, "
                              "this machine)")
+    launch.add_argument("--infra", default=None, metavar="PROVIDER[/REGION]",
+                        help="SkyPilot's spelling of --provider, with a region: aws/us-east-1, slurm/PARTITION")
     launch.add_argument("--hosts", default="", metavar="H1,H2", help="SSH hosts, e.g. user@h1,user@h2 "
                                                                     "(with --provider ssh)")
     launch.add_argument("--dryrun", action="store_true", help="print the plan and start nothing")
@@ -278,11 +281,11 @@ def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from skyward.errors import ConfigError, SkywardError
     from skyward.launch import execute
 
-    args.provider_given = args.provider is not None
+    args.provider_given = args.provider is not None or args.infra is not None
     try:
         cluster = cluster_pool_args(args)
         p = task_plan(args, args.num_nodes, gpus=args.gpus, cpus=args.cpus, memory=args.memory,
-                      provider=args.provider, hosts=[h for h in args.hosts.split(",") if h.strip()])
+                      provider=args.provider, infra=args.infra, hosts=[h for h in args.hosts.split(",") if h.strip()])
         out.write(p.describe() + "\n")
     except ConfigError as exc:
         err.write(f"skyward: error: {exc}\n")

@@ -8,6 +8,7 @@ file's are reported together.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from skyward.errors import ConfigError
 
 __all__ = ["MASK", "PROVIDERS", "assignment", "check_flags", "describe_stage", "entrypoint", "read_entry", "read_env_file", "stage", "workdir_flags"]
 
-PROVIDERS = ("local", "ssh", "aws")
+PROVIDERS = ("local", "ssh", "aws", "slurm")
 MASK = "***"
 
 
@@ -96,8 +97,9 @@ def workdir_flags(tasks: list[Any], found: Any, workdir: str | None, git_url: st
 
 
 def check_flags(found: Any, provider: str | None, num_nodes: int | None, gpus: str | None, cpus: str | None,
-                 memory: str | None, hosts: Sequence[str]) -> dict[str, Any]:
-    """The command line's values, each bad one added to ``found``."""
+                 memory: str | None, hosts: Sequence[str], infra: str | None = None) -> dict[str, Any]:
+    """The command line's values, each bad one added to ``found``. ``infra``: SkyPilot's
+    ``--infra PROVIDER[/REGION]`` (``slurm/PARTITION``), in place of ``provider``."""
     from skyward.launch.taskfile.file import parse_minimum
     from skyward.accelerators import parse_accelerator
 
@@ -110,6 +112,16 @@ def check_flags(found: Any, provider: str | None, num_nodes: int | None, gpus: s
 
     if provider is not None and provider not in PROVIDERS:
         found.problem("--provider", "one of " + ", ".join(PROVIDERS), provider)
+    region = None
+    if infra is not None:
+        head, _, region = infra.strip().partition("/")
+        if provider is not None:
+            found.problem("--infra", "--infra or --provider, not both", infra)
+        elif head.lower() not in PROVIDERS or "/" in region:
+            found.problem("--infra", "PROVIDER[/REGION] with a provider Skyward has (" + ", ".join(PROVIDERS)
+                          + "), e.g. aws/us-east-1 or slurm/PARTITION", infra)
+        else:
+            provider = head.lower()
     if num_nodes is not None and (isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1):
         found.problem("--num-nodes", "an integer >= 1", num_nodes)
         num_nodes = None
@@ -125,7 +137,7 @@ def check_flags(found: Any, provider: str | None, num_nodes: int | None, gpus: s
     if gpus is not None:
         gpus = str(parse_accelerator(gpus))
     return {"provider": provider, "nodes": num_nodes, "gpus": gpus, "cpus": cpus, "memory": memory,
-            "hosts": host_list}
+            "hosts": host_list, "region": region or None}
 
 
 def stage(task: Any, where: str, name: str, found: Any, flags: Mapping[str, Any], overrides: Mapping[str, str],
@@ -148,7 +160,10 @@ def stage(task: Any, where: str, name: str, found: Any, flags: Mapping[str, Any]
     provider = flags["provider"]
     if provider is None and flags["hosts"]:
         provider = "ssh"
-    provider, candidates, processes = choose(task.candidates, provider, flags["gpus"], found, where)
+    options = task.candidates
+    if flags.get("region"):  # (--infra's REGION part: a Slurm partition, an AWS region)
+        options = replace(options, options=tuple(replace(o, region=flags["region"]) for o in options.options))
+    provider, candidates, processes = choose(options, provider, flags["gpus"], found, where)
     nodes = flags["nodes"] or task.num_nodes
     hosts = flags["hosts"]
     if provider == "ssh" and not hosts and flags["provider"] is None:
@@ -235,6 +250,10 @@ def _machines(self: Any) -> str:
                     f"standing in for {self.accelerator}, no cost")
         note = f" (asked: {wanted}; the Local provider runs on this machine as is)" if wanted else ""
         return f"{self.nodes} worker process(es) on this machine, no cost{note}"
+    if self.provider == "slurm":
+        where = f"Slurm partition {self.region}" if self.region else "the default Slurm partition"
+        per_node = f", {self.accelerator} per node (--gres)" if self.accelerator else ""
+        return f"{self.nodes} node(s) of {where}{per_node}, in one allocation"
     if self.provider == "ssh":
         spares = self.hosts[self.nodes:] if self.job_recovery is not None else ()
         return (", ".join(self.hosts[:self.nodes]) + (f" (asked: {wanted})" if wanted else "")

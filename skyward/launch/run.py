@@ -124,6 +124,7 @@ def plan(
     cpus: str | None = None,
     memory: str | None = None,
     provider: str | None = None,
+    infra: str | None = None,
     hosts: Sequence[str] = (),
     env: Sequence[str] = (),
     env_file: str | os.PathLike[str] | None = None,
@@ -135,7 +136,8 @@ def plan(
     ``env`` items are ``K=V`` (or ``K``: the value is taken from ``environ``, default
     ``os.environ``); ``env_file`` holds ``K=V`` lines (``#`` comments, blank lines); ``secrets``
     items are ``K=V`` or ``K`` likewise. A variable the file leaves null must be given.
-    ``provider`` None: the one the file's ``infra`` names, else Local. ``path`` None: the task
+    ``provider`` None: the one the file's ``infra`` names (or ``infra``, SkyPilot's
+    ``--infra PROVIDER[/REGION]``, ``slurm/PARTITION``), else Local. ``path`` None: the task
     is ``command`` (its run block; None: a task that runs nothing, to bring a cluster up).
     ``workdir`` (a local directory) or ``git_url``/``git_ref`` (a repository cloned on every
     node) replace the task's workdir.
@@ -147,7 +149,7 @@ def plan(
     environ = os.environ if environ is None else environ
     title, tasks, found = read_entry(path, command)
     tasks = workdir_flags(tasks, found, workdir, git_url, git_ref)
-    flags = check_flags(found, provider, num_nodes, gpus, cpus, memory, hosts)
+    flags = check_flags(found, provider, num_nodes, gpus, cpus, memory, hosts, infra)
     overrides: dict[str, str] = {}
     if env_file is not None:
         overrides.update(read_env_file(env_file))
@@ -186,6 +188,10 @@ def make_provider(p: LaunchPlan, candidate: Resources | None = None) -> Provider
     if p.provider == "ssh":  # (the hosts beyond num_nodes are spares for job recovery)
         return SSH(list(p.hosts if p.job_recovery is not None else p.hosts[:p.nodes]))
     c = candidate if candidate is not None else (p.candidates[0] if p.candidates else None)
+    if p.provider == "slurm":  # (infra: slurm/PARTITION)
+        from skyward.providers.slurm import Slurm
+
+        return Slurm(partition=(c.region if c is not None else None) or p.region)
     cpus = parse_minimum(p.cpus if c is None else (c.cpus or p.cpus), "--cpus")
     memory = parse_minimum(p.memory if c is None else (c.memory or p.memory), "--memory")
     extra: dict[str, Any] = {}

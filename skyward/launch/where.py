@@ -5,7 +5,7 @@ command line into the provider and the ordered candidates a launch tries, adding
 for every field that provider cannot honour:
 
 * ``--provider`` wins; otherwise a candidate's ``infra``/``cloud`` naming a Skyward provider
-  (aws, ssh) picks it; a cloud Skyward lacks runs on Local, with a warning naming the field.
+  (aws, ssh, slurm: ``slurm/PARTITION``) picks it; a cloud Skyward lacks runs on Local, with a warning naming the field.
 * On Local, an accelerator is stood in for: ``L4:2`` runs 2 worker processes per node, and
   ``SKYPILOT_NUM_GPUS_PER_NODE`` is 2 (one warning line). The first candidate is used.
 * On AWS, candidates are tried in the user's order (``ordered``, accelerator lists) or
@@ -62,6 +62,13 @@ def choose(candidates: Candidates, flag_provider: str | None, gpus: str | None, 
         fitting = (first,)
     if provider == "ssh":
         _ssh_warnings(first, found, where)
+        fitting = (first,)
+    if provider == "slurm":
+        for key in ("disk_size", "disk_tier", "instance_type", "zone", "labels"):
+            if getattr(first, key):
+                found.warn(f"{where}resources.{key}", "not honoured on Slurm (the nodes are the partition's)")
+        if first.use_spot:
+            found.warn(f"{where}resources.use_spot", "not honoured on Slurm (nothing is rented)")
         fitting = (first,)
     for option in fitting:
         _image_warnings(option, provider, found, where)

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyward import events as ev
-from skyward.errors import ConnectionLost, WorkerLost
+from skyward.errors import ConnectionLost, SkywardError, WorkerLost
 from skyward.messages import Fatal, RemoteFailure
 from skyward.pool import ioloop, worker_log
-from skyward.pool.liveness import Liveness, confirm_gone
+from skyward.pool.liveness import Liveness, confirm_gone, exit_status, explained
 from skyward.pool.turns import Reply, Turns
 from skyward.protocol import FrameReader, FrameWriter, Kind, Payload, loads_payload
 from skyward.transport.base import Channel
@@ -70,8 +70,10 @@ class NodeConnection:
     alive: bool = True
     closing: bool = False
     said_bye: bool = False
-    #: Why the worker is gone, once that is settled (see :meth:`loss`).
-    lost: WorkerLost | None = None
+    #: Why the worker is gone, once that is settled (see :meth:`loss`): a WorkerLost, or what
+    #: ``explain`` (the provider's :meth:`~skyward.providers.base.Provider.explain_loss`) says.
+    lost: SkywardError | None = None
+    explain: Callable[[WorkerLost], SkywardError | None] | None = None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -288,7 +290,7 @@ class NodeConnection:
         self.emit(ev.NodeLog(self.node, line))
 
     # -- loss ----------------------------------------------------------------------------------
-    def loss(self) -> WorkerLost:
+    def loss(self) -> SkywardError:
         """Why the worker is not running. Called once ``alive`` is False: the loss may have just
         been noticed by another thread, which is still reading the exit code, so this waits
         (seconds at most) until it is settled; every caller gets the same error, exit code
@@ -305,17 +307,15 @@ class NodeConnection:
             self.alive = False
             tasks, self._tasks = self._tasks, {}
         self._liveness.end()
-        exit_code = None
-        if wait_exit:
-            exit_code = self.channel.wait(2.0) if not self.closing else self.channel.wait(0)
-            if exit_code is None and not self.closing:
-                self.channel.kill()
-                exit_code = self.channel.wait(1.0)
+        exit_code = exit_status(self.channel, closing=self.closing) if wait_exit else None
         # Let the stderr reader drain what the dying process wrote, for the error message.
         self._stderr_done.wait(0.5)
         what = f"{reason} while running {len(tasks)} task(s)" if tasks else reason
-        self.lost = WorkerLost(self.node, what, exit_code=exit_code, log_tail=list(self.tail),
-                               local_rank=self.local_rank if self.processes > 1 else None)
+        lost: SkywardError = WorkerLost(self.node, what, exit_code=exit_code, log_tail=list(self.tail),
+                                        local_rank=self.local_rank if self.processes > 1 else None)
+        if self.explain is not None and not self.closing:  # (a batch scheduler may know why)
+            lost, what = explained(lost, self.explain, what)
+        self.lost = lost
         self._settled.set()
         if not self.ready.done():
             self.ready.set_exception(self.lost)

@@ -33,7 +33,7 @@ from typing import Any
 
 from skyward import events as ev
 from skyward._retry import Backoff, retry
-from skyward.errors import BootstrapError, ConfigError, SkywardError
+from skyward.errors import BootstrapError, ConfigError, SkywardError, WorkerLost
 from skyward.pool.lifecycle import Nodes
 from skyward.pool.queue import TaskQueue
 
@@ -197,8 +197,14 @@ class Elastic:
     # -- lost nodes --------------------------------------------------------------------------
     def _lost(self, node: int, why: str) -> None:
         """A member's worker was lost (called on the thread that noticed: must not block)."""
+        ended = next((c.lost for c in self.nodes.connections if c.node == node and c.lost is not None
+                      and not isinstance(c.lost, WorkerLost)), None)
         with self._changed:
             if node in self._replacing or self._closed.is_set() or not self._started:
+                return
+            if ended is not None:  # the provider named the pool's end (a time limit): not replaced
+                self.error = ended
+                self._changed.notify_all()
                 return
             if self.replace_lost:
                 self._replacing.add(node)

@@ -136,7 +136,7 @@ class Nodes:
                 started[k].append(NodeConnection(inst.node, transport.host,
                                                  self._open(inst, transport, launch, local_rank), emit,
                                                  self._listening, spin=self._spin, local_rank=local_rank,
-                                                 processes=self.processes))
+                                                 processes=self.processes, explain=self.provider.explainer(inst)))
 
         try:
             each(start_node, [(k, *member) for k, member in enumerate(members)], self.parallelism)

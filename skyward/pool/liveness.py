@@ -27,9 +27,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from skyward.protocol import FrameWriter, Kind
 from skyward.transport.base import Channel
+
+if TYPE_CHECKING:
+    from skyward.errors import SkywardError, WorkerLost
 
 #: Seconds the host of a worker that went silent gets to answer, for each of the kill and the
 #: check that it is gone. A host that can be reached answers in milliseconds; one that
@@ -128,3 +132,30 @@ def confirm_gone(channel: Channel, timeout: float = 5.0) -> str | None:
     except ConnectionError as exc:  # not the same thing as "still running": say which
         return (f"not confirmed gone ({exc}); a worker that cannot hear the client stops "
                 f"itself after idle_timeout")
+
+
+def exit_status(channel: Channel, *, closing: bool) -> int | None:
+    """A lost worker's exit code: waited for briefly, the worker killed when it does not exit
+    (not while the pool is closing: then only what is there already)."""
+    if closing:
+        return channel.wait(0)
+    code = channel.wait(2.0)
+    if code is None:
+        channel.kill()
+        code = channel.wait(1.0)
+    return code
+
+
+def explained(lost: WorkerLost, explain: Callable[[WorkerLost], SkywardError | None],
+              what: str) -> tuple[SkywardError, str]:
+    """What the provider says of a loss (a batch scheduler may know why: a time limit, a failed
+    node), with its reason; the plain loss when it says nothing or cannot be asked."""
+    from skyward.errors import WorkerLost as Lost
+
+    try:
+        better = explain(lost)
+    except Exception:  # (asking is best effort: the loss stands as it is)
+        return lost, what
+    if better is None:
+        return lost, what
+    return better, better.reason if isinstance(better, Lost) else str(better)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import sys
 import time
 import uuid
@@ -174,7 +175,7 @@ class ComputePool(PoolCalls):
         self.task_id = f"skyward-{time.strftime('%Y%m%d-%H%M%S')}-{self.id}"
         self.spec = PoolSpec(self.id, self.min_nodes, self.accelerator, self.concurrency,
                              max_nodes=self.max_nodes if self.elastic else None)
-        self.provider.validate(self.spec)
+        self.provider.validate(dataclasses.replace(self.spec, cluster=self.name))  # (which may refuse a named cluster)
 
         self._subscribers: list[Callable[[ev.Event], None]] = []
         self._console_attached = bool(options.console)
@@ -192,8 +193,7 @@ class ComputePool(PoolCalls):
         self._plugins_payload = dumps_payload(list(self.plugins))
         self._nodes = self._make_nodes(Nodes)
         self._nodes.parallelism = options.start_parallelism
-        # A plugin whose around_app joins every worker in one group (torch's process group,
-        # jax.distributed): a new node joins by restarting every worker with it.
+        # A plugin whose around_app joins every worker in one group (torch's, jax's): a new node joins by restarting all.
         self._nodes.join_by_restart = any(p.name in GROUP_PLUGINS for p in self.plugins)
         self._elastic, queue = elastic_parts(options, self._nodes, self._emit)
         self._dispatch = Dispatcher(self._require_open, self.restart_workers, lambda: self._stop(clean=False),

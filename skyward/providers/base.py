@@ -106,6 +106,14 @@ class Provider(ABC):
         :meth:`terminate`. Default: :meth:`terminate` them."""
         self.terminate(instances)
 
+    def explainer(self, instance: Instance) -> Callable[[Any], Any] | None:
+        """How to explain the loss of ``instance``'s worker, for a provider that knows more than
+        the pool does (a batch scheduler that ended the job): a function given the
+        :class:`~skyward.errors.WorkerLost` that returns the error to raise instead (a WorkerLost
+        saying more, whose node ``replace_lost`` replaces; any other error is the pool's end,
+        never replaced) or None to keep it. None (the default): losses are as the pool saw them."""
+        return None
+
     def rendezvous_port(self, spec: PoolSpec) -> int:
         """The port node 0 offers for framework rendezvous (``head_port``)."""
         return 29500

@@ -16,19 +16,28 @@ over a Local worker's pipe. No port is opened; Slurm accounts for the steps and 
 the job. The workers run in the client's own interpreter, which the compute nodes see at the
 same path (a login node and its compute nodes share the filesystem).
 
-Release: ``scancel`` the job, then wait until Slurm no longer runs it.
+Losses: when a worker's step ends, Slurm is asked why (``scontrol show job``): a job ended by
+its time limit (state ``TIMEOUT``) is :class:`~skyward.errors.SlurmTimeLimit`, the pool's end;
+anything else (``NODE_FAIL``, ``PREEMPTED``, a step killed) is a WorkerLost naming the Slurm
+node and the job's state, which ``replace_lost`` replaces: :meth:`Slurm.acquire` asks for a new
+single-node allocation per lost node.
+
+Release: ``scancel`` the job, then wait until Slurm no longer runs it. A node released alone
+(lost, replaced) cancels its job only once no node of the pool holds it any more.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import shlex
 import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 
-from skyward.errors import CapacityError, ConfigError, ProvisionError
+from skyward.errors import CapacityError, ConfigError, ProvisionError, SlurmTimeLimit, WorkerLost
 from skyward.providers.base import Instance, PoolSpec, Provider
 
 __all__ = ["Slurm"]
@@ -40,6 +49,8 @@ ENDED = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "
                    "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
 #: Seconds between two looks at the queue while the allocation waits.
 POLL = 0.5
+#: Seconds a lost worker's job may take to show how it ended (not COMPLETING any more).
+SETTLE = 10.0
 
 
 class Slurm(Provider):
@@ -77,12 +88,17 @@ class Slurm(Provider):
         self.login = login
         self.constraint = constraint
         self.extra_args = tuple(extra_args)
+        self._held: dict[str, set[str]] = {}  # job id -> the ids of the pool's instances in it
+        self._wait = 3600.0  # how long an acquired allocation may pend: the pool's start_timeout
 
     def validate(self, spec: PoolSpec) -> None:
         missing = [c for c in COMMANDS if shutil.which(c) is None]
         if missing:
             raise ConfigError("provider", "a machine where Slurm's commands (" + ", ".join(COMMANDS) + ") are on "
                               "PATH: a login node of the cluster", f"sky.Slurm() without {', '.join(missing)}")
+        if spec.cluster is not None:
+            raise ConfigError("name", "None with sky.Slurm() (named clusters are not on Slurm yet: the allocation "
+                              "would outlive the client unwatched)", spec.cluster)
         if spec.max_nodes is not None:
             raise ConfigError("nodes", "a fixed number of nodes with sky.Slurm() (elastic pools are not supported "
                               "on Slurm yet)", (spec.nodes, spec.max_nodes))
@@ -91,7 +107,8 @@ class Slurm(Provider):
     def sbatch_argv(self, spec: PoolSpec) -> list[str]:
         """The ``sbatch`` command that asks for ``spec``'s allocation."""
         argv = ["sbatch", "--parsable", f"--job-name=skyward-{spec.pool_id}", f"--nodes={spec.nodes}",
-                f"--time={self.time}", "--output=/dev/null", "--error=/dev/null"]
+                f"--time={self.time}", "--output=/dev/null", "--error=/dev/null",
+                "--no-requeue"]  # (a failed node would otherwise put the allocation back in the queue)
         for option, value in (("partition", self.partition), ("account", self.account), ("qos", self.qos),
                               ("constraint", self.constraint)):
             if value is not None:
@@ -118,13 +135,35 @@ class Slurm(Provider):
         total = self.partition_nodes()
         if total and spec.nodes > total:
             raise self._too_many(spec, total, f"sinfo counts {total} nodes in the partition")
-        job = self._submit(spec)
+        self._wait = timeout
+        return self._allocate(spec, list(range(spec.nodes)), report, timeout)
+
+    def _allocate(self, spec: PoolSpec, numbers: list[int], report: Callable[[str], None],
+                  timeout: float) -> list[Instance]:
+        """One allocation of ``len(numbers)`` nodes, described as the pool's nodes ``numbers``."""
+        job = self._submit(dataclasses.replace(spec, nodes=len(numbers)))
         try:
             nodes = self._wait_running(job, report, timeout)
-            return self._describe(spec, job, nodes)
+            instances = self._describe(spec, job, nodes, numbers)
         except BaseException:
             self._cancel(job)
             raise
+        self._held[job] = {inst.id for inst in instances}
+        return instances
+
+    can_acquire = True
+
+    def acquire(self, spec: PoolSpec, nodes: list[int], exclude: frozenset[str]) -> list[Instance]:
+        """A new single-node allocation for each node number (a lost node's replacement): a new
+        job, so never an instance in ``exclude``; it may land on any node Slurm gives."""
+        acquired: list[Instance] = []
+        try:
+            for number in nodes:
+                acquired += self._allocate(spec, [number], lambda line: None, self._wait)
+        except BaseException:
+            self.terminate(acquired)
+            raise
+        return acquired
 
     def _submit(self, spec: PoolSpec) -> str:
         result = _run(self.sbatch_argv(spec))
@@ -204,17 +243,52 @@ class Slurm(Provider):
         suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
         return f", {n}{suffix} in the queue"
 
-    def _describe(self, spec: PoolSpec, job: str, nodes: list[str]) -> list[Instance]:
+    def _describe(self, spec: PoolSpec, job: str, nodes: list[str], numbers: list[int]) -> list[Instance]:
         addrs = _node_addrs(nodes)
         gpus = getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0
         return [Instance(id=f"slurm-{job}-{name}", node=i, private_addr=addrs.get(name, name), accelerators=gpus,
-                         launcher=self.step_argv(job, name)) for i, name in enumerate(nodes)]
+                         launcher=self.step_argv(job, name)) for i, name in zip(numbers, nodes, strict=True)]
+
+    # -- losses --------------------------------------------------------------------------------
+    def explainer(self, instance: Instance) -> Callable[[WorkerLost], Exception]:
+        return functools.partial(self.explain_loss, instance)
+
+    def explain_loss(self, instance: Instance, lost: WorkerLost) -> Exception:
+        """Why ``instance``'s worker is gone, as Slurm tells it: SlurmTimeLimit for a job ended
+        by its time limit, else ``lost`` naming the Slurm node and the job's state."""
+        job, name = job_of(instance), instance.id.split("-", 2)[2]
+        fields = _job_fields(job)
+        settle = time.monotonic() + SETTLE  # (an ending job shows COMPLETING until its nodes are clean)
+        while fields.get("JobState") == "COMPLETING" and fields.get("Reason") != "TimeLimit" \
+                and time.monotonic() < settle:
+            time.sleep(POLL)
+            fields = _job_fields(job)
+        state, reason = fields.get("JobState", "no longer known to Slurm"), fields.get("Reason", "None")
+        if state == "TIMEOUT" or reason == "TimeLimit":
+            return SlurmTimeLimit(job, fields.get("TimeLimit", self.time), node=lost.node)
+        said = f"Slurm job {job} is {state}" + ("" if reason == "None" else f" ({reason})")
+        down = [f"{n} is {f.get('State')} ({f.get('Reason', '')})" for n, f in _nodes(fields.get("NodeList", ""), 10).items()
+                if any(word in f.get("State", "") for word in ("DOWN", "FAIL", "DRAIN"))]
+        said += "".join(f"; {d}" for d in down)
+        return WorkerLost(lost.node, f"{lost.reason} on Slurm node {name}; {said}", exit_code=lost.exit_code,
+                          log_tail=lost.log_tail, local_rank=lost.local_rank)
 
     # -- release -------------------------------------------------------------------------------
     def terminate(self, instances: list[Instance]) -> None:
         jobs = sorted({job_of(inst) for inst in instances})
         for job in jobs:
+            self._held.pop(job, None)
             self._cancel(job)
+
+    def release(self, instances: list[Instance]) -> None:
+        """Release some nodes of a running pool: a job is cancelled once none of the pool's
+        nodes is in it any more (a node of a wider allocation stays allocated until then)."""
+        for inst in instances:
+            job = job_of(inst)
+            held = self._held.get(job, set())
+            held.discard(inst.id)
+            if not held:
+                self.terminate([inst])
 
     def _cancel(self, job: str, timeout: float = 60.0) -> None:
         """Cancel ``job`` and wait until Slurm no longer runs it; raise if it still does."""
@@ -240,15 +314,29 @@ def job_of(instance: Instance) -> str:
     return instance.id.split("-")[1]
 
 
-def _node_addrs(nodes: list[str]) -> dict[str, str]:
-    """Each node's address (slurm.conf's NodeAddr), by name."""
-    out = _run(["scontrol", "show", "node", "--oneliner", ",".join(nodes)]).stdout
-    addrs = {}
+def _job_fields(job: str) -> dict[str, str]:
+    """``scontrol show job``'s fields of ``job`` (empty once Slurm has forgotten it)."""
+    out = _run(["scontrol", "show", "job", "--oneliner", job], timeout=10).stdout
+    return dict(f.split("=", 1) for f in out.split() if "=" in f)
+
+
+def _nodes(nodelist: str, timeout: float = 60.0) -> dict[str, dict[str, str]]:
+    """``scontrol show node``'s fields of each node of ``nodelist`` (Slurm's ``h[1-2]`` form
+    or names joined by commas), by name."""
+    if not nodelist or nodelist == "(null)":
+        return {}
+    out = _run(["scontrol", "show", "node", "--oneliner", nodelist], timeout=timeout).stdout
+    found = {}
     for line in out.splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        if "NodeName" in fields and "NodeAddr" in fields:
-            addrs[fields["NodeName"]] = fields["NodeAddr"]
-    return addrs
+        if "NodeName" in fields:
+            found[fields["NodeName"]] = fields
+    return found
+
+
+def _node_addrs(nodes: list[str]) -> dict[str, str]:
+    """Each node's address (slurm.conf's NodeAddr), by name."""
+    return {name: f["NodeAddr"] for name, f in _nodes(",".join(nodes)).items() if "NodeAddr" in f}
 
 
 def _run(argv: list[str], timeout: float = 60.0) -> subprocess.CompletedProcess[str]:

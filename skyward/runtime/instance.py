@@ -185,4 +185,4 @@ def node_environment(info: InstanceInfo, task_id: str, *, cluster: str = "", pro
 
 
 #: How SKYPILOT_CLUSTER_INFO spells a provider's cloud (SkyPilot's capitals).
-_CLOUDS = {"aws": "AWS", "local": "Local", "ssh": "SSH"}
+_CLOUDS = {"aws": "AWS", "local": "Local", "ssh": "SSH", "slurm": "Slurm"}

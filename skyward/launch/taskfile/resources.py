@@ -42,7 +42,7 @@ _CLOUDS = ("aws", "azure", "cudo", "do", "fluidstack", "gcp", "hyperbolic", "ibm
            "lambda", "nebius", "oci", "paperspace", "primeintellect", "runpod", "scp", "seeweb", "slurm",
            "ssh", "vast", "vsphere", "shadeform", "local", "*")
 #: The clouds that name a Skyward provider.
-PROVIDER_OF_CLOUD = {"aws": "aws", "ssh": "ssh", "local": "local"}
+PROVIDER_OF_CLOUD = {"aws": "aws", "ssh": "ssh", "local": "local", "slurm": "slurm"}
 
 RESOURCE_KEYS = (
     "accelerator_args", "accelerators", "any_of", "autostop", "cloud", "cpus", "disk_size", "disk_tier",
