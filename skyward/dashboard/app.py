@@ -2,7 +2,7 @@
 
 Routes: the pages ``/``, ``/clusters/NAME``, ``/jobs``, ``/clusters/NAME/jobs/ID``; the JSON
 they poll under ``/api/`` (``/api/pools``: the pools of running scripts that opted in); the actions, each a POST: ``/api/clusters/NAME/{stop,start,down}``
-and ``/api/clusters/NAME/jobs/ID/cancel``. Every request passes :class:`~.guard.Guard` first.
+and ``/api/clusters/NAME/jobs/ID/cancel``. Every request passes :class:`~.guard.TokenGuard` first.
 The handlers are plain functions (Starlette runs them in its thread pool): a slow node holds
 one request, never the server. A state that cannot be read is a JSON ``error`` (503 for a read,
 409 for an action refused), never a 500.
@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from skyward._optional import require
 from skyward.dashboard import pages, views
-from skyward.dashboard.guard import Guard
+from skyward.dashboard.guard import TokenGuard
 from skyward.errors import ConfigError
 
 __all__ = ["DEFAULT_PORT", "build", "listen", "serve"]
@@ -77,7 +77,7 @@ def build(token: str, port: int) -> Any:
               lambda r: answer(views.act("cancel", r.path_params["name"], job_id(r)), 409), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC)),
     ]
-    return Guard(Starlette(routes=routes), token, port)
+    return TokenGuard(Starlette(routes=routes), token, port)
 
 
 def listen(port: int) -> socket.socket:

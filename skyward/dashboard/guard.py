@@ -1,6 +1,6 @@
 """Who may use the dashboard: the browser of the user who started it, on this machine.
 
-The server listens on 127.0.0.1 only, and every request passes :class:`Guard` first:
+The server listens on 127.0.0.1 only, and every request passes :class:`TokenGuard` first:
 
 1. Its Host must be ``127.0.0.1:PORT`` or ``localhost:PORT``: a page of another site that
    points a name of its own at 127.0.0.1 (DNS rebinding) sends its own name, and is refused.
@@ -23,7 +23,7 @@ from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
-__all__ = ["TOKEN_HEADER", "Guard", "cookie_name", "refusal"]
+__all__ = ["TOKEN_HEADER", "TokenGuard", "cookie_name", "refusal"]
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
@@ -56,7 +56,7 @@ def refusal(method: str, headers: dict[str, str], query: dict[str, str], cookies
     return None
 
 
-class Guard:
+class TokenGuard:
     """ASGI middleware: :func:`refusal` for every HTTP request (see the module doc)."""
 
     def __init__(self, app: ASGIApp, token: str, port: int) -> None:

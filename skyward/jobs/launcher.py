@@ -32,7 +32,7 @@ __all__ = ["SAFETY_IDLE_MINUTES", "launch", "main"]
 SAFETY_IDLE_MINUTES = 5.0
 
 
-class _Tee(io.StringIO):
+class _KeptStderr(io.StringIO):
     """The launch's stderr: written to the log and kept (its last line names a failure)."""
 
     def __init__(self, out: Any):
@@ -64,7 +64,7 @@ def launch(job: int) -> dict[str, Any]:
     if found.cwd and os.path.isdir(found.cwd):
         os.chdir(found.cwd)
     progress: list[Any] = []
-    err = _Tee(sys.stderr)
+    err = _KeptStderr(sys.stderr)
     cluster = {"name": found.cluster, "idle_minutes": SAFETY_IDLE_MINUTES, "down": True, "provider_given": True,
                "shape_given": True}
     try:

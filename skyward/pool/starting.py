@@ -27,7 +27,9 @@ def each(fn: Callable[..., Any], calls: list[tuple[Any, ...]], parallelism: int)
         futures = [executor.submit(fn, *args) for args in calls]
         wait(futures)
     except BaseException:
-        executor.shutdown(wait=True, cancel_futures=True)
+        # Ctrl-C, SIGTERM: not waiting for the steps under way (a setup block may run for
+        # hours); the pool's stop closes their connections, which ends them.
+        executor.shutdown(wait=False, cancel_futures=True)
         raise
     executor.shutdown(wait=True)
     for f in futures:
