@@ -18,7 +18,7 @@ from skyward import events as ev
 from skyward.clusters import manage
 from skyward.launch import execute, plan
 from tests.conftest import free_port, pid_alive, wait_gone
-from tests.hosts.conftest_fixture import ssh_provider
+from tests.hosts.conftest_fixture import kept_bashrcs, ssh_provider
 from tests.leftovers import cluster_home
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -454,26 +454,19 @@ def test_logs_after_a_failed_run_exits_non_zero(home: str, tmp_path: Path) -> No
 def test_run_reads_the_bashrc_that_setup_wrote_on_ssh_hosts(home: str, tmp_path: Path, test_hosts,
                                                              wheelhouse, capsys: pytest.CaptureFixture[str]) -> None:
     provider = ssh_provider(test_hosts[:2], wheelhouse)
-    rcs = [Path(h.home) / ".bashrc" for h in test_hosts[:2]]
-    kept = [rc.read_text() if rc.exists() else None for rc in rcs]
-    for rc in rcs:  # (Ubuntu's guard: a non-interactive bash returns before setup's line)
-        rc.write_text("case $- in *i*) ;; *) return;; esac\n")
     seen: list[str] = []
 
     def on_event(event: ev.Event) -> None:
         if isinstance(event, ev.TaskOutput):
             seen.append(event.line)
 
-    try:
-        path = task(tmp_path, BASHRC, "rc.yaml")
-        assert execute(plan(path), provider=provider, console=False, on_event=on_event, cluster={"name": "rc"}) == 0
-        # (the run is a job: its lines come as the client follows it, on stdout)
-        followed = [x.split("] ", 1)[-1] for x in capsys.readouterr().out.splitlines()]
-        assert sorted(x.strip() for x in seen + followed if "FOO is" in x) == ["FOO is bar on 0", "FOO is bar on 1"]
-    finally:
-        manage.down("rc")
-        for rc, text in zip(rcs, kept, strict=True):
-            if text is None:
-                rc.unlink(missing_ok=True)
-            else:
-                rc.write_text(text)
+    # (Ubuntu's guard: a non-interactive bash returns before setup's line)
+    with kept_bashrcs(test_hosts[:2]):
+        try:
+            path = task(tmp_path, BASHRC, "rc.yaml")
+            assert execute(plan(path), provider=provider, console=False, on_event=on_event, cluster={"name": "rc"}) == 0
+            # (the run is a job: its lines come as the client follows it, on stdout)
+            followed = [x.split("] ", 1)[-1] for x in capsys.readouterr().out.splitlines()]
+            assert sorted(x.strip() for x in seen + followed if "FOO is" in x) == ["FOO is bar on 0", "FOO is bar on 1"]
+        finally:
+            manage.down("rc")

@@ -1,6 +1,7 @@
 """SkyPilot's own smoke tests for clusters and jobs (tests/smoke_tests/test_basic.py and
 test_cluster_job.py in SkyPilot), ported: each test is one SkyPilot case's command sequence with
-``skyward`` for ``sky``, on a Local cluster, with SkyPilot's assertions (exit codes, ``logs
+``skyward`` for ``sky``, on a Local cluster (the ones taking ``where``: on two SSH test hosts too),
+with SkyPilot's assertions (exit codes, ``logs
 --status`` codes and lines, queue states, output lines), so a change cannot quietly break the
 habit of a SkyPilot user. The task files are our own small equivalents of SkyPilot's. Every wait
 is on a state, with a bound; docs/cli.md lists the cases that behave differently, and why."""
@@ -10,11 +11,46 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
+from skyward.launch import execute, plan
+from tests.conftest import pid_alive
+from tests.hosts.conftest_fixture import kept_bashrcs, ssh_provider
 from tests.test_cluster_cli import home, lines, sky, sky_home, task  # noqa: F401  (home: a fixture)
 from tests.test_cluster_jobs import job_id, until
+
+
+@dataclass
+class Where:
+    """Where a test's cluster runs. Local: it comes up with the test's first ``skyward launch -c``.
+    SSH, two test hosts: they need a key, a known_hosts file and a wheelhouse that the command line
+    has no flags for, so :meth:`up` brings the cluster up first, in-process and running nothing (as
+    ``skyward launch -c NAME`` with no task does); the test's own ``launch -c`` then reuses it."""
+
+    provider: str
+    hosts: list = field(default_factory=list)
+    wheelhouse: str = ""
+
+    def up(self, cluster: str) -> None:
+        if self.provider == "ssh":
+            ssh = ssh_provider(self.hosts[:2], self.wheelhouse)
+            assert execute(plan(None, num_nodes=2), provider=ssh, console=False, cluster={"name": cluster}) == 0
+
+    def hostnames(self) -> list[str]:
+        """Each node's hostname, by rank."""
+        return [h.name for h in self.hosts[:2]] if self.provider == "ssh" else [socket.gethostname()] * 2
+
+
+@pytest.fixture(params=["local", "ssh"])
+def where(request: pytest.FixtureRequest) -> Where:
+    if request.param == "local":
+        return Where("local")
+    return Where("ssh", request.getfixturevalue("test_hosts"), request.getfixturevalue("wheelhouse"))
 
 MINIMAL = """\
 name: minimal
@@ -22,18 +58,22 @@ setup: echo "running setup"
 run: echo "hello from the run"
 """
 
-#: Every node checks SkyPilot's variables, in setup and in run (SkyPilot's env_check example).
+#: Every node checks SkyPilot's variables, in setup and in run (SkyPilot's env_check example),
+#: and setup leaves a line in ~/.bashrc, as a ``conda init`` or a PATH edit would.
 ENV_CHECK = """\
 num_nodes: 2
 envs:
   TEST_ENV: from-the-file
 setup: |
   [[ -n "$SKYPILOT_SETUP_NODE_RANK" && -n "$SKYPILOT_SETUP_NODE_IPS" && "$TEST_ENV" == from-the-file ]] || exit 11
+  echo 'export FROM_SETUP=bashrc' >> ~/.bashrc
 run: |
   [[ -n "$SKYPILOT_NODE_IPS" && -n "$SKYPILOT_NODE_RANK" && "$SKYPILOT_NUM_NODES" == 2 ]] || exit 12
   [[ -n "$SKYPILOT_TASK_ID" && -n "$SKYPILOT_CLUSTER_INFO" ]] || exit 13
   [[ "$(echo "$SKYPILOT_NODE_IPS" | wc -l)" == 2 ]] || exit 14
-  echo "env ok on $SKYPILOT_NODE_RANK"
+  echo "$SKYPILOT_CLUSTER_INFO" | python3 -c "import json, sys; i = json.load(sys.stdin)
+  assert (i['cluster_name'], i['num_nodes']) == ('envs', 2), i" || exit 15
+  echo "env ok on $SKYPILOT_NODE_RANK, FROM_SETUP=${FROM_SETUP:-unset}"
 """
 
 ENV_TEST = ('[[ -n "$@VAR@" && -n "$SKYPILOT_NODE_IPS" && -n "$SKYPILOT_NODE_RANK" '
@@ -59,10 +99,11 @@ def cluster_status(tmp_path: Path, cluster: str) -> str | None:
     return next((c["status"] for c in json.loads(shown.stdout) if c["name"] == cluster), None)
 
 
-def test_minimal(home: str, tmp_path: Path) -> None:
+def test_minimal(home: str, tmp_path: Path, where: Where) -> None:
     """SkyPilot's test_minimal: launch twice, ``logs --status`` of each job, ``logs --sync-down``,
     SKYPILOT_CLUSTER_INFO, exec of a command of several words, exec without a command refused,
-    cost-report."""
+    ``status``, cost-report."""
+    where.up("mini")
     task(tmp_path, MINIMAL, "minimal.yaml")
     first = sky("launch", "-y", "-c", "mini", "minimal.yaml", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
@@ -85,6 +126,7 @@ def test_minimal(home: str, tmp_path: Path) -> None:
     where = re.findall(r"^Job 1 logs: (\S+)$", synced.stdout, re.M)
     assert where == ["~/skyward_logs/mini/1"], synced.stdout
     assert lines((tmp_path / "skyward_logs/mini/1/run.log").read_text(), "hello") == ["[node 0] hello from the run"]
+    assert cluster_status(tmp_path, "mini") == "UP"
     report = sky("cost-report", cwd=tmp_path)
     assert report.returncode == 0 and "mini" in report.stdout and "total" in report.stdout
 
@@ -118,13 +160,21 @@ def test_stale_job(home: str, tmp_path: Path) -> None:
     assert state(tmp_path, "stale", 2) == (100, "Job 2: FAILED_DRIVER")
 
 
-def test_env_check(home: str, tmp_path: Path) -> None:
+def test_env_check(home: str, tmp_path: Path, where: Where) -> None:
     """SkyPilot's test_env_check (its first part): SkyPilot's variables are set in setup and run
-    on every node of a two-node cluster, and the job succeeds."""
+    on every node of a two-node cluster, and the job succeeds. The run reads the ~/.bashrc that
+    setup wrote on SSH hosts, as SkyPilot's does; not on Local, whose node is this machine, set up
+    already (docs/task-files.md; here HOME is a folder of the test's own)."""
     task(tmp_path, ENV_CHECK, "env_check.yaml")
-    ran = sky("launch", "-y", "-c", "envs", "env_check.yaml", cwd=tmp_path)
+    where.up("envs")
+    user_home = tmp_path / "home"
+    user_home.mkdir()
+    with kept_bashrcs(where.hosts[:2]):
+        ran = sky_home("launch", "-y", "-c", "envs", "env_check.yaml", cwd=tmp_path, home=user_home)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert lines(ran.stdout, "env ok") == ["[node 0] env ok on 0", "[node 1] env ok on 1"]
+    read = "bashrc" if where.provider == "ssh" else "unset"
+    assert lines(ran.stdout, "env ok") == [f"[node 0] env ok on 0, FROM_SETUP={read}",
+                                           f"[node 1] env ok on 1, FROM_SETUP={read}"]
     assert state(tmp_path, "envs", 1) == (0, "Job 1: SUCCEEDED")
 
 
@@ -162,25 +212,44 @@ run: |
 """
 
 
-def test_multi_hostname(home: str, tmp_path: Path) -> None:
-    """SkyPilot's test_multi_hostname: a two-node task prints a hostname line per node; exec of
-    the same task succeeds."""
+def test_multi_hostname(home: str, tmp_path: Path, where: Where) -> None:
+    """SkyPilot's test_multi_hostname: a two-node task prints a hostname line per node (its own
+    hostname and rank); exec of the same task succeeds."""
     task(tmp_path, HOSTNAME, "multi_hostname.yaml", **{"@FAIL@": ""})
+    where.up("hosts")
     assert sky("launch", "-y", "-c", "hosts", "multi_hostname.yaml", cwd=tmp_path).returncode == 0
     assert state(tmp_path, "hosts", 1)[0] == 0
     logged = sky("logs", "hosts", "1", cwd=tmp_path).stdout
-    assert len([line for line in logged.splitlines() if "My hostname:" in line]) == 2
+    assert lines(logged, "My hostname:") == [f"[node {rank}] My hostname: {name} rank {rank}"
+                                             for rank, name in enumerate(where.hostnames())]
     assert sky("exec", "hosts", "multi_hostname.yaml", cwd=tmp_path).returncode == 0
     assert state(tmp_path, "hosts", 2)[0] == 0
 
 
-def test_multi_node_failure(home: str, tmp_path: Path) -> None:
-    """SkyPilot's test_multi_node_failure (its run part): a run that fails on the worker only
-    fails the job (``logs --status``: FAILED, 100), and both nodes' output is in its log."""
-    assert sky("launch", "-y", "-c", "fail", "--num-nodes", "2", "echo up", cwd=tmp_path).returncode == 0
+FAILED_WORKER_SETUP = """\
+num_nodes: 2
+setup: |
+  if [ "$SKYPILOT_SETUP_NODE_RANK" = 1 ]; then exit 7; fi
+run: |
+  echo "run on $SKYPILOT_NODE_RANK"
+"""
+
+
+def test_multi_node_failure(home: str, tmp_path: Path, where: Where) -> None:
+    """SkyPilot's test_multi_node_failure: a setup that fails on the worker only fails the launch
+    (100, FAILED_SETUP, the node named); then a run that fails on the worker only fails the job
+    (``logs --status``: FAILED, 100), and both nodes' output is in its log."""
+    task(tmp_path, FAILED_WORKER_SETUP, "failed_worker_setup.yaml")
+    where.up("fail")
+    setup = sky("launch", "-y", "-c", "fail", "failed_worker_setup.yaml", cwd=tmp_path)
+    assert setup.returncode == 100, (setup.stdout, setup.stderr)
+    assert "FAILED_SETUP (node 1: exit code 7)" in setup.stderr
+    assert [line for line in lines(setup.stdout, "run on") if line.startswith("[node 1]")] == []
+    assert state(tmp_path, "fail", 1) == (100, "Job 1: FAILED_SETUP")
     task(tmp_path, HOSTNAME, "failed_worker_run.yaml", **{"@FAIL@": '[ "$SKYPILOT_NODE_RANK" = 1 ] && exit 5; true'})
     failed = sky("exec", "fail", "failed_worker_run.yaml", cwd=tmp_path)
     assert failed.returncode == 100, failed.stderr
+    assert "FAILED (node 1: exit code 5)" in failed.stderr
     assert state(tmp_path, "fail", 2) == (100, "Job 2: FAILED")
     logged = sky("logs", "fail", "2", cwd=tmp_path).stdout
     assert len([line for line in logged.splitlines() if "My hostname:" in line]) == 2
@@ -196,17 +265,23 @@ run: |
 """
 
 
-def test_job_queue(home: str, tmp_path: Path) -> None:
+def test_job_queue(home: str, tmp_path: Path, where: Where) -> None:
     """SkyPilot's test_job_queue, on CPUs instead of half a GPU each: three detached jobs named by
-    ``exec -n`` that each take half the node; two run, the third is PENDING; cancelling job 2
-    lets job 3 run."""
-    half = len(os.sched_getaffinity(0)) / 2
-    assert sky("launch", "-y", "-c", "jq", "echo up", cwd=tmp_path).returncode == 0
+    ``exec -n`` that each take half the head node of a two-node cluster (they have no num_nodes);
+    two run, the third is PENDING, the queue's RESOURCES are the jobs' own (one node each);
+    cancelling job 2 lets job 3 run."""
+    half = len(os.sched_getaffinity(0)) / 2  # (the SSH test hosts have this machine's CPUs)
+    where.up("jq")
+    assert sky("launch", "-y", "-c", "jq", "--num-nodes", "2", "echo up", cwd=tmp_path).returncode == 0
     task(tmp_path, JOB, "job.yaml", **{"@CPUS@": str(half)})
     for n in (1, 2, 3):
         assert sky("exec", "jq", "-n", f"jq-{n}", "-d", "job.yaml", cwd=tmp_path).returncode == 0
     want = {"command": "SUCCEEDED", "jq-1": "RUNNING", "jq-2": "RUNNING", "jq-3": "PENDING"}
     until(lambda: queue_states(tmp_path, "jq") == want, 60, "jq-1 and jq-2 RUNNING, jq-3 PENDING")
+    shown = sky("queue", "jq", cwd=tmp_path).stdout.splitlines()
+    assert shown[1].split() == ["ID", "NAME", "SUBMITTED", "STARTED", "DURATION", "RESOURCES", "STATUS"]
+    assert [row.split()[-2:] for row in shown[2:]] == [["1x[CPU:1]", "PENDING"], ["1x[CPU:1]", "RUNNING"],
+                                                       ["1x[CPU:1]", "RUNNING"], ["2x[CPU:0.5]", "SUCCEEDED"]]
     assert sky("cancel", "-y", "jq", "3", cwd=tmp_path).returncode == 0  # job 3 is jq-2
     until(lambda: queue_states(tmp_path, "jq")["jq-3"] == "RUNNING", 60, "jq-3 to run")
     assert queue_states(tmp_path, "jq")["jq-2"] == "CANCELLED"
@@ -214,17 +289,21 @@ def test_job_queue(home: str, tmp_path: Path) -> None:
     assert state(tmp_path, "jq", 4)[0] == 103
 
 
-def test_cancel(home: str, tmp_path: Path) -> None:
+def test_cancel(home: str, tmp_path: Path, where: Where) -> None:
     """SkyPilot's test_cancel_ibm (the generic part of its cancel tests): a looping detached job is
-    RUNNING, ``cancel -y`` ends it, and the queue shows it CANCELLED; a later job still runs."""
+    RUNNING, ``cancel -y`` ends it (its process is gone from the node; the SSH test hosts share
+    this machine's process ids), and the queue shows it CANCELLED; a later job still runs."""
     task(tmp_path, MINIMAL, "minimal.yaml")
+    where.up("cx")
     assert sky("launch", "-y", "-c", "cx", "minimal.yaml", cwd=tmp_path).returncode == 0
-    loop = sky("exec", "cx", "-d", "while true; do echo 'Hello SkyPilot'; sleep 0.5; done", cwd=tmp_path)
+    loop = sky("exec", "cx", "-d", "while true; do echo \"Hello SkyPilot from $$\"; sleep 0.5; done", cwd=tmp_path)
     assert loop.returncode == 0 and job_id(loop.stdout) == 2
-    until(lambda: "Hello SkyPilot" in sky("logs", "cx", "2", "--no-follow", cwd=tmp_path).stdout, 60,
-          "job 2 to print")
-    assert state(tmp_path, "cx", 2)[0] == 101
+    printed = until(lambda: re.findall(r"Hello SkyPilot from (\d+)",
+                                       sky("logs", "cx", "2", "--no-follow", cwd=tmp_path).stdout), 60, "job 2 to print")
+    looping = int(printed[0])
+    assert state(tmp_path, "cx", 2)[0] == 101 and pid_alive(looping)
     assert sky("cancel", "-y", "cx", "2", cwd=tmp_path).returncode == 0
+    assert not pid_alive(looping), "the cancelled job's process is still running"
     assert state(tmp_path, "cx", 2) == (103, "Job 2: CANCELLED")
     assert sky("exec", "cx", "echo after", cwd=tmp_path).returncode == 0
     assert state(tmp_path, "cx", 3)[0] == 0

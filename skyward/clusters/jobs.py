@@ -129,6 +129,8 @@ def jobs(name: str) -> list[JobRow]:
 
 
 def _merge(rows: list[dict[str, Any]]) -> JobRow:
+    # (the nodes beyond a job of fewer nodes than its cluster end their part at once: not its state)
+    rows = [r for r in rows if r["node"] < (r["nodes"] or 1)] or rows
     states = {r["status"] for r in rows}
     first = rows[0]
     if states & set(ACTIVE) or len(rows) < (first["nodes"] or 1):

@@ -176,7 +176,8 @@ def submit_job(pool: ComputePool, p: JobShape, command: str, env: dict[str, str]
     from skyward.compute import compute
     from skyward.runtime.jobqueue import enqueue, new_job
 
-    meta = {"name": p.name, **demand(p.accelerator, p.cpus, len(pool.instances) or p.nodes)}
+    # (every node gets the job; those beyond a task of fewer nodes end their part at once)
+    meta = {"name": p.name, **demand(p.accelerator, p.cpus, run_on(pool, p.nodes) or len(pool.instances) or p.nodes)}
     ids = compute(name="number the job")(new_job)(meta) @ pool
     job = next(i for i in ids if i)
     compute(name=f"queue job {job}")(enqueue)(job, meta, command, env, cwd, setup) @ pool

@@ -18,6 +18,7 @@ torn down at the end of the session even if tests fail.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -88,6 +89,28 @@ def ssh_provider(hosts: list[testhosts.TestHost], wheelhouse: str, **overrides) 
                    find_links=[wheelhouse], no_index=True, connect_timeout=5)
     options.update(overrides)
     return sky.SSH([h.ip for h in hosts], **options)
+
+
+#: Ubuntu's default ~/.bashrc begins so: a bash that is not interactive returns at once.
+UBUNTU_GUARD = "case $- in *i*) ;; *) return;; esac\n"
+
+
+@contextlib.contextmanager
+def kept_bashrcs(hosts: list[testhosts.TestHost], text: str = UBUNTU_GUARD) -> Iterator[None]:
+    """Each host's ~/.bashrc holds ``text`` (default: Ubuntu's guard) inside the block, and what
+    it held before afterwards (the hosts live for the whole session)."""
+    rcs = [Path(h.home) / ".bashrc" for h in hosts]
+    kept = [rc.read_text() if rc.exists() else None for rc in rcs]
+    for rc in rcs:
+        rc.write_text(text)
+    try:
+        yield
+    finally:
+        for rc, before in zip(rcs, kept, strict=True):
+            if before is None:
+                rc.unlink(missing_ok=True)
+            else:
+                rc.write_text(before)
 
 
 def venv_site_env(*modules: str) -> dict[str, str]:
