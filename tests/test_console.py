@@ -511,18 +511,30 @@ def test_real_pool_with_live_forced(capsys: pytest.CaptureFixture[str], monkeypa
 
 
 # -- keeping up, true counts, progress lines, markers, logging, Ctrl-C ------------------------------
-def test_live_view_takes_tens_of_thousands_of_lines_a_second_and_prints_them_all() -> None:
-    rc, buf = rich_console()
+def test_live_view_never_prints_in_the_thread_that_hands_it_lines_and_prints_them_all() -> None:
+    # A connection's reader hands every output line to the console: printing there, line by
+    # line (redrawing the view for each), managed ~160 lines/s once. Lines are queued and a
+    # flusher prints them in batches (bench/console.py measures the rate; no timing here).
+    writers: set[int] = set()
+    handing = threading.Event()
+
+    class Recorded(io.StringIO):
+        def write(self, text: str) -> int:
+            if handing.is_set():
+                writers.add(threading.get_ident())
+            return super().write(text)
+
+    buf = Recorded()
+    rc = RichConsole(file=buf, force_terminal=True, width=100)
     c = Console(rich_console=rc)
     startup(c)
     lines = 20_000
-    started = time.monotonic()
+    handing.set()
     for i in range(lines):  # what a connection's reader thread does per output line
         c(ev.TaskOutput(i % 2, 1, "stdout", f"line {i}"))
-    taken = time.monotonic() - started
+    handing.clear()
     c(ev.PoolStopped("p1", 0.1, True))
-    # Printing line by line (redrawing the view for each) managed ~160 lines/s on this machine.
-    assert taken < 2.0, f"{lines} lines took {taken:.2f}s to hand to the console"
+    assert threading.get_ident() not in writers
     text = strip(buf.getvalue())
     assert text.count("] line ") == lines and "[node 1] line 19999" in text
 
