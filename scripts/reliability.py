@@ -37,6 +37,15 @@ STATE_TEST = "test_many_processes_opening_the_state_at_once_all_succeed"
 DASHBOARD_TEST = "test_the_dashboard_through_a_fault"
 
 
+MARK = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
+
+
+def tally(results: dict[str, str], cases: list[str] | tuple[str, ...]) -> tuple[int, int]:
+    """How many of ``cases`` ran (clean or failed), and how many of those were clean."""
+    tried = sum(1 for c in cases if results.get(c) in ("clean", "failed"))
+    return tried, sum(1 for c in cases if results.get(c) == "clean")
+
+
 def outcomes(report: Path, test: str = TEST) -> dict[str, str]:
     """Case id -> "clean" | "failed" | "skipped", from a JUnit XML report."""
     found: dict[str, str] = {}
@@ -56,11 +65,10 @@ def outcomes(report: Path, test: str = TEST) -> dict[str, str]:
 
 def cluster_rows(results: dict[str, str]) -> list[str]:
     """The named clusters' table: each case's outcome (what it must leave) and result."""
-    mark = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
+    mark = MARK
     words = {"up": "up, same workers", "restarted": "up, workers restarted", "gone": "gone"}
     paths = list(dict.fromkeys(p for ps in clusters.PATHS.values() for p in ps))
-    tried = sum(1 for c in clusters.CASES if results.get(c.id) in ("clean", "failed"))
-    clean = sum(1 for c in clusters.CASES if results.get(c.id) == "clean")
+    tried, clean = tally(results, [c.id for c in clusters.CASES])
     lines = [
         "## Named clusters",
         "",
@@ -101,9 +109,8 @@ def cluster_rows(results: dict[str, str]) -> list[str]:
 
 def preemption_rows(results: dict[str, str]) -> list[str]:
     """The spot preemption cases: a notice during a task, then each exit path."""
-    mark = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
-    tried = sum(1 for p in preemption.PATHS if results.get(p) in ("clean", "failed"))
-    clean = sum(1 for p in preemption.PATHS if results.get(p) == "clean")
+    mark = MARK
+    tried, clean = tally(results, preemption.PATHS)
     cells = [mark[results.get(p)] + (" (down)" if p == "SIGKILL" and results.get(p) == "clean" else "")
              for p in preemption.PATHS]
     return [
@@ -133,9 +140,8 @@ def preemption_rows(results: dict[str, str]) -> list[str]:
 
 def state_rows(results: dict[str, str]) -> list[str]:
     """The cluster state's case: many processes opening it at once, the database new or not."""
-    mark = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
-    tried = sum(1 for c in state.CASES if results.get(c) in ("clean", "failed"))
-    clean = sum(1 for c in state.CASES if results.get(c) == "clean")
+    mark = MARK
+    tried, clean = tally(results, state.CASES)
     return [
         "## Cluster state under contention",
         "",
@@ -160,9 +166,8 @@ def state_rows(results: dict[str, str]) -> list[str]:
 
 def dashboard_rows(results: dict[str, str]) -> list[str]:
     """``skyward dashboard``'s cases: its server killed, a node lost, a cluster downed, as pages watch."""
-    mark = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
-    tried = sum(1 for c in dashboard.CASES if results.get(c) in ("clean", "failed"))
-    clean = sum(1 for c in dashboard.CASES if results.get(c) == "clean")
+    mark = MARK
+    tried, clean = tally(results, dashboard.CASES)
     return [
         "## Dashboard",
         "",
@@ -189,10 +194,9 @@ def dashboard_rows(results: dict[str, str]) -> list[str]:
 def page(results: dict[str, str], cluster_results: dict[str, str] | None = None,
          preemption_results: dict[str, str] | None = None, state_results: dict[str, str] | None = None,
          dashboard_results: dict[str, str] | None = None) -> str:
-    mark = {"clean": "clean", "failed": "**FAILED**", "skipped": "skipped", None: "not run"}
+    mark = MARK
     paths = list(dict.fromkeys([*PATHS["running"], *(p for ps in PATHS.values() for p in ps)]))
-    tried = sum(1 for c in CASES if results.get(c.id) in ("clean", "failed"))
-    clean = sum(1 for c in CASES if results.get(c.id) == "clean")
+    tried, clean = tally(results, [c.id for c in CASES])
     by_down = sum(1 for c in CASES if results.get(c.id) == "clean" and c.left_to_watchdog)
     lines = [
         "# Reliability",
