@@ -23,6 +23,11 @@ NO_SKIP = "SKYWARD_TEST_NO_SKIP"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "may_skip(reason): a skip that SKYWARD_TEST_NO_SKIP=1 allows")
+    # A suite started in the background of a non-interactive shell (`cmd &` without job control)
+    # inherits SIGINT ignored, and every process it starts would too: the Ctrl-C tests' clients
+    # and commands would then never see their Ctrl-C. Give them the terminal's default.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     from tests.leftovers import tag_session
 
     tag_session()  # (before xdist starts its workers: they and every process they start carry it)
