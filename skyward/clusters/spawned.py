@@ -159,14 +159,16 @@ def spawn(pool: ComputePool, pending: PendingCompute[Any], broadcast: bool) -> J
     return queue_call(pool, pickled_call(pending), pending.name, broadcast)
 
 
-def queue_call(pool: ComputePool, call: bytes, name: str, broadcast: bool) -> Job[Any]:
-    """Put the pickled call ``call`` (:func:`pickled_call`) in cluster ``pool.name``'s queue."""
+def queue_call(pool: ComputePool, call: bytes, name: str, broadcast: bool, env: dict[str, str] | None = None) -> Job[Any]:
+    """Put the pickled call ``call`` (:func:`pickled_call`) in cluster ``pool.name``'s queue,
+    run with the pool's plugins' hooks and the variables ``env`` added to the node's."""
     nodes = (len(pool.instances) or pool.nodes) if broadcast else 1
     cpu = DEFAULT_TASK_CPU_DEMAND
     meta = {"name": name, "cpus": cpu, "gpus": 0.0, "nodes": nodes, "resources": f"{nodes}x[CPU:{cpu:g}]"}
     ids = compute(name="number the job")(new_job)(meta) @ pool
     job = next(i for i in ids if i)
-    compute(name=f"queue job {job}")(place)(job, meta, call, broadcast) @ pool
+    plugins = dumps_by_value(list(pool.plugins)) if pool.plugins else None
+    compute(name=f"queue job {job}")(place)(job, meta, call, broadcast, env, plugins) @ pool
     return Job(str(pool.name), job, name)
 
 
