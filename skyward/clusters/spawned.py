@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from skyward.providers.base import Instance
     from skyward.pool.pool import ComputePool
 
-__all__ = ["Job", "ask", "find", "listed", "outcome", "pickled_call", "queue_call", "spawn"]
+__all__ = ["Job", "Tee", "ask", "find", "listed", "outcome", "pickled_call", "queue_call", "spawn"]
 
 T = TypeVar("T")
 #: Seconds one ask of a node waits for the job to end there (well under the ask's own limit).
@@ -101,7 +101,7 @@ class Job(Generic[T]):
         as they come; returns all of it."""
         _row(self.cluster, self.id)
         text = io.StringIO()
-        jobs.logs(self.cluster, self.id, _Tee(text, sys.stdout) if follow else text, follow=follow)
+        jobs.logs(self.cluster, self.id, Tee(text, sys.stdout) if follow else text, follow=follow)
         return text.getvalue()
 
     def cancel(self) -> None:
@@ -120,7 +120,7 @@ class Job(Generic[T]):
         return f"<Job {self.id} of cluster {self.cluster!r}" + (f" ({self.name})>" if self.name else ">")
 
 
-class _Tee(io.TextIOBase):
+class Tee(io.TextIOBase):
     """Lines kept and shown as they come (``logs(follow=True)``)."""
 
     def __init__(self, *outs: Any):
