@@ -230,7 +230,8 @@ Re-running it rewrites this section only.*
 On the Local provider; "running" is when the job's own code has started (it writes the time as its first act). \
 The managed jobs' controller is already running (the first `sky.jobs.launch` of a machine starts it: about a \
 Python start more). A managed job brings up a cluster of its own, so it runs a cluster start later than a \
-job on a cluster that is up.
+job on a cluster that is up. Its record says RUNNING a little after its call has started: when the \
+controller, woken as the launcher ends, has read the launch's result.
 
 | latency | median s | max s |
 | --- | --- | --- |
