@@ -13,7 +13,7 @@ the cluster worker's private folder):
 - ``<id>.plugins``: the pool's plugins (a pickled list), when it has any: the runner enters their
   ``around_app`` and ``around_task`` hooks around the call as a worker does around a task
   (:mod:`skyward.worker.spawned`), so a broadcast call on a torch pool runs in a process group;
-  deleted with the call file.
+  the runner deletes it once loaded.
 - ``<id>.result``: what the runner kept, a pickle of ``("ok", value)`` or ``("error",
   RemoteFailure)`` (:class:`skyward.messages.RemoteFailure`: type, message, remote traceback).
 
