@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from skyward.providers.base import Instance
     from skyward.pool.pool import ComputePool
 
-__all__ = ["Job", "ask", "find", "listed", "outcome", "pickled_call", "queue_call", "spawn"]
+__all__ = ["Job", "Tee", "ask", "find", "listed", "outcome", "pickled_call", "queue_call", "spawn"]
 
 T = TypeVar("T")
 #: Seconds one ask of a node waits for the job to end there (well under the ask's own limit).
@@ -101,7 +101,7 @@ class Job(Generic[T]):
         as they come; returns all of it."""
         _row(self.cluster, self.id)
         text = io.StringIO()
-        jobs.logs(self.cluster, self.id, _Tee(text, sys.stdout) if follow else text, follow=follow)
+        jobs.logs(self.cluster, self.id, Tee(text, sys.stdout) if follow else text, follow=follow)
         return text.getvalue()
 
     def cancel(self) -> None:
@@ -120,7 +120,7 @@ class Job(Generic[T]):
         return f"<Job {self.id} of cluster {self.cluster!r}" + (f" ({self.name})>" if self.name else ">")
 
 
-class _Tee(io.TextIOBase):
+class Tee(io.TextIOBase):
     """Lines kept and shown as they come (``logs(follow=True)``)."""
 
     def __init__(self, *outs: Any):
@@ -159,14 +159,16 @@ def spawn(pool: ComputePool, pending: PendingCompute[Any], broadcast: bool) -> J
     return queue_call(pool, pickled_call(pending), pending.name, broadcast)
 
 
-def queue_call(pool: ComputePool, call: bytes, name: str, broadcast: bool) -> Job[Any]:
-    """Put the pickled call ``call`` (:func:`pickled_call`) in cluster ``pool.name``'s queue."""
+def queue_call(pool: ComputePool, call: bytes, name: str, broadcast: bool, env: dict[str, str] | None = None) -> Job[Any]:
+    """Put the pickled call ``call`` (:func:`pickled_call`) in cluster ``pool.name``'s queue,
+    run with the pool's plugins' hooks and the variables ``env`` added to the node's."""
     nodes = (len(pool.instances) or pool.nodes) if broadcast else 1
     cpu = DEFAULT_TASK_CPU_DEMAND
     meta = {"name": name, "cpus": cpu, "gpus": 0.0, "nodes": nodes, "resources": f"{nodes}x[CPU:{cpu:g}]"}
     ids = compute(name="number the job")(new_job)(meta) @ pool
     job = next(i for i in ids if i)
-    compute(name=f"queue job {job}")(place)(job, meta, call, broadcast) @ pool
+    plugins = dumps_by_value(list(pool.plugins)) if pool.plugins else None
+    compute(name=f"queue job {job}")(place)(job, meta, call, broadcast, env, plugins) @ pool
     return Job(str(pool.name), job, name)
 
 

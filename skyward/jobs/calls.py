@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from skyward.clusters.spawned import Job, outcome, pickled_call
+from skyward.clusters.spawned import Job, Tee, outcome, pickled_call
 from skyward.compute import PendingCompute
 from skyward.errors import ConfigError
 from skyward.job_errors import JobError, JobFailed, JobTimeout
@@ -33,7 +33,7 @@ __all__ = ["ManagedJob", "get", "launch", "listed"]
 
 T = TypeVar("T")
 
-T = TypeVar("T")
+
 @dataclass(frozen=True, repr=False)
 class ManagedJob(Job[T]):
     """A managed job (``sky.jobs.launch``): a :class:`~skyward.Job` whose ``id`` is the managed
@@ -74,14 +74,11 @@ class ManagedJob(Job[T]):
         return outcome(self, parts)  # type: ignore[no-any-return]
 
     def logs(self, follow: bool = False) -> str:
-        """The call's output, every run's (``skyward jobs logs ID``); with ``follow``, written to
-        standard output as it comes until the job ends."""
+        """The call's output so far, every run's (``skyward jobs logs ID``), each node's lines as
+        ``[node N] ...``. With ``follow``, also written to standard output line by line as the
+        job prints them (recoveries included), until the job ends; returns all of it."""
         text = io.StringIO()
-        client.logs(self.id, text, follow=False)
-        if follow:
-            sys.stdout.write(text.getvalue())
-            client.wait(self.id)
-            return self.logs()
+        client.logs(self.id, Tee(text, sys.stdout) if follow else text, follow=follow)
         return text.getvalue()
 
     def cancel(self) -> None:

@@ -4,7 +4,8 @@ controller, in a session of its own, with its output in the job's controller log
 It brings up the job's cluster (``sky-managed-<id>``, a named cluster that tears itself down
 after :data:`SAFETY_IDLE_MINUTES` idle minutes, should its controller never come back), runs
 setup there, puts the run in the cluster's job queue (detached: it goes on without this
-process) with the job's own ``SKYPILOT_TASK_ID`` (the same on every recovery), writes how it
+process) with the job's own ``SKYPILOT_TASK_ID`` and ``SKYWARD_TASK_ID`` (the same on every node
+and every recovery, a task file's run or a Python call alike), writes how it
 went in the job's row (``launch_result``: the phase reached, the cluster's job id, the exit
 status) and exits. The controller reads that row; it never waits on this process.
 
@@ -55,12 +56,12 @@ def launch(job: int) -> dict[str, Any]:
     if found is None or found.cluster is None:
         raise SystemExit(f"skyward: no managed job {job}")
     p = pickle.loads(found.plan)
+    env = {"SKYPILOT_TASK_ID": found.task_id, "SKYWARD_TASK_ID": found.task_id, "SKYWARD_MANAGED_JOB_ID": str(job)}
     if isinstance(p, CallPlan):
-        result = launch_call(found.cluster, p)
+        result = launch_call(found.cluster, p, env)
         store.update(job, launch_result=json.dumps(result))
         return result
-    env = {**p.envs, "SKYPILOT_TASK_ID": found.task_id, "SKYWARD_MANAGED_JOB_ID": str(job)}
-    p = replace(p, envs=env, job_recovery=None, autostop=None)  # (recovery is the controller's)
+    p = replace(p, envs={**p.envs, **env}, job_recovery=None, autostop=None)  # (recovery is the controller's)
     if found.cwd and os.path.isdir(found.cwd):
         os.chdir(found.cwd)
     progress: list[Any] = []
@@ -78,9 +79,10 @@ def launch(job: int) -> dict[str, Any]:
     return result
 
 
-def launch_call(cluster: str, p: CallPlan) -> dict[str, Any]:
+def launch_call(cluster: str, p: CallPlan, env: dict[str, str]) -> dict[str, Any]:
     """Bring up cluster ``cluster`` with the pool arguments of ``p`` and spawn its call there
-    (a job of the cluster's queue, which goes on without this process); the launch's result."""
+    (a job of the cluster's queue, which goes on without this process, its variables ``env``
+    added); the launch's result."""
     from skyward.clusters.spawned import queue_call
     from skyward.pool import ComputePool
 
@@ -89,7 +91,7 @@ def launch_call(cluster: str, p: CallPlan) -> dict[str, Any]:
         with ComputePool(name=cluster, idle_minutes=SAFETY_IDLE_MINUTES, down=True, console=False,
                          **pickle.loads(p.pool)) as pool:
             phase = "run"
-            job = queue_call(pool, p.call, p.name, p.broadcast).id
+            job = queue_call(pool, p.call, p.name, p.broadcast, env).id
     except KeyboardInterrupt:
         code = 130
     except Exception as exc:

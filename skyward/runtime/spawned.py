@@ -10,6 +10,10 @@ the cluster worker's private folder):
 - ``<id>.call``: the pickled call, written at submit; the runner deletes it once loaded (its
   arguments may hold secrets).
 - ``<id>.spawn``: one line of JSON (``{"broadcast": false}``) marking the job as a Python call.
+- ``<id>.plugins``: the pool's plugins (a pickled list), when it has any: the runner enters their
+  ``around_app`` and ``around_task`` hooks around the call as a worker does around a task
+  (:mod:`skyward.worker.spawned`), so a broadcast call on a torch pool runs in a process group;
+  the runner deletes it once loaded.
 - ``<id>.result``: what the runner kept, a pickle of ``("ok", value)`` or ``("error",
   RemoteFailure)`` (:class:`skyward.messages.RemoteFailure`: type, message, remote traceback).
 
@@ -33,7 +37,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["KEEP_SECONDS", "RESULT_LIMIT", "call_path", "marker_path", "place", "prune", "result_path"]
+__all__ = ["KEEP_SECONDS", "RESULT_LIMIT", "call_path", "marker_path", "place", "plugins_path", "prune", "result_path"]
 
 #: The most bytes a spawned call's pickle, or its result's, may take (64 MiB).
 RESULT_LIMIT = 64 * 1024 * 1024
@@ -49,6 +53,10 @@ def marker_path(folder: str, job: int) -> str:
     return os.path.join(folder, f"{job}.spawn")
 
 
+def plugins_path(folder: str, job: int) -> str:
+    return os.path.join(folder, f"{job}.plugins")
+
+
 def result_path(folder: str, job: int) -> str:
     return os.path.join(folder, f"{job}.result")
 
@@ -59,9 +67,11 @@ def _write_private(path: str, data: bytes) -> None:
         f.write(data)
 
 
-def place(job: int, meta: dict[str, Any], call: bytes, broadcast: bool) -> None:
+def place(job: int, meta: dict[str, Any], call: bytes, broadcast: bool, env: dict[str, str] | None = None,
+          plugins: bytes | None = None) -> None:
     """Broadcast: on the nodes that run job ``job`` (every node for a broadcast, else the head),
-    write its call and queue it; its command runs the call with this worker's Python."""
+    write its call (and ``plugins``, the pool's, pickled) and queue it; its command runs the call
+    with this worker's Python and environment, ``env`` added."""
     from skyward.runtime import instance_info
     from skyward.runtime.cluster import jobs_dir
     from skyward.runtime.jobqueue import enqueue
@@ -73,9 +83,11 @@ def place(job: int, meta: dict[str, Any], call: bytes, broadcast: bool) -> None:
     prune(folder)
     _write_private(call_path(folder, job), call)
     _write_private(marker_path(folder, job), json.dumps({"broadcast": broadcast}).encode())
-    command = (f"exec {shlex.quote(sys.executable)} -m skyward.worker.spawned "
-               f"{shlex.quote(call_path(folder, job))} {shlex.quote(result_path(folder, job))}")
-    enqueue(job, meta, command, {}, os.getcwd())
+    args = [sys.executable, "-m", "skyward.worker.spawned", call_path(folder, job), result_path(folder, job)]
+    if plugins:
+        _write_private(plugins_path(folder, job), plugins)
+        args += [plugins_path(folder, job), "broadcast" if broadcast else "head"]
+    enqueue(job, meta, "exec " + shlex.join(args), dict(env or {}), os.getcwd())
 
 
 def prune(folder: str, now: float | None = None) -> None:
