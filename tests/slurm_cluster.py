@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -234,6 +237,25 @@ def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str]]) -> Slur
         cluster.stop()
         raise
     return cluster
+
+
+@contextlib.contextmanager
+def serving(test_hosts) -> Iterator[SlurmCluster]:
+    """A cluster on ``test_hosts`` (tests/hosts/) while the block runs, this process's Slurm
+    commands (the provider's) pointed at it through ``SLURM_CONF``; everything removed after."""
+    base = Path(tempfile.mkdtemp(prefix="skyward-slurm-"))
+    cluster = start(base, test_hosts[0].bridge_ip, [(h.name, h.ip, f"pid:{h.sshd_pid}") for h in test_hosts])
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = cluster.conf
+    try:
+        yield cluster
+    finally:
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _wait_for(check, timeout: float, what: str, cluster: SlurmCluster) -> None:

@@ -5,12 +5,10 @@ After every test Slurm runs no job of ours and no worker is left on any node."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +16,7 @@ import pytest
 
 import skyward as sky
 from skyward import events as ev
-from tests import leftovers, slurm_cluster
+from tests import slurm_cluster
 
 pytestmark = pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.which("munged") is None,
                                 reason="Slurm's packages (slurmctld, slurmd, slurm-client, munge) are not installed")
@@ -26,20 +24,8 @@ pytestmark = pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.whic
 
 @pytest.fixture(scope="module")
 def slurm(test_hosts) -> Iterator[slurm_cluster.SlurmCluster]:
-    base = Path(tempfile.mkdtemp(prefix="skyward-slurm-"))
-    cluster = slurm_cluster.start(base, test_hosts[0].bridge_ip,
-                                  [(h.name, h.ip, f"pid:{h.sshd_pid}") for h in test_hosts])
-    saved = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = cluster.conf  # Slurm's commands, run by the provider, find this cluster
-    try:
+    with slurm_cluster.serving(test_hosts) as cluster:  # (the provider's commands find it: SLURM_CONF)
         yield cluster
-    finally:
-        if saved is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = saved
-        cluster.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -248,20 +234,6 @@ def test_a_two_node_task_file_runs_on_slurm(slurm, tmp_path, how) -> None:
     assert f"2 node(s) of {where}" in done.stdout
     for rank, node in enumerate(slurm.nodes):
         assert f"rank {rank} of 2 on {node}" in done.stdout + done.stderr
-
-
-@pytest.fixture
-def own_home(monkeypatch) -> Iterator[str]:
-    with leftovers.cluster_home(monkeypatch, "skyslurm") as path:
-        yield path
-
-
-def test_a_named_cluster_on_slurm_is_refused_before_anything_is_queued(slurm, own_home) -> None:
-    with pytest.raises(sky.ConfigError) as caught:
-        with sky.ComputePool(provider=sky.Slurm(), nodes=1, name="on-slurm", console=False):
-            pass
-    assert caught.value.parameter == "name" and caught.value.got == "on-slurm"
-    assert slurm.jobs() == []
 
 
 @pytest.mark.parametrize(("flags", "accepted"), [

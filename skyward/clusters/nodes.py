@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from skyward import events as ev
 from skyward._procs import TREE_VARIABLE
 from skyward._retry import Backoff
+from skyward.clusters.steps import start_step, step_command
 from skyward.errors import BootstrapError, ClusterError, WorkerLost
 from skyward.pool.lifecycle import Nodes
 from skyward.pool.starting import write_files
@@ -117,14 +118,17 @@ class ClusterNodes(Nodes):
             # A provider whose machines power off when idle (AWS's watchdog) names the file the
             # worker touches to keep its machine up until the cluster's autostop.
             command = resident_command(launch, sock, self.record.idle_minutes, tree,
-                                       heartbeat_file=getattr(self.provider, "heartbeat_file", None))
-            result = transport.run(command, timeout=90.0)
-            if not result.ok:
-                raise BootstrapError(transport.host, "starting worker",
-                                     f"the cluster's worker did not start (exit code {result.exit_code})",
-                                     node=inst.node, log_tail=(result.stdout + result.stderr).splitlines()[-20:])
-        python = transport.expand(launch.python)
-        return transport.start(WorkerLaunch((python, "-I", "-c", BRIDGE, sock), python=python))
+                                       heartbeat_file=getattr(self.provider, "heartbeat_file", None),
+                                       in_step=bool(inst.launcher))
+            if inst.launcher:  # a batch scheduler's node: the worker is a job step (clusters.steps)
+                start_step(inst, step_command(command, getattr(self.provider, "autostop_release", None)), sock)
+            else:
+                result = transport.run(command, timeout=90.0)
+                if not result.ok:
+                    raise BootstrapError(transport.host, "starting worker",
+                                         f"the cluster's worker did not start (exit code {result.exit_code})",
+                                         node=inst.node, log_tail=(result.stdout + result.stderr).splitlines()[-20:])
+        return transport.start(bridge(transport, launch, sock))
 
     def restart(self, start_timeout: float) -> None:
         """Replace every worker with a fresh one, as an ordinary pool does (the machines and
@@ -222,11 +226,18 @@ def _running(provider: Provider, instances: list[Instance]) -> list[Instance]:
     return [inst for inst, state in zip(instances, now, strict=True) if state == "running"]
 
 
+def bridge(transport: Transport, launch: WorkerLaunch, sock: str) -> WorkerLaunch:
+    """What the client starts on the node to reach the worker listening on ``sock``."""
+    python = transport.expand(launch.python)
+    return WorkerLaunch((python, "-I", "-c", BRIDGE, sock), python=python)
+
+
 def resident_command(launch: WorkerLaunch, sock: str, idle_minutes: float | None, tree: str,
-                     heartbeat_file: str | None = None) -> str:
+                     heartbeat_file: str | None = None, in_step: bool = False) -> str:
     """The shell command that starts a resident worker as ``launch`` starts an ordinary one;
-    it returns once the worker listens on ``sock`` (see :func:`skyward.worker.resident.daemonize`)."""
-    args = ["--resident", sock]
+    it returns once the worker listens on ``sock`` (see :func:`skyward.worker.resident.daemonize`),
+    or, ``in_step`` (a job step, :mod:`skyward.clusters.steps`), once the worker ends."""
+    args = ["--resident", sock] + (["--in-step"] if in_step else [])
     if idle_minutes is not None:
         args += ["--autostop", f"{idle_minutes * 60:g}"]
     if heartbeat_file:

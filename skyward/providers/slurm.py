@@ -22,6 +22,11 @@ anything else (``NODE_FAIL``, ``PREEMPTED``, a step killed) is a WorkerLost nami
 node and the job's state, which ``replace_lost`` replaces: :meth:`Slurm.acquire` asks for a new
 single-node allocation per lost node.
 
+Named clusters: the allocation is the cluster. Its workers are job steps that outlive the
+client (:mod:`skyward.clusters.steps`); one that ends by its autostop runs
+:attr:`Slurm.autostop_release` (``scancel``), :meth:`Slurm.machine_states` tells a cluster
+whose allocation Slurm ended (``stopped``), and :meth:`Slurm.start` asks for a new one.
+
 Release: ``scancel`` the job, then wait until Slurm no longer runs it. A node released alone
 (lost, replaced) cancels its job only once no node of the pool holds it any more.
 """
@@ -90,18 +95,13 @@ class Slurm(Provider):
         self.extra_args = tuple(extra_args)
         self._held: dict[str, set[str]] = {}  # job id -> the ids of the pool's instances in it
         self._wait = 3600.0  # how long an acquired allocation may pend: the pool's start_timeout
+        self._spec: PoolSpec | None = None  # what provision() was asked for
 
     def validate(self, spec: PoolSpec) -> None:
         missing = [c for c in COMMANDS if shutil.which(c) is None]
         if missing:
             raise ConfigError("provider", "a machine where Slurm's commands (" + ", ".join(COMMANDS) + ") are on "
                               "PATH: a login node of the cluster", f"sky.Slurm() without {', '.join(missing)}")
-        if spec.cluster is not None:
-            raise ConfigError("name", "None with sky.Slurm() (named clusters are not on Slurm yet: the allocation "
-                              "would outlive the client unwatched)", spec.cluster)
-        if spec.max_nodes is not None:
-            raise ConfigError("nodes", "a fixed number of nodes with sky.Slurm() (elastic pools are not supported "
-                              "on Slurm yet)", (spec.nodes, spec.max_nodes))
 
     # -- plan: the request, without I/O --------------------------------------------------------
     def sbatch_argv(self, spec: PoolSpec) -> list[str]:
@@ -136,6 +136,7 @@ class Slurm(Provider):
         if total and spec.nodes > total:
             raise self._too_many(spec, total, f"sinfo counts {total} nodes in the partition")
         self._wait = timeout
+        self._spec = spec  # (a cluster's record keeps this provider: start() asks for the same again)
         return self._allocate(spec, list(range(spec.nodes)), report, timeout)
 
     def _allocate(self, spec: PoolSpec, numbers: list[int], report: Callable[[str], None],
@@ -272,6 +273,30 @@ class Slurm(Provider):
         said += "".join(f"; {d}" for d in down)
         return WorkerLost(lost.node, f"{lost.reason} on Slurm node {name}; {said}", exit_code=lost.exit_code,
                           log_tail=lost.log_tail, local_rank=lost.local_rank)
+
+    # -- named clusters: the allocation is the cluster ------------------------------------------
+    #: What a cluster worker's job step runs when the worker ended by its autostop
+    #: (:mod:`skyward.clusters.steps`): the allocation ends with it.
+    autostop_release = 'scancel --quiet "$SLURM_JOB_ID"'
+
+    def machine_states(self, instances: list[Instance]) -> list[str]:
+        """Each instance's machine as a named cluster sees it: ``running`` while its allocation
+        runs, ``stopped`` once Slurm ended it (autostop, its time limit, a scancel) or forgot it."""
+        result = _run(["squeue", "-h", "--me", "-o", "%i %T"], timeout=30)
+        if result.returncode != 0:
+            raise ConnectionError(f"squeue failed: {_said(result)}")
+        states = dict(line.split()[:2] for line in result.stdout.splitlines() if len(line.split()) >= 2)
+        return ["running" if states.get(job_of(inst)) == "RUNNING" else "stopped" for inst in instances]
+
+    def start(self, instances: list[Instance]) -> list[Instance]:
+        """A stopped cluster's machines again: a new allocation of as many nodes, numbered alike."""
+        spec = self._spec or PoolSpec("cluster", len(instances))
+        spec = dataclasses.replace(spec, nodes=len(instances), max_nodes=None)
+        return self._allocate(spec, sorted(inst.node for inst in instances), lambda line: None, self._wait)
+
+    def stop(self, instances: list[Instance]) -> None:
+        """``skyward stop``: a Slurm allocation cannot be paused, so it is released."""
+        self.terminate(instances)
 
     # -- release -------------------------------------------------------------------------------
     def terminate(self, instances: list[Instance]) -> None:

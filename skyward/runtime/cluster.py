@@ -9,7 +9,7 @@ import os
 
 from skyward._procs import alive
 
-__all__ = ["CLUSTER_DIR", "CONTROL_SUFFIX", "DETACHED_NEEDS", "jobs_dir", "running_jobs"]
+__all__ = ["AUTOSTOPPED", "CLUSTER_DIR", "CONTROL_SUFFIX", "DETACHED_NEEDS", "jobs_dir", "running_jobs"]
 
 #: What a detached run needs (the error's ``accepted`` when it has none).
 DETACHED_NEEDS = "True only on a named cluster (skyward launch -c NAME -d; a run goes on without its client there)"
@@ -18,6 +18,9 @@ CLUSTER_DIR = "SKYWARD_CLUSTER_DIR"
 #: The cluster worker's control socket is its socket's path with this added: ``skyward status``
 #: and ``skyward autostop`` ask there (one line, one answer), which is no use of the cluster.
 CONTROL_SUFFIX = ".ctl"
+#: The exit code of a cluster's worker that ended by its autostop (its keepers exit the same):
+#: a worker that is a job step runs the provider's release after it (Slurm: scancel).
+AUTOSTOPPED = 75
 
 
 def jobs_dir(node: int) -> str:

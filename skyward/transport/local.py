@@ -124,8 +124,9 @@ class LocalTransport(Transport):
     host = "localhost"
 
     def __init__(self, launcher: tuple[str, ...] = (), *, host: str = "localhost"):
-        #: Workers start through this command (``srun ... -w NODE``: on another machine, their
-        #: stdio carried back here); every other call runs on this machine.
+        #: Workers and commands (run, stream) start through this command (``srun ... -w NODE``:
+        #: on another machine, their stdio carried back here); files are this machine's, which
+        #: that one shares (a login node and its compute nodes share the filesystem).
         self.launcher = launcher
         self.host = host
 
@@ -161,7 +162,7 @@ class LocalTransport(Transport):
                stdin: bytes | None) -> int:
         """Run ``command`` in a session of its own; on timeout (or an interrupt) kill the whole
         session, so nothing it started outlives it. Its stdin is a pipe kept open until it ends."""
-        process = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        process = subprocess.Popen([*self.launcher, "/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, start_new_session=True)
         lock = threading.Lock()
 

@@ -7,9 +7,12 @@ if __name__ == "__main__":  # (not in a process executor's child, which imports 
 
     resident = None
     if "--resident" in sys.argv:  # a named cluster's worker (skyward.worker.resident)
-        from skyward.worker.resident import daemonize, options
+        from skyward.worker.resident import daemonize, options, stay
 
         resident = options(sys.argv[1:])
-        daemonize(resident["path"])  # returns in the detached process only
+        if resident.pop("in_step"):  # a job step: the step must not end before the worker
+            stay(resident["path"])
+        else:
+            daemonize(resident["path"])  # returns in the detached process only
     keeper.split()  # from here on, this is the worker; its keeper waits to clear up after it
     raise SystemExit(main(resident))

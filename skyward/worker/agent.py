@@ -41,6 +41,7 @@ from skyward._procs import group_members
 from skyward.messages import Fatal, Setup
 from skyward.plugins._base import Plugin
 from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload, spinner
+from skyward.runtime.cluster import AUTOSTOPPED
 from skyward.worker import keeper
 from skyward.worker.executors import Executor, Task, make_executor
 from skyward.worker.log import log
@@ -79,6 +80,7 @@ class Agent:
         self.executor: Executor | None = None
         self._done = threading.Event()  # serving is over (SHUTDOWN, or the stream ended)
         self._clean = False  # ... by SHUTDOWN
+        self.autostopped = False  # (resident) ... by the cluster's autostop
         self._spin: Any = None
 
     # -- sending ---------------------------------------------------------------------------
@@ -181,7 +183,7 @@ class Agent:
             self.stopping.set()
             self.executor.shutdown(grace=setup.shutdown_grace)
             if not clean:
-                _kill_group_and_exit(0)
+                _kill_group_and_exit(AUTOSTOPPED if self.autostopped else 0)
             # Leaving the ExitStack runs the plugins' exits (e.g. destroy_process_group);
             # a watchdog makes sure a hook that hangs cannot keep the worker alive.
             watchdog = threading.Timer(15.0, lambda: (log("plugin shutdown hung"), _kill_group_and_exit(6)))
@@ -316,6 +318,7 @@ class Agent:
         if link is None:
             log(f"no client for {self.resident.autostop or 0:g}s: autostop")
             self.resident.close()
+            self.autostopped = True
             return False
         self._use(link)
         return True
@@ -343,7 +346,7 @@ def main(resident_options: dict[str, Any] | None = None) -> int:
         first = resident.next_link()
         if first is None:
             resident.close()
-            return 0
+            return AUTOSTOPPED
         proto_in, proto_out = first.reader_stream, first.writer_stream
     else:
         proto_in = os.fdopen(os.dup(0), "rb", buffering=0)  # FrameReader buffers

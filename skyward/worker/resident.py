@@ -303,6 +303,23 @@ def daemonize(path: str) -> None:
     os._exit(1)
 
 
+def stay(path: str) -> None:
+    """Stay in the foreground, for a worker that is a batch scheduler's job step (``--in-step``:
+    Slurm ends a step's processes when the step's first one exits, so it must not detach):
+    output to ``path + '.log'``, and the byte :func:`listening` writes goes to the original
+    stdout, which the process that started the step reads."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd = os.open(path + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    ready = os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.close(devnull)
+    os.environ["SKYWARD_RESIDENT_READY_FD"] = str(ready)
+
+
 def listening() -> None:
     """Tell the command that started this worker (see :func:`daemonize`) that it listens."""
     fd = os.environ.pop("SKYWARD_RESIDENT_READY_FD", None)
@@ -313,13 +330,14 @@ def listening() -> None:
 
 
 def options(argv: list[str]) -> dict[str, Any]:
-    """``--resident PATH [--autostop SECONDS] [--heartbeat-file PATH]``."""
+    """``--resident PATH [--autostop SECONDS] [--heartbeat-file PATH] [--in-step]``."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m skyward.worker")
     parser.add_argument("--resident", dest="path", required=True)
     parser.add_argument("--autostop", type=float, default=None)
     parser.add_argument("--heartbeat-file", default=None)
+    parser.add_argument("--in-step", action="store_true")
     args = parser.parse_args(argv)
     return {"path": os.path.expanduser(args.path), "autostop": args.autostop,
-            "heartbeat_file": args.heartbeat_file}
+            "heartbeat_file": args.heartbeat_file, "in_step": args.in_step}
