@@ -108,6 +108,10 @@ def test_minimal(home: str, tmp_path: Path, where: Where) -> None:
     first = sky("launch", "-y", "-c", "mini", "minimal.yaml", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert lines(first.stdout, "hello from the run") == ["[node 0] hello from the run"]
+    # The plan names the cluster's own provider and machines (the task runs on its first node).
+    assert re.findall(r"^task 'minimal': 1 node\(s\) on (\w+)$", first.stdout, re.M) == [where.provider]
+    if where.provider == "ssh":
+        assert re.findall(r"^  machines: (\S+)$", first.stdout, re.M) == [f"root@{where.hosts[0].ip}"], first.stdout
     assert state(tmp_path, "mini", 1) == (0, "Job 1: SUCCEEDED")
     assert state(tmp_path, "mini") == (0, "Job 1: SUCCEEDED")  # (the latest job)
     again = sky("launch", "-y", "-c", "mini", "minimal.yaml", cwd=tmp_path)
