@@ -108,6 +108,10 @@ def test_minimal(home: str, tmp_path: Path, where: Where) -> None:
     first = sky("launch", "-y", "-c", "mini", "minimal.yaml", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert lines(first.stdout, "hello from the run") == ["[node 0] hello from the run"]
+    # The plan names the cluster's own provider and machines (the task runs on its first node).
+    assert re.findall(r"^task 'minimal': 1 node\(s\) on (\w+)$", first.stdout, re.M) == [where.provider]
+    if where.provider == "ssh":
+        assert re.findall(r"^  machines: (\S+)$", first.stdout, re.M) == [f"root@{where.hosts[0].ip}"], first.stdout
     assert state(tmp_path, "mini", 1) == (0, "Job 1: SUCCEEDED")
     assert state(tmp_path, "mini") == (0, "Job 1: SUCCEEDED")  # (the latest job)
     again = sky("launch", "-y", "-c", "mini", "minimal.yaml", cwd=tmp_path)
@@ -357,3 +361,60 @@ def test_autodown(home: str, tmp_path: Path) -> None:
     again = sky("launch", "-y", "-d", "-c", "ad", "--num-nodes", "2", "--down", "minimal.yaml", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     until(lambda: cluster_status(tmp_path, "ad") is None, 60, "the cluster to go down after its job")
+
+
+def test_launch_fast_with_autostop(home: str, tmp_path: Path) -> None:
+    """SkyPilot's test_launch_fast_with_autostop (on minutes scaled down): ``launch --fast -i`` on a
+    cluster that has autostopped starts it again and runs the job; the cluster is UP after it."""
+    task(tmp_path, MINIMAL, "minimal.yaml")
+    first = sky("launch", "-y", "-c", "fa", "--fast", "-i", "0.05", "minimal.yaml", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert state(tmp_path, "fa", 1)[0] == 0
+    until(lambda: cluster_status(tmp_path, "fa") == "STOPPED", 60, "the cluster to autostop")
+    again = sky("launch", "-y", "-c", "fa", "--fast", "-i", "1", "minimal.yaml", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert lines(again.stdout, "hello from the run") == ["[node 0] hello from the run"]
+    assert state(tmp_path, "fa", 2) == (0, "Job 2: SUCCEEDED")
+    assert cluster_status(tmp_path, "fa") == "UP"
+
+
+FAILING_SETUP = """\
+num_nodes: 3
+setup: |
+  echo "Running setup."
+  if [ "$SKYPILOT_SETUP_NODE_RANK" -eq 1 ]; then echo "I'm a good worker, passing..."; else exit 1; fi
+run: |
+  echo "Finished"
+"""
+
+
+def test_launch_with_failing_setup(home: str, tmp_path: Path) -> None:
+    """SkyPilot's test_launch_with_failing_setup: a three-node setup that fails on nodes 0 and 2
+    fails the launch, and the error names a failed node (SkyPilot's names every failed worker;
+    ours the first that ended so), never the good one."""
+    task(tmp_path, FAILING_SETUP, "failing_setup.yaml")
+    ran = sky("launch", "-y", "-c", "fs", "failing_setup.yaml", cwd=tmp_path)
+    assert ran.returncode == 100, (ran.stdout, ran.stderr)
+    named = re.findall(r"FAILED_SETUP \(node (\d+): exit code 1\)", ran.stderr)
+    assert len(named) == 1 and named[0] in ("0", "2"), ran.stderr
+    assert state(tmp_path, "fs", 1) == (100, "Job 1: FAILED_SETUP")
+
+
+def test_long_setup_run_script(home: str, tmp_path: Path, where: Where) -> None:
+    """SkyPilot's test_long_setup_run_script, scaled down from 204,800 lines to 20,480 that print
+    nothing (SkyPilot's echo each number): setup and run blocks of about 200 KB each (over the
+    128 KiB one command-line argument may hold) run through launch and exec, to their last line."""
+    count = 1024 * 20
+    body = "".join(f"  : {i}\n" for i in range(count))
+    (tmp_path / "long.yaml").write_text(f'setup: |\n  echo "start long setup"\n{body}  echo "end long setup"\n'
+                                        f'run: |\n  echo "run"\n{body}  echo "end run"\n')
+    where.up("long")
+    ran = sky("launch", "-y", "-c", "long", "long.yaml", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    nodes = 2 if where.provider == "ssh" else 1  # (setup runs on every node of the cluster)
+    assert lines(ran.stdout, "end long setup") == [f"[node {n}] end long setup" for n in range(nodes)]
+    assert lines(ran.stdout, "end run") == ["[node 0] end run"]
+    assert sky("exec", "long", "echo hello", cwd=tmp_path).returncode == 0  # (exec exits with its job's code)
+    again = sky("exec", "long", "long.yaml", cwd=tmp_path)
+    assert again.returncode == 0 and lines(again.stdout, "end run") == ["[node 0] end run"], again.stderr[-2000:]
+    assert state(tmp_path, "long", 3) == (0, "Job 3: SUCCEEDED")

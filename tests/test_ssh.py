@@ -279,6 +279,22 @@ def test_channel_kill_stops_the_whole_process_group_on_the_host(test_hosts):
         transport.close()
 
 
+def test_a_process_group_whose_only_member_is_a_zombie_counts_as_ended(test_hosts):
+    """An ended command's group often keeps a zombie for a while (its dead man's switch, adopted
+    by an init that reaps when it gets round to it): nothing of it runs, so it is gone. The test
+    hosts share this machine's process ids: the zombie is a child of this test, not reaped."""
+    host = test_hosts[0]
+    transport = _transport(host)
+    ended = subprocess.Popen(["true"], process_group=0)
+    try:
+        os.waitid(os.P_PID, ended.pid, os.WEXITED | os.WNOWAIT)  # it has exited; it stays a zombie
+        assert transport.kill_group(ended.pid, 3.0) is True
+        assert transport.kill_group(ended.pid, 3.0, tree=uuid.uuid4().hex) is True
+    finally:
+        ended.wait()
+        transport.close()
+
+
 # -- the client killed -------------------------------------------------------------------------------
 
 CLIENT = r"""

@@ -339,6 +339,24 @@ def test_a_docker_image_runs_setup_and_run_in_that_container(tmp_path: Path) -> 
     assert "[node 0] set" in done.stdout and "[node 0] ran" in done.stdout
 
 
+def test_a_docker_images_blocks_reach_the_container_as_input_not_on_its_command_line(tmp_path: Path) -> None:
+    # Blocks of 30,000 lines (over 300 KB; one command-line argument holds at most 128 KiB): the
+    # stand-in `docker` runs its command as docker would, with the input docker -i passes on.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "docker"
+    fake.write_text('#!/bin/bash\necho "docker $*" >> "$DOCKER_LOG"\neval "${@: -1}"\n')
+    fake.chmod(0o755)
+    body = "".join(f"  echo line {i}\n" for i in range(30_000))
+    task = write(tmp_path, "resources: {image_id: 'docker:ubuntu:22.04'}\n"
+                           f"setup: |\n  echo set-start\n{body}  echo set-end\nrun: |\n  echo run-start\n{body}  echo run-end\n")
+    done = cli(str(task), cwd=tmp_path, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "DOCKER_LOG": str(tmp_path / "log")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert all(f"[node 0] {word}" in done.stdout for word in ("set-end", "run-end", "line 29999"))
+    calls = (tmp_path / "log").read_text().splitlines()
+    assert len(calls) == 2 and all(len(c) < 4096 and "line 1" not in c for c in calls)
+
+
 def test_aws_resources_configure_the_provider_the_run_uses(tmp_path: Path) -> None:
     from skyward.launch import make_provider
 

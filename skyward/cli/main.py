@@ -286,7 +286,17 @@ def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         cluster = cluster_pool_args(args)
         p = task_plan(args, args.num_nodes, gpus=args.gpus, cpus=args.cpus, memory=args.memory,
                       provider=args.provider, infra=args.infra, hosts=[h for h in args.hosts.split(",") if h.strip()])
-        out.write(p.describe() + "\n")
+        # A provider the task file's infra names counts as given, as --provider does.
+        given = args.provider_given or p.provider != "local"
+        # A command (or nothing) asks no shape of its own: an existing cluster is used as it is.
+        shaped = args.task_file is not None or args.num_nodes is not None or args.gpus is not None
+        if args.cluster is not None and not given:
+            from skyward.launch.cluster import as_on_cluster
+
+            shown = as_on_cluster(p, args.cluster, shape_given=shaped)
+        else:
+            shown = p
+        out.write(shown.describe() + "\n")
     except ConfigError as exc:
         err.write(f"skyward: error: {exc}\n")
         return 2
@@ -296,8 +306,8 @@ def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     if args.dryrun:
         out.write("dry run: nothing was started\n")
         return 0
-    if p.provider != "local" and not args.yes and sys.stdin.isatty():
-        answer = input(f"start {p.nodes} node(s) on {p.provider}? [Y/n] ")
+    if shown.provider != "local" and not args.yes and sys.stdin.isatty():
+        answer = input(f"start {shown.nodes} node(s) on {shown.provider}? [Y/n] ")
         if answer.strip().lower() not in ("", "y", "yes"):
             out.write("nothing started\n")
             return 1
@@ -306,10 +316,6 @@ def _launch(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
         return execute(p, err=err)
     if cluster["idle_minutes"] is None and p.autostop is not None:  # the task file's resources.autostop
         cluster.update(idle_minutes=p.autostop.idle_minutes, down=cluster["down"] or p.autostop.down)
-    # A provider the task file's infra names counts as given, as --provider does.
-    given = args.provider_given or p.provider != "local"
-    # A command (or nothing) asks no shape of its own: an existing cluster is used as it is.
-    shaped = args.task_file is not None or args.num_nodes is not None or args.gpus is not None
     return execute(p, err=err, cluster={**cluster, "provider_given": given, "shape_given": shaped},
                    detach_run=args.detach_run)
 

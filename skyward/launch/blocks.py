@@ -5,6 +5,10 @@
   block wrote there hold in ``run``). The interactive shell only reads the file: its own
   messages (no terminal, no job control) go nowhere, and the block itself runs in a plain
   (non-interactive) subshell with the node's stderr, back in the directory it was started in.
+* :func:`here_document`: how a block reaches the shell (or the container) that runs it: as the
+  input of a here-document inside the wrapping script, never as a command-line argument, which
+  Linux caps at 128 KiB (SkyPilot's long-script test sends blocks of 200,000 lines). The
+  wrapping script itself reaches the node as a file (:func:`skyward.runtime.command.write_script`).
 * :func:`on_first`: a run on the first ``n`` nodes of a bigger cluster (a task's ``num_nodes``
   below the cluster's): the other nodes do nothing, and ``SKYPILOT_NUM_NODES`` and
   ``SKYPILOT_NODE_IPS`` (and their ``SKYWARD_*`` twins) describe the nodes the run uses.
@@ -12,19 +16,30 @@
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 
-__all__ = ["login_shell", "on_first"]
+__all__ = ["here_document", "login_shell", "on_first"]
 
-# $1: the directory to run in, $2: the block. fd 3 carries the node's stderr past the
-# interactive shell's start (whose warnings about the missing terminal are dropped).
-_INTERACTIVE = '(exec 2>&3 3>&-; cd -- "$1" || exit; eval "$2")'
+# $1: the directory to run in; the block comes on fd 4 (read whole, then closed for the block).
+# fd 3 carries the node's stderr past the interactive shell's start (whose warnings about the
+# missing terminal are dropped).
+_INTERACTIVE = '(exec 2>&3 3>&-; cd -- "$1" || exit; eval "$(cat <&4)" 4<&-)'
+
+
+def here_document(block: str, fd: int = 0) -> str:
+    """A redirection of descriptor ``fd`` from a here-document holding ``block`` word for word,
+    to end a command's line with: its delimiter is made from the block's own hash, so no line of
+    the block can close it early, and the same block gives the same text."""
+    mark = "SKYWARD_BLOCK_" + hashlib.sha256(block.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+    body = block if block.endswith("\n") else block + "\n"
+    return f"{fd if fd else ''}<<'{mark}'\n{body}{mark}"
 
 
 def login_shell(block: str) -> str:
     """Shell code that runs ``block`` after bash has read ``~/.bashrc`` (see the module docstring)."""
-    return (f"exec 3>&2\nexec bash -i -c {shlex.quote(_INTERACTIVE)} skyward \"$PWD\" {shlex.quote(block)} "
-            "2>/dev/null")
+    return (f"exec 3>&2\nexec bash -i -c {shlex.quote(_INTERACTIVE)} skyward \"$PWD\" 2>/dev/null "
+            + here_document(block, 4))
 
 
 def on_first(nodes: int, block: str) -> str:

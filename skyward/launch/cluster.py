@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from skyward.clusters.session import ClusterSession
     from skyward.pool.pool import ComputePool
 
-__all__ = ["JobShape", "SetupBlock", "Workdir", "demand", "pool_args", "run_directory", "run_on", "setup_done",
+__all__ = ["JobShape", "SetupBlock", "Workdir", "as_on_cluster", "demand", "pool_args", "run_directory", "run_on", "setup_done",
            "setup_failed", "setup_hash", "setup_needed", "submit_job"]
 
 
@@ -86,6 +86,25 @@ def pool_args(cluster: Mapping[str, Any], shape: Mapping[str, Any]) -> dict[str,
     if record is not None and isinstance(args.get("nodes"), int) and args["nodes"] < record.nodes:
         args["nodes"] = record.nodes  # a task of fewer nodes runs on the cluster's first ones (run_on)
     return args
+
+
+def as_on_cluster(p: Any, name: str, *, shape_given: bool) -> Any:
+    """Plan ``p`` as it runs on cluster ``name`` when that cluster exists and the command line
+    named no provider: on the cluster's own provider and machines (its SSH hosts, in node order),
+    on all its nodes unless the task asked a shape of its own; ``p`` itself otherwise (the plan
+    is what ``launch`` prints before anything runs)."""
+    from dataclasses import replace
+
+    from skyward.clusters.state import ClusterStore
+
+    record = ClusterStore().get(name)
+    if record is None:
+        return p
+    hosts = tuple(f"{i.ssh.user}@{i.ssh.host}" + (f":{i.ssh.port}" if i.ssh.port != 22 else "")
+                  if i.ssh is not None else i.public_addr or i.private_addr
+                  for i in sorted(record.instances, key=lambda i: i.node))
+    nodes = min(p.nodes, record.nodes) if shape_given else record.nodes
+    return replace(p, provider=record.provider_name, nodes=nodes, hosts=hosts)
 
 
 def run_on(pool: ComputePool, nodes: int) -> int | None:

@@ -254,7 +254,7 @@ def _machines(self: Any) -> str:
         where = f"Slurm partition {self.region}" if self.region else "the default Slurm partition"
         per_node = f", {self.accelerator} per node (--gres)" if self.accelerator else ""
         return f"{self.nodes} node(s) of {where}{per_node}, in one allocation"
-    if self.provider == "ssh":
+    if self.provider == "ssh" or self.hosts:  # (an existing cluster's machines, on any provider)
         spares = self.hosts[self.nodes:] if self.job_recovery is not None else ()
         return (", ".join(self.hosts[:self.nodes]) + (f" (asked: {wanted})" if wanted else "")
                 + (f"; spare for job recovery: {', '.join(spares)}" if spares else ""))

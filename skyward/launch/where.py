@@ -21,6 +21,7 @@ import shlex
 import shutil
 from collections.abc import Sequence
 
+from skyward.launch.blocks import here_document
 from skyward.launch.taskfile.check import Findings
 from skyward.launch.taskfile.resources import Candidates, Resources
 
@@ -166,10 +167,16 @@ def runtime_of() -> str | None:
     return None
 
 
+# The container's bash runs its input: read whole, then run with an empty input (as without -i).
+_FROM_INPUT = 'eval "$(cat)" </dev/null'
+
+
 def in_container(command: str, image: str, env_names: Sequence[str], cwd: str | None) -> str:
     """Shell code that runs ``command`` inside ``image`` with docker or podman, whichever the
     node has: host network, the working directory mounted at the same path, the task's and
-    the node's variables passed through."""
+    the node's variables passed through. The command is the container's input (``-i``: read
+    whole, then the command's own input is empty), not an argument of ``docker run``, whose
+    command line holds at most 128 KiB per argument (:func:`~skyward.launch.blocks.here_document`)."""
     names = [*env_names, "SKYPILOT_NODE_IPS", "SKYPILOT_NODE_RANK", "SKYPILOT_NUM_NODES",
              "SKYPILOT_NUM_GPUS_PER_NODE", "SKYPILOT_TASK_ID", "SKYWARD_NODE_IPS", "SKYWARD_NODE_RANK",
              "SKYWARD_NUM_NODES", "SKYWARD_NUM_GPUS_PER_NODE", "SKYWARD_TASK_ID", "SKYWARD_HEAD_IP"]
@@ -178,5 +185,5 @@ def in_container(command: str, image: str, env_names: Sequence[str], cwd: str | 
     refusal = shlex.quote(f"skyward: image_id docker:{image} needs docker or podman on the node; neither is "
                           "installed")
     return (f"RT=$(command -v docker || command -v podman) || {{ echo {refusal} >&2; exit 127; }}\n"
-            f'exec "$RT" run --rm --network host {gpus} {flags} -v "$PWD:$PWD" -w "$PWD" '
-            f"{shlex.quote(image)} bash -c {shlex.quote(command)}")
+            f'exec "$RT" run --rm --network host -i {gpus} {flags} -v "$PWD:$PWD" -w "$PWD" '
+            f"{shlex.quote(image)} bash -c {shlex.quote(_FROM_INPUT)} " + here_document(command))

@@ -20,7 +20,7 @@ Guarantees, in addition to those of :mod:`skyward.transport.base`:
    and the channel swallows everything up to that marker — so noise from a login script can
    never corrupt the protocol stream. :meth:`SSHChannel.kill` closes the channel *and*
    ``kill -9``s that group over a separate exec; :meth:`SSHChannel.confirm_gone` asks the host
-   (``kill -0``) until the group is gone.
+   (``kill -0``, zombies aside) until the group is gone.
 
 The worker's channel (:class:`SSHChannel`, the marker, the file-like channel ends) lives in
 :mod:`skyward.transport._ssh_channel`; opening the connection (host keys, authentication,
@@ -63,6 +63,24 @@ _PID_MARKER = "::skyward-pid:: "
 # paramiko's default window is 2 MiB; a larger one keeps big task payloads flowing on links
 # with some latency (the window is credit, not memory allocated up front).
 _WINDOW = 16 * 1024 * 1024
+
+
+def _kill_running_members(pgid: int) -> str:
+    """Shell text that ``kill -9``s group ``pgid`` and sets ``a=1`` if a member still runs.
+
+    ``kill -0 -PGID`` also answers for zombies, and an ended command's group keeps one for a
+    while: its dead man's switch kills itself with the group, and the init that adopts it may
+    reap it only seconds later (measured: 1.5-2 s per streamed command on the test hosts). A
+    zombie runs nothing, so the group is gone when every member is a zombie (state Z, or X):
+    one pass over ``/proc/*/stat`` with shell builtins only. Where there is no ``/proc``,
+    ``kill -0`` alone decides."""
+    # `kill -9 -PGID`, not `kill -9 -- -PGID`: dash's kill does not take "--". The state and
+    # the group follow the last ") " of a stat line (the command name may hold either).
+    return (f"kill -9 -{pgid} 2>/dev/null; "
+            "if [ -r /proc/self/stat ]; then for f in /proc/[0-9]*/stat; do "
+            '{ read -r s < "$f"; } 2>/dev/null || continue; s=${s##*) }; set -- $s; '
+            f'if [ "$3" = {pgid} ] && [ "$1" != Z ] && [ "$1" != X ]; then a=1; break; fi; done; '
+            "else a=1; fi")
 
 
 # -- the transport ---------------------------------------------------------------------------------
@@ -200,8 +218,7 @@ class SSHTransport(Transport):
         could not clear: both were killed at once); False if any is still there after ``timeout``.
         Raises ConnectionError if the host cannot be asked."""
         deadline = time.monotonic() + timeout
-        # `kill -9 -PGID`, not `kill -9 -- -PGID`: dash's kill does not take "--".
-        check = f"a=; if kill -0 -{pgid} 2>/dev/null; then kill -9 -{pgid} 2>/dev/null; a=1; fi; "
+        check = f"a=; if kill -0 -{pgid} 2>/dev/null; then {_kill_running_members(pgid)}; fi; "
         if tree:  # one grep over every environ (NUL-separated lines): the pids of the tree's processes
             check += (f"p=$(grep -lzx {shlex.quote(f'{TREE_VARIABLE}={tree}')} /proc/[0-9]*/environ 2>/dev/null "
                       f"| cut -d/ -f3); if [ -n \"$p\" ]; then kill -9 $p 2>/dev/null; a=1; fi; ")
