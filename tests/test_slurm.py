@@ -5,12 +5,10 @@ After every test Slurm runs no job of ours and no worker is left on any node."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,20 +24,8 @@ pytestmark = pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.whic
 
 @pytest.fixture(scope="module")
 def slurm(test_hosts) -> Iterator[slurm_cluster.SlurmCluster]:
-    base = Path(tempfile.mkdtemp(prefix="skyward-slurm-"))
-    cluster = slurm_cluster.start(base, test_hosts[0].bridge_ip,
-                                  [(h.name, h.ip, f"pid:{h.sshd_pid}") for h in test_hosts])
-    saved = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = cluster.conf  # Slurm's commands, run by the provider, find this cluster
-    try:
+    with slurm_cluster.running(test_hosts) as cluster:  # (SLURM_CONF set for the provider's commands)
         yield cluster
-    finally:
-        if saved is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = saved
-        cluster.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

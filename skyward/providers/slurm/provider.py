@@ -31,19 +31,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import shlex
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from skyward.errors import CapacityError, ConfigError, ProvisionError, SlurmTimeLimit, WorkerLost
-from skyward.providers.base import Instance, PoolSpec, Provider
+from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider
+from skyward.providers.slurm import limits
+from skyward.providers.slurm.commands import SlurmCommands
+
+if TYPE_CHECKING:
+    from skyward.providers.ssh import SSH
 
 __all__ = ["Slurm"]
-
-#: The commands the provider runs (on the login node).
-COMMANDS = ("sbatch", "squeue", "scancel", "scontrol", "srun")
 #: Job states after which an allocation will never run (squeue's long names).
 ENDED = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
                    "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
@@ -62,7 +62,14 @@ class Slurm(Provider):
         account: the account charged (None: the user's default).
         qos: the quality of service (None: the default).
         time: the allocation's time limit, in Slurm's format (``"1:00:00"``, ``"2-00:00:00"``).
-        login: None: Slurm's commands run on this machine (a login node).
+        login: where Slurm's commands run. None: on this machine (a login node).
+            ``"user@host"``: on that login node, over SSH as ``ssh user@host`` reaches it
+            (``~/.ssh/config``'s ``HostName``, ``Port``, ``IdentityFile``, ``ProxyJump``, the
+            agent; host keys checked), so a laptop drives the cluster; the workers' stdio
+            travels through that connection, and their environment is built once on the
+            login node under ``~/.skyward``, which the compute nodes must share. A
+            ``sky.SSH([...])`` of one host says more (``key``, ``known_hosts``, ``root`` for
+            another shared directory, ``find_links``...).
         constraint: node features the nodes must have (``--constraint``).
         extra_args: more ``sbatch`` options, passed as they are.
 
@@ -74,11 +81,13 @@ class Slurm(Provider):
     name = "slurm"
 
     def __init__(self, partition: str | None = None, account: str | None = None, qos: str | None = None,
-                 time: str = "1:00:00", login: str | None = None, constraint: str | None = None,
+                 time: str = "1:00:00", login: str | SSH | None = None, constraint: str | None = None,
                  extra_args: Sequence[str] = ()):
-        if login is not None:
-            raise ConfigError("login", "None (Slurm's commands run on this machine; running them on a login "
-                              "node over SSH is not supported yet)", login)
+        try:
+            limits.seconds(time)
+        except (ValueError, AttributeError):
+            raise ConfigError("time", f"a Slurm time limit: {limits.TIME_FORMATS}", time) from None
+        self.ssh = _login(login)
         if isinstance(extra_args, str):
             raise ConfigError("extra_args", "a sequence of sbatch options, e.g. ('--exclusive',)", extra_args)
         self.partition = partition
@@ -90,12 +99,11 @@ class Slurm(Provider):
         self.extra_args = tuple(extra_args)
         self._held: dict[str, set[str]] = {}  # job id -> the ids of the pool's instances in it
         self._wait = 3600.0  # how long an acquired allocation may pend: the pool's start_timeout
+        shown = login if isinstance(login, str) else repr(login)
+        self.commands = SlurmCommands(None if self.ssh is None else self.ssh.address(0), shown)
 
     def validate(self, spec: PoolSpec) -> None:
-        missing = [c for c in COMMANDS if shutil.which(c) is None]
-        if missing:
-            raise ConfigError("provider", "a machine where Slurm's commands (" + ", ".join(COMMANDS) + ") are on "
-                              "PATH: a login node of the cluster", f"sky.Slurm() without {', '.join(missing)}")
+        self.commands.reachable()
         if spec.cluster is not None:
             raise ConfigError("name", "None with sky.Slurm() (named clusters are not on Slurm yet: the allocation "
                               "would outlive the client unwatched)", spec.cluster)
@@ -135,6 +143,9 @@ class Slurm(Provider):
         total = self.partition_nodes()
         if total and spec.nodes > total:
             raise self._too_many(spec, total, f"sinfo counts {total} nodes in the partition")
+        # ... and one asking for more time or GPUs than the partition gives.
+        limits.check(self.commands, self.partition, self.time,
+                         getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0)
         self._wait = timeout
         return self._allocate(spec, list(range(spec.nodes)), report, timeout)
 
@@ -166,10 +177,10 @@ class Slurm(Provider):
         return acquired
 
     def _submit(self, spec: PoolSpec) -> str:
-        result = _run(self.sbatch_argv(spec))
+        result = self.commands.run(self.sbatch_argv(spec))
         if result.returncode == 0:
             return result.stdout.strip().split(";")[0]
-        raise self._refused(spec, _said(result))
+        raise self._refused(spec, result.said())
 
     def _refused(self, spec: PoolSpec, said: str) -> Exception:
         """The error for a request Slurm refused at submission, naming what it refused."""
@@ -196,14 +207,14 @@ class Slurm(Provider):
 
     def partitions(self) -> list[str]:
         """The cluster's partition names (the default one marked ``*`` by sinfo, unmarked here)."""
-        out = _run(["sinfo", "-h", "-o", "%R"]).stdout
+        out = self.commands.run(["sinfo", "-h", "-o", "%R"]).stdout
         return sorted({line.strip() for line in out.splitlines() if line.strip()})
 
     def partition_nodes(self) -> int:
         """How many nodes the partition asked for (or the default one) has; 0 if unknown."""
         argv = ["sinfo", "-h", "-o", "%D %P"] + ([f"--partition={self.partition}"] if self.partition else [])
         total = 0
-        for line in _run(argv).stdout.splitlines():
+        for line in self.commands.run(argv).stdout.splitlines():
             count, _, name = line.partition(" ")
             if self.partition or name.endswith("*"):
                 with contextlib.suppress(ValueError):
@@ -216,13 +227,13 @@ class Slurm(Provider):
         said = ""
         reason = ""
         while True:
-            result = _run(["squeue", "-h", f"--jobs={job}", "-o", "%T|%r|%N"])
+            result = self.commands.run(["squeue", "-h", f"--jobs={job}", "-o", "%T|%r|%N"])
             state, _, rest = result.stdout.strip().partition("|")
             reason, _, nodelist = rest.partition("|")
             if state == "RUNNING":
-                return _run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+                return self.commands.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
             if state in ENDED or (result.returncode != 0 and not state):
-                raise ProvisionError(f"Slurm job {job} ended before it ran ({state or _said(result)}: {reason})",
+                raise ProvisionError(f"Slurm job {job} ended before it ran ({state or result.said()}: {reason})",
                                      provider=self.name)
             if state == "PENDING":
                 line = f"queued in Slurm as job {job}: {reason}{self._position(job)}"
@@ -236,7 +247,7 @@ class Slurm(Provider):
 
     def _position(self, job: str) -> str:
         """``, 2nd in the queue`` (by Slurm's priority order among pending jobs), or nothing."""
-        out = _run(["squeue", "-h", "--states=PENDING", "--sort=-p,i", "-o", "%i"]).stdout.split()
+        out = self.commands.run(["squeue", "-h", "--states=PENDING", "--sort=-p,i", "-o", "%i"]).stdout.split()
         if job not in out:
             return ""
         n = out.index(job) + 1
@@ -244,10 +255,15 @@ class Slurm(Provider):
         return f", {n}{suffix} in the queue"
 
     def _describe(self, spec: PoolSpec, job: str, nodes: list[str], numbers: list[int]) -> list[Instance]:
-        addrs = _node_addrs(nodes)
+        addrs = {n: f["NodeAddr"] for n, f in self.commands.nodes(",".join(nodes)).items() if "NodeAddr" in f}
         gpus = getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0
+        ssh, environment = None, None
+        if self.ssh is not None:  # the steps start on the login node; their environment is built there
+            ssh = self.ssh.address(0)
+            environment = dataclasses.replace(self.ssh.environment(), note=f"Slurm job {job} via {self.commands.shown}")
         return [Instance(id=f"slurm-{job}-{name}", node=i, private_addr=addrs.get(name, name), accelerators=gpus,
-                         launcher=self.step_argv(job, name)) for i, name in zip(numbers, nodes, strict=True)]
+                         ssh=ssh, environment=environment, launcher=self.step_argv(job, name))
+                for i, name in zip(numbers, nodes, strict=True)]
 
     # -- losses --------------------------------------------------------------------------------
     def explainer(self, instance: Instance) -> Callable[[WorkerLost], Exception]:
@@ -257,17 +273,17 @@ class Slurm(Provider):
         """Why ``instance``'s worker is gone, as Slurm tells it: SlurmTimeLimit for a job ended
         by its time limit, else ``lost`` naming the Slurm node and the job's state."""
         job, name = job_of(instance), instance.id.split("-", 2)[2]
-        fields = _job_fields(job)
+        fields = self.commands.job_fields(job)
         settle = time.monotonic() + SETTLE  # (an ending job shows COMPLETING until its nodes are clean)
         while fields.get("JobState") == "COMPLETING" and fields.get("Reason") != "TimeLimit" \
                 and time.monotonic() < settle:
             time.sleep(POLL)
-            fields = _job_fields(job)
+            fields = self.commands.job_fields(job)
         state, reason = fields.get("JobState", "no longer known to Slurm"), fields.get("Reason", "None")
         if state == "TIMEOUT" or reason == "TimeLimit":
             return SlurmTimeLimit(job, fields.get("TimeLimit", self.time), node=lost.node)
         said = f"Slurm job {job} is {state}" + ("" if reason == "None" else f" ({reason})")
-        down = [f"{n} is {f.get('State')} ({f.get('Reason', '')})" for n, f in _nodes(fields.get("NodeList", ""), 10).items()
+        down = [f"{n} is {f.get('State')} ({f.get('Reason', '')})" for n, f in self.commands.nodes(fields.get("NodeList", ""), 10).items()
                 if any(word in f.get("State", "") for word in ("DOWN", "FAIL", "DRAIN"))]
         said += "".join(f"; {d}" for d in down)
         return WorkerLost(lost.node, f"{lost.reason} on Slurm node {name}; {said}", exit_code=lost.exit_code,
@@ -279,6 +295,8 @@ class Slurm(Provider):
         for job in jobs:
             self._held.pop(job, None)
             self._cancel(job)
+        if not self._held:  # (the next pool opens the login connection again)
+            self.commands.close()
 
     def release(self, instances: list[Instance]) -> None:
         """Release some nodes of a running pool: a job is cancelled once none of the pool's
@@ -292,10 +310,10 @@ class Slurm(Provider):
 
     def _cancel(self, job: str, timeout: float = 60.0) -> None:
         """Cancel ``job`` and wait until Slurm no longer runs it; raise if it still does."""
-        _run(["scancel", "--quiet", job])
+        self.commands.run(["scancel", "--quiet", job])
         deadline = time.monotonic() + timeout
         while True:
-            result = _run(["squeue", "-h", f"--jobs={job}", "-o", "%T"])
+            result = self.commands.run(["squeue", "-h", f"--jobs={job}", "-o", "%T"])
             state = result.stdout.strip()
             if not state or state in ENDED:
                 return
@@ -314,42 +332,17 @@ def job_of(instance: Instance) -> str:
     return instance.id.split("-")[1]
 
 
-def _job_fields(job: str) -> dict[str, str]:
-    """``scontrol show job``'s fields of ``job`` (empty once Slurm has forgotten it)."""
-    out = _run(["scontrol", "show", "job", "--oneliner", job], timeout=10).stdout
-    return dict(f.split("=", 1) for f in out.split() if "=" in f)
+def _login(login: str | SSH | None) -> SSH | None:
+    """The login node as an SSH provider of one host (``"user@host"`` read as ``sky.SSH`` reads
+    a host: ``~/.ssh/config``, the agent, ProxyJump)."""
+    from skyward.providers.ssh import SSH
 
-
-def _nodes(nodelist: str, timeout: float = 60.0) -> dict[str, dict[str, str]]:
-    """``scontrol show node``'s fields of each node of ``nodelist`` (Slurm's ``h[1-2]`` form
-    or names joined by commas), by name."""
-    if not nodelist or nodelist == "(null)":
-        return {}
-    out = _run(["scontrol", "show", "node", "--oneliner", nodelist], timeout=timeout).stdout
-    found = {}
-    for line in out.splitlines():
-        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        if "NodeName" in fields:
-            found[fields["NodeName"]] = fields
-    return found
-
-
-def _node_addrs(nodes: list[str]) -> dict[str, str]:
-    """Each node's address (slurm.conf's NodeAddr), by name."""
-    return {name: f["NodeAddr"] for name, f in _nodes(",".join(nodes)).items() if "NodeAddr" in f}
-
-
-def _run(argv: list[str], timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    accepted = "None, \"user@host\" (a login node reached over SSH) or sky.SSH([...]) of one host"
+    if login is None or (isinstance(login, SSH) and len(login.hosts) == 1):
+        return login
+    if not isinstance(login, str):
+        raise ConfigError("login", accepted, login)
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except FileNotFoundError as exc:
-        raise ConfigError("provider", "a machine where Slurm's commands are on PATH", shlex.join(argv[:1])) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise ProvisionError(f"`{shlex.join(argv)[:80]}` did not answer within {timeout:g}s",
-                             provider="slurm") from exc
-
-
-def _said(result: subprocess.CompletedProcess[str]) -> str:
-    """What a Slurm command said on failure, in one line."""
-    lines = [line.strip() for line in (result.stderr or result.stdout).splitlines() if line.strip()]
-    return " ".join(lines[-2:]) or f"exit code {result.returncode}"
+        return SSH([login])
+    except ConfigError as exc:
+        raise ConfigError("login", accepted, login, detail=str(exc)) from exc
