@@ -48,14 +48,16 @@ def nap(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def test_a_pool_through_a_login_node_runs_every_slurm_command_there(slurm, test_hosts, wheelhouse, tmp_path,
+def test_a_pool_through_a_login_node_runs_every_slurm_command_there(slurm, test_hosts, wheelhouse,
                                                                     monkeypatch) -> None:
     login = test_hosts[0]
     # The login node's shell points Slurm's commands at the cluster, as a cluster's login node
     # does; this process's environment does not, so no Slurm command can have run here.
     monkeypatch.delenv("SLURM_CONF")
-    # The environment is built once on the login node, in a directory the compute nodes share.
-    provider = sky.Slurm(login=ssh_provider([login], wheelhouse, root=str(tmp_path / "shared")))
+    # The environment is built once on the login node, in its ~/.skyward, which the compute nodes
+    # see at the same path, as they share a login node's home (the host's home is a directory
+    # of this machine, mounted over /root inside it: the path below names it for both).
+    provider = sky.Slurm(login=ssh_provider([login], wheelhouse, root=f"{login.home}/.skyward"))
     with kept_bashrcs([login], f"export SLURM_CONF={slurm.conf}\n"):
         with sky.ComputePool(provider=provider, nodes=2, console=False, start_timeout=60) as pool:
             assert where() @ pool == [(n, n) for n in slurm.nodes]

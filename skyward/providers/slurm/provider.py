@@ -16,6 +16,16 @@ over a Local worker's pipe. No port is opened; Slurm accounts for the steps and 
 the job. The workers run in the client's own interpreter, which the compute nodes see at the
 same path (a login node and its compute nodes share the filesystem).
 
+From elsewhere (``login="user@host"``): every Slurm command runs on the login node over one
+SSH connection (:mod:`~skyward.providers.slurm.commands`), and each instance carries the login
+node's SSH address beside its ``srun`` launcher, so the pool reaches it with the SSH transport:
+the environment is built once on the login node (in the shared home, ``~/.skyward``), and
+``srun`` started there carries the worker's stdio through the SSH channel.
+
+Before anything is queued, what Slurm would let pend for ever is refused: more nodes than the
+partition has, a ``time`` above its ``MaxTime``, more GPUs per node than its nodes have
+(:mod:`~skyward.providers.slurm.limits`).
+
 Losses: when a worker's step ends, Slurm is asked why (``scontrol show job``): a job ended by
 its time limit (state ``TIMEOUT``) is :class:`~skyward.errors.SlurmTimeLimit`, the pool's end;
 anything else (``NODE_FAIL``, ``PREEMPTED``, a step killed) is a WorkerLost naming the Slurm
@@ -31,10 +41,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from skyward._retry import Backoff
 from skyward.errors import CapacityError, ConfigError, ProvisionError, SlurmTimeLimit, WorkerLost
 from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider
 from skyward.providers.slurm import limits
@@ -47,7 +59,11 @@ __all__ = ["Slurm"]
 #: Job states after which an allocation will never run (squeue's long names).
 ENDED = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
                    "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
-#: Seconds between two looks at the queue while the allocation waits.
+#: Seconds between two looks at the queue while the allocation waits: from FIRST_LOOK, growing
+#: to POLL. An idle cluster grants a job at its next scheduling pass, well under a second after
+#: submission (a pool's start waited half a second more at a constant 0.5 s, measured with
+#: bench/slurm.py); a long wait in the queue is asked about twice a second at most.
+FIRST_LOOK = 0.05
 POLL = 0.5
 #: Seconds a lost worker's job may take to show how it ended (not COMPLETING any more).
 SETTLE = 10.0
@@ -99,8 +115,9 @@ class Slurm(Provider):
         self.extra_args = tuple(extra_args)
         self._held: dict[str, set[str]] = {}  # job id -> the ids of the pool's instances in it
         self._wait = 3600.0  # how long an acquired allocation may pend: the pool's start_timeout
-        shown = login if isinstance(login, str) else repr(login)
-        self.commands = SlurmCommands(None if self.ssh is None else self.ssh.address(0), shown)
+        address = None if self.ssh is None else self.ssh.address(0)
+        shown = login if isinstance(login, str) or address is None else f"{address.user}@{address.host}"
+        self.commands = SlurmCommands(address, shown)
 
     def validate(self, spec: PoolSpec) -> None:
         self.commands.reachable()
@@ -114,18 +131,24 @@ class Slurm(Provider):
     # -- plan: the request, without I/O --------------------------------------------------------
     def sbatch_argv(self, spec: PoolSpec) -> list[str]:
         """The ``sbatch`` command that asks for ``spec``'s allocation."""
-        argv = ["sbatch", "--parsable", f"--job-name=skyward-{spec.pool_id}", f"--nodes={spec.nodes}",
-                f"--time={self.time}", "--output=/dev/null", "--error=/dev/null",
+        argv = ["sbatch", "--parsable", *self._request(spec), "--output=/dev/null", "--error=/dev/null",
                 "--no-requeue"]  # (a failed node would otherwise put the allocation back in the queue)
+        # The batch script only holds the allocation: the workers are steps started beside it.
+        return [*argv, *self.extra_args, "--wrap=exec sleep infinity"]
+
+    def salloc_argv(self, spec: PoolSpec) -> list[str]:
+        """The ``salloc`` command that takes ``spec``'s allocation at once, or fails leaving
+        nothing queued (an allocation without a batch script; never requeued)."""
+        return ["salloc", "--no-shell", "--immediate", *self._request(spec), *self.extra_args]
+
+    def _request(self, spec: PoolSpec) -> list[str]:
+        argv = [f"--job-name=skyward-{spec.pool_id}", f"--nodes={spec.nodes}", f"--time={self.time}"]
         for option, value in (("partition", self.partition), ("account", self.account), ("qos", self.qos),
                               ("constraint", self.constraint)):
             if value is not None:
                 argv.append(f"--{option}={value}")
         gpus = getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0
-        if gpus:
-            argv.append(f"--gres=gpu:{gpus}")
-        # The batch script only holds the allocation: the workers are steps started beside it.
-        return [*argv, *self.extra_args, "--wrap=exec sleep infinity"]
+        return [*argv, f"--gres=gpu:{gpus}"] if gpus else argv
 
     @staticmethod
     def step_argv(job: str, node: str) -> tuple[str, ...]:
@@ -177,6 +200,14 @@ class Slurm(Provider):
         return acquired
 
     def _submit(self, spec: PoolSpec) -> str:
+        # An idle cluster grants salloc's request as it is made; sbatch's waits for the next
+        # scheduling pass (2 s on the test cluster: most of a pool's start, bench/slurm.py).
+        # salloc --immediate fails, leaving nothing queued, when the nodes are busy: then the
+        # job queues with sbatch, and any refusal is sbatch's.
+        granted = self.commands.run(self.salloc_argv(spec))
+        found = re.search(r"Granted job allocation (\d+)", granted.stderr + granted.stdout)
+        if granted.returncode == 0 and found:
+            return found.group(1)
         result = self.commands.run(self.sbatch_argv(spec))
         if result.returncode == 0:
             return result.stdout.strip().split(";")[0]
@@ -226,6 +257,7 @@ class Slurm(Provider):
         deadline = time.monotonic() + timeout
         said = ""
         reason = ""
+        pauses = _looks()
         while True:
             result = self.commands.run(["squeue", "-h", f"--jobs={job}", "-o", "%T|%r|%N"])
             state, _, rest = result.stdout.strip().partition("|")
@@ -243,7 +275,7 @@ class Slurm(Provider):
             if time.monotonic() >= deadline:
                 raise CapacityError(f"Slurm job {job} was not granted within start_timeout={timeout:g}s "
                                     f"(pending: {reason or state}); it was cancelled", provider=self.name)
-            time.sleep(POLL)
+            time.sleep(next(pauses))
 
     def _position(self, job: str) -> str:
         """``, 2nd in the queue`` (by Slurm's priority order among pending jobs), or nothing."""
@@ -312,6 +344,7 @@ class Slurm(Provider):
         """Cancel ``job`` and wait until Slurm no longer runs it; raise if it still does."""
         self.commands.run(["scancel", "--quiet", job])
         deadline = time.monotonic() + timeout
+        pauses = _looks()
         while True:
             result = self.commands.run(["squeue", "-h", f"--jobs={job}", "-o", "%T"])
             state = result.stdout.strip()
@@ -319,17 +352,23 @@ class Slurm(Provider):
                 return
             if time.monotonic() >= deadline:
                 raise ProvisionError(f"Slurm job {job} still {state} {timeout:g}s after scancel", provider=self.name)
-            time.sleep(POLL)
+            time.sleep(next(pauses))
 
     def __repr__(self) -> str:
         shown = [f"{k}={v!r}" for k, v in (("partition", self.partition), ("account", self.account),
                                            ("qos", self.qos), ("constraint", self.constraint)) if v is not None]
-        return f"Slurm({', '.join([*shown, f'time={self.time!r}'])})"
+        login = [f"login={self.commands.shown!r}"] if self.ssh is not None else []
+        return f"Slurm({', '.join([*shown, f'time={self.time!r}', *login])})"
 
 
 def job_of(instance: Instance) -> str:
     """The Slurm job id an instance of this provider belongs to."""
     return instance.id.split("-")[1]
+
+
+def _looks() -> Iterator[float]:
+    """The pauses between looks at a job: FIRST_LOOK, growing to POLL."""
+    return Backoff(delay=FIRST_LOOK, factor=1.5, max_delay=POLL).pauses()
 
 
 def _login(login: str | SSH | None) -> SSH | None:
