@@ -111,3 +111,11 @@ def test_a_preempted_allocation_is_a_lost_node_and_replace_lost_queues_a_new_one
         assert where() @ pool in ([(n, n)] for n in slurm.nodes)
         jobs = [line.split() for line in slurm.jobs()]
         assert len(jobs) == 1 and jobs[0][0] != first and jobs[0][1] == f"skyward-{pool.id}"
+
+
+@pytest.mark.parametrize("time", ["an hour", "1:00:00:00", "1-2-3", ""])
+def test_a_time_slurm_cannot_read_is_refused_when_the_provider_is_made(time) -> None:
+    with pytest.raises(sky.ConfigError) as caught:
+        sky.Slurm(time=time)
+    assert caught.value.parameter == "time" and caught.value.got == time
+    assert "days-hours:minutes:seconds" in caught.value.accepted

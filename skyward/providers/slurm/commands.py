@@ -26,7 +26,7 @@ from skyward.machine import SSHAddress
 __all__ = ["COMMANDS", "Said", "SlurmCommands"]
 
 #: The commands the provider runs (on the login node).
-COMMANDS = ("sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun")
+COMMANDS = ("sbatch", "salloc", "squeue", "scancel", "scontrol", "sinfo", "srun")
 
 
 @dataclass(frozen=True, slots=True)
