@@ -32,7 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PARTITION = "debug"
+#: A second partition on the same nodes: a higher priority tier, whose jobs preempt (cancel)
+#: the default partition's (PreemptType=preempt/partition_prio), and a MaxTime of 30 minutes.
+URGENT = "urgent"
+URGENT_MAX_TIME = "00:30:00"
 CPUS_PER_NODE = 2
+#: Each node's GPUs as Slurm counts them: stand-in device files (gres.conf), nothing runs on them;
+#: the provider only reads how many a node has.
+GPUS_PER_NODE = 2
 
 
 def _free_port() -> int:
@@ -165,7 +172,7 @@ def _processes_with_env(entry: str) -> list[int]:
 
 def _conf(base: Path, bridge_ip: str, hosts: list[tuple[str, str]], ctl_port: int, slurmd_port: int,
           munge_socket: Path) -> str:
-    node_lines = "\n".join(f"NodeName={name} NodeAddr={ip} CPUs={CPUS_PER_NODE} State=UNKNOWN"
+    node_lines = "\n".join(f"NodeName={name} NodeAddr={ip} CPUs={CPUS_PER_NODE} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
                            for name, ip in hosts)
     return f"""\
 ClusterName=sky{os.getpid()}
@@ -191,6 +198,9 @@ SchedulerType=sched/backfill
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MpiDefault=none
+GresTypes=gpu
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 ReturnToService=2
 InactiveLimit=0
 KillWait=2
@@ -198,7 +208,8 @@ MinJobAge=2
 SlurmctldTimeout=30
 SlurmdTimeout=30
 {node_lines}
-PartitionName={PARTITION} Nodes={','.join(n for n, _ in hosts)} Default=YES MaxTime=INFINITE State=UP
+PartitionName={PARTITION} Nodes={','.join(n for n, _ in hosts)} Default=YES MaxTime=INFINITE PriorityTier=1 State=UP
+PartitionName={URGENT} Nodes={','.join(n for n, _ in hosts)} MaxTime={URGENT_MAX_TIME} PriorityTier=10 State=UP
 """
 
 
@@ -214,6 +225,8 @@ def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str]]) -> Slur
     os.chmod(key, 0o400)
     munge_socket = base / "munge" / "munge.sock"
     conf = base / "slurm.conf"
+    # (beside slurm.conf, where slurmd looks; each "GPU" a device file that every machine has)
+    (base / "gres.conf").write_text(f"Name=gpu File=/dev/tty[0-{GPUS_PER_NODE - 1}]\n")
     conf.write_text(_conf(base, bridge_ip, [(n, ip) for n, ip, _ in hosts], _free_port(), _free_port(),
                           munge_socket))
     cluster = SlurmCluster(base, str(conf), [n for n, _, _ in hosts], {n: ip for n, ip, _ in hosts})

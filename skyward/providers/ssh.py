@@ -232,15 +232,22 @@ class SSH(Provider):
 
     def _instance(self, spec: PoolSpec, host: int, node: int) -> Instance:
         count = getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0
-        environment = HostEnvironment(root=self.root, find_links=self.find_links, no_index=self.no_index,
-                                      system_site_packages=self.system_site_packages,
-                                      bootstrap_timeout=self.bootstrap_timeout)
+        return Instance(id=self._id(host), node=node, private_addr=self.private_addrs[host],
+                        public_addr=self.hosts[host][1], accelerators=count, environment=self.environment(),
+                        ssh=self.address(host))
+
+    def address(self, host: int) -> SSHAddress:
+        """How the client reaches host number ``host`` of the list (``~/.ssh/config`` applied)."""
         u, h, p = self.hosts[host]
-        return Instance(id=self._id(host), node=node, private_addr=self.private_addrs[host], public_addr=h,
-                        accelerators=count, environment=environment,
-                        ssh=SSHAddress(h, u, p, key=self.keys[host], known_hosts=self.known_hosts,
-                                       verify_host_keys=self.verify_host_keys, connect_timeout=self.connect_timeout,
-                                       jump=self.jumps[host], proxy_command=self.proxy_commands[host]))
+        return SSHAddress(h, u, p, key=self.keys[host], known_hosts=self.known_hosts,
+                          verify_host_keys=self.verify_host_keys, connect_timeout=self.connect_timeout,
+                          jump=self.jumps[host], proxy_command=self.proxy_commands[host])
+
+    def environment(self) -> HostEnvironment:
+        """Where and how the pool builds an image's environment on the hosts."""
+        return HostEnvironment(root=self.root, find_links=self.find_links, no_index=self.no_index,
+                               system_site_packages=self.system_site_packages,
+                               bootstrap_timeout=self.bootstrap_timeout)
 
     def terminate(self, instances: list[Instance]) -> None:
         # The hosts are yours: nothing to release. The pool has already stopped every worker

@@ -16,12 +16,13 @@ __all__ = ["Channel", "CommandResult", "Transport", "WorkerLaunch", "reach"]
 
 
 def reach(instance: Instance) -> Transport:
-    """The transport for ``instance``: over SSH when it has an SSH address, else this machine
-    (its workers started through the instance's ``launcher`` command, when it has one)."""
+    """The transport for ``instance``: over SSH when it has an SSH address, else this machine;
+    either way its workers start through the instance's ``launcher`` command, when it has one
+    (run on the machine the transport reaches)."""
     if instance.ssh is not None:
         from skyward.transport.ssh import SSHTransport
 
-        return SSHTransport.to(instance.ssh)
+        return SSHTransport.to(instance.ssh, instance.launcher)
     from skyward.transport.local import LocalTransport
 
     if instance.launcher:

@@ -93,12 +93,16 @@ class SSHTransport(Transport):
     """
 
     @classmethod
-    def to(cls, address: SSHAddress) -> SSHTransport:
-        """A transport for an instance's SSH address (nothing is opened yet)."""
-        return cls(address.host, port=address.port, user=address.user, key_filename=address.key,
+    def to(cls, address: SSHAddress, launcher: Sequence[str] = ()) -> SSHTransport:
+        """A transport for an instance's SSH address (nothing is opened yet). ``launcher``: the
+        command on the host that starts workers on another machine, their stdio carried back
+        (Slurm's ``srun --jobid=J -w NODE``, run on a login node)."""
+        made = cls(address.host, port=address.port, user=address.user, key_filename=address.key,
                    known_hosts=address.known_hosts, verify_host_keys=address.verify_host_keys,
                    connect_timeout=address.connect_timeout, jump=address.jump,
                    proxy_command=address.proxy_command)
+        made.launcher = tuple(launcher)
+        return made
 
     def __init__(self, address: str, *, port: int = 22, user: str, key_filename: str | None = None,
                  known_hosts: Sequence[str] = (), verify_host_keys: bool = True,
@@ -121,6 +125,8 @@ class SSHTransport(Transport):
         self._unanswered: str | None = None  # why this host is not asked again (see _session)
         self._lock = threading.Lock()
         self._files = SFTPFiles(self._open_sftp)
+        #: Workers start through this command on the host (see :meth:`to`); empty: on the host.
+        self.launcher: tuple[str, ...] = ()
 
     # -- connection --------------------------------------------------------------------------
     def connect(self, *, node: int | None = None, log_tail: Sequence[str] = ()) -> None:
@@ -319,7 +325,7 @@ class SSHTransport(Transport):
         parts += [f"export {k}={shlex.quote(v)}" for k, v in {**launch.env, TREE_VARIABLE: tree}.items()]
         if launch.cwd:
             parts.append("cd " + shlex.quote(self.expand(launch.cwd)))
-        parts.append("exec " + shlex.join(launch.argv))
+        parts.append("exec " + shlex.join([*self.launcher, *launch.argv]))
         command = "exec /bin/sh -c " + shlex.quote(" && ".join(parts))
         try:
             chan = self._session()

@@ -16,6 +16,16 @@ over a Local worker's pipe. No port is opened; Slurm accounts for the steps and 
 the job. The workers run in the client's own interpreter, which the compute nodes see at the
 same path (a login node and its compute nodes share the filesystem).
 
+From elsewhere (``login="user@host"``): every Slurm command runs on the login node over one
+SSH connection (:mod:`~skyward.providers.slurm.commands`), and each instance carries the login
+node's SSH address beside its ``srun`` launcher, so the pool reaches it with the SSH transport:
+the environment is built once on the login node (in the shared home, ``~/.skyward``), and
+``srun`` started there carries the worker's stdio through the SSH channel.
+
+Before anything is queued, what Slurm would let pend for ever is refused: more nodes than the
+partition has, a ``time`` above its ``MaxTime``, more GPUs per node than its nodes have
+(:mod:`~skyward.providers.slurm.limits`).
+
 Losses: when a worker's step ends, Slurm is asked why (``scontrol show job``): a job ended by
 its time limit (state ``TIMEOUT``) is :class:`~skyward.errors.SlurmTimeLimit`, the pool's end;
 anything else (``NODE_FAIL``, ``PREEMPTED``, a step killed) is a WorkerLost naming the Slurm
@@ -36,23 +46,29 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import shlex
-import shutil
-import subprocess
+import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
+from skyward._retry import Backoff
 from skyward.errors import CapacityError, ConfigError, ProvisionError, SlurmTimeLimit, WorkerLost
-from skyward.providers.base import Instance, PoolSpec, Provider
+from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider
+from skyward.providers.slurm import limits
+from skyward.providers.slurm.commands import SlurmCommands, login_host
+
+if TYPE_CHECKING:
+    from skyward.providers.ssh import SSH
 
 __all__ = ["Slurm"]
-
-#: The commands the provider runs (on the login node).
-COMMANDS = ("sbatch", "squeue", "scancel", "scontrol", "srun")
 #: Job states after which an allocation will never run (squeue's long names).
 ENDED = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
                    "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
-#: Seconds between two looks at the queue while the allocation waits.
+#: Seconds between two looks at the queue while the allocation waits: from FIRST_LOOK, growing
+#: to POLL. An idle cluster grants a job at its next scheduling pass, well under a second after
+#: submission (a pool's start waited half a second more at a constant 0.5 s, measured with
+#: bench/slurm.py); a long wait in the queue is asked about twice a second at most.
+FIRST_LOOK = 0.05
 POLL = 0.5
 #: Seconds a lost worker's job may take to show how it ended (not COMPLETING any more).
 SETTLE = 10.0
@@ -67,7 +83,14 @@ class Slurm(Provider):
         account: the account charged (None: the user's default).
         qos: the quality of service (None: the default).
         time: the allocation's time limit, in Slurm's format (``"1:00:00"``, ``"2-00:00:00"``).
-        login: None: Slurm's commands run on this machine (a login node).
+        login: where Slurm's commands run. None: on this machine (a login node).
+            ``"user@host"``: on that login node, over SSH as ``ssh user@host`` reaches it
+            (``~/.ssh/config``'s ``HostName``, ``Port``, ``IdentityFile``, ``ProxyJump``, the
+            agent; host keys checked), so a laptop drives the cluster; the workers' stdio
+            travels through that connection, and their environment is built once on the
+            login node under ``~/.skyward``, which the compute nodes must share. A
+            ``sky.SSH([...])`` of one host says more (``key``, ``known_hosts``, ``root`` for
+            another shared directory, ``find_links``...).
         constraint: node features the nodes must have (``--constraint``).
         extra_args: more ``sbatch`` options, passed as they are.
 
@@ -79,11 +102,13 @@ class Slurm(Provider):
     name = "slurm"
 
     def __init__(self, partition: str | None = None, account: str | None = None, qos: str | None = None,
-                 time: str = "1:00:00", login: str | None = None, constraint: str | None = None,
+                 time: str = "1:00:00", login: str | SSH | None = None, constraint: str | None = None,
                  extra_args: Sequence[str] = ()):
-        if login is not None:
-            raise ConfigError("login", "None (Slurm's commands run on this machine; running them on a login "
-                              "node over SSH is not supported yet)", login)
+        try:
+            limits.seconds(time)
+        except (ValueError, AttributeError):
+            raise ConfigError("time", f"a Slurm time limit: {limits.TIME_FORMATS}", time) from None
+        self.ssh = login_host(login)
         if isinstance(extra_args, str):
             raise ConfigError("extra_args", "a sequence of sbatch options, e.g. ('--exclusive',)", extra_args)
         self.partition = partition
@@ -96,28 +121,37 @@ class Slurm(Provider):
         self._held: dict[str, set[str]] = {}  # job id -> the ids of the pool's instances in it
         self._wait = 3600.0  # how long an acquired allocation may pend: the pool's start_timeout
         self._spec: PoolSpec | None = None  # what provision() was asked for
+        address = None if self.ssh is None else self.ssh.address(0)
+        shown = login if isinstance(login, str) or address is None else f"{address.user}@{address.host}"
+        self.commands = SlurmCommands(address, shown)
 
     def validate(self, spec: PoolSpec) -> None:
-        missing = [c for c in COMMANDS if shutil.which(c) is None]
-        if missing:
-            raise ConfigError("provider", "a machine where Slurm's commands (" + ", ".join(COMMANDS) + ") are on "
-                              "PATH: a login node of the cluster", f"sky.Slurm() without {', '.join(missing)}")
+        if spec.cluster is not None and self.ssh is not None:  # (a cluster's steps start on this machine)
+            raise ConfigError("login", "None with a named cluster on sky.Slurm() (a cluster's workers are started "
+                              "from the login node itself)", self.commands.shown)
+        self.commands.reachable()
 
     # -- plan: the request, without I/O --------------------------------------------------------
     def sbatch_argv(self, spec: PoolSpec) -> list[str]:
         """The ``sbatch`` command that asks for ``spec``'s allocation."""
-        argv = ["sbatch", "--parsable", f"--job-name=skyward-{spec.pool_id}", f"--nodes={spec.nodes}",
-                f"--time={self.time}", "--output=/dev/null", "--error=/dev/null",
+        argv = ["sbatch", "--parsable", *self._request(spec), "--output=/dev/null", "--error=/dev/null",
                 "--no-requeue"]  # (a failed node would otherwise put the allocation back in the queue)
+        # The batch script only holds the allocation: the workers are steps started beside it.
+        return [*argv, *self.extra_args, "--wrap=exec sleep infinity"]
+
+    def salloc_argv(self, spec: PoolSpec) -> list[str]:
+        """The ``salloc`` command that takes ``spec``'s allocation at once, or fails leaving
+        nothing queued (an allocation without a batch script; never requeued)."""
+        return ["salloc", "--no-shell", "--immediate", *self._request(spec), *self.extra_args]
+
+    def _request(self, spec: PoolSpec) -> list[str]:
+        argv = [f"--job-name=skyward-{spec.pool_id}", f"--nodes={spec.nodes}", f"--time={self.time}"]
         for option, value in (("partition", self.partition), ("account", self.account), ("qos", self.qos),
                               ("constraint", self.constraint)):
             if value is not None:
                 argv.append(f"--{option}={value}")
         gpus = getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0
-        if gpus:
-            argv.append(f"--gres=gpu:{gpus}")
-        # The batch script only holds the allocation: the workers are steps started beside it.
-        return [*argv, *self.extra_args, "--wrap=exec sleep infinity"]
+        return [*argv, f"--gres=gpu:{gpus}"] if gpus else argv
 
     @staticmethod
     def step_argv(job: str, node: str) -> tuple[str, ...]:
@@ -135,6 +169,9 @@ class Slurm(Provider):
         total = self.partition_nodes()
         if total and spec.nodes > total:
             raise self._too_many(spec, total, f"sinfo counts {total} nodes in the partition")
+        # ... and one asking for more time or GPUs than the partition gives.
+        limits.check(self.commands, self.partition, self.time,
+                         getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0)
         self._wait = timeout
         self._spec = spec  # (a cluster's record keeps this provider: start() asks for the same again)
         return self._allocate(spec, list(range(spec.nodes)), report, timeout)
@@ -167,10 +204,18 @@ class Slurm(Provider):
         return acquired
 
     def _submit(self, spec: PoolSpec) -> str:
-        result = _run(self.sbatch_argv(spec))
+        # An idle cluster grants salloc's request as it is made; sbatch's waits for the next
+        # scheduling pass (2 s on the test cluster: most of a pool's start, bench/slurm.py).
+        # salloc --immediate fails, leaving nothing queued, when the nodes are busy: then the
+        # job queues with sbatch, and any refusal is sbatch's.
+        granted = self.commands.run(self.salloc_argv(spec))
+        found = re.search(r"Granted job allocation (\d+)", granted.stderr + granted.stdout)
+        if granted.returncode == 0 and found:
+            return found.group(1)
+        result = self.commands.run(self.sbatch_argv(spec))
         if result.returncode == 0:
             return result.stdout.strip().split(";")[0]
-        raise self._refused(spec, _said(result))
+        raise self._refused(spec, result.said())
 
     def _refused(self, spec: PoolSpec, said: str) -> Exception:
         """The error for a request Slurm refused at submission, naming what it refused."""
@@ -197,14 +242,14 @@ class Slurm(Provider):
 
     def partitions(self) -> list[str]:
         """The cluster's partition names (the default one marked ``*`` by sinfo, unmarked here)."""
-        out = _run(["sinfo", "-h", "-o", "%R"]).stdout
+        out = self.commands.run(["sinfo", "-h", "-o", "%R"]).stdout
         return sorted({line.strip() for line in out.splitlines() if line.strip()})
 
     def partition_nodes(self) -> int:
         """How many nodes the partition asked for (or the default one) has; 0 if unknown."""
         argv = ["sinfo", "-h", "-o", "%D %P"] + ([f"--partition={self.partition}"] if self.partition else [])
         total = 0
-        for line in _run(argv).stdout.splitlines():
+        for line in self.commands.run(argv).stdout.splitlines():
             count, _, name = line.partition(" ")
             if self.partition or name.endswith("*"):
                 with contextlib.suppress(ValueError):
@@ -216,14 +261,15 @@ class Slurm(Provider):
         deadline = time.monotonic() + timeout
         said = ""
         reason = ""
+        pauses = _looks()
         while True:
-            result = _run(["squeue", "-h", f"--jobs={job}", "-o", "%T|%r|%N"])
+            result = self.commands.run(["squeue", "-h", f"--jobs={job}", "-o", "%T|%r|%N"])
             state, _, rest = result.stdout.strip().partition("|")
             reason, _, nodelist = rest.partition("|")
             if state == "RUNNING":
-                return _run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+                return self.commands.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
             if state in ENDED or (result.returncode != 0 and not state):
-                raise ProvisionError(f"Slurm job {job} ended before it ran ({state or _said(result)}: {reason})",
+                raise ProvisionError(f"Slurm job {job} ended before it ran ({state or result.said()}: {reason})",
                                      provider=self.name)
             if state == "PENDING":
                 line = f"queued in Slurm as job {job}: {reason}{self._position(job)}"
@@ -233,11 +279,11 @@ class Slurm(Provider):
             if time.monotonic() >= deadline:
                 raise CapacityError(f"Slurm job {job} was not granted within start_timeout={timeout:g}s "
                                     f"(pending: {reason or state}); it was cancelled", provider=self.name)
-            time.sleep(POLL)
+            time.sleep(next(pauses))
 
     def _position(self, job: str) -> str:
         """``, 2nd in the queue`` (by Slurm's priority order among pending jobs), or nothing."""
-        out = _run(["squeue", "-h", "--states=PENDING", "--sort=-p,i", "-o", "%i"]).stdout.split()
+        out = self.commands.run(["squeue", "-h", "--states=PENDING", "--sort=-p,i", "-o", "%i"]).stdout.split()
         if job not in out:
             return ""
         n = out.index(job) + 1
@@ -245,10 +291,15 @@ class Slurm(Provider):
         return f", {n}{suffix} in the queue"
 
     def _describe(self, spec: PoolSpec, job: str, nodes: list[str], numbers: list[int]) -> list[Instance]:
-        addrs = _node_addrs(nodes)
+        addrs = {n: f["NodeAddr"] for n, f in self.commands.nodes(",".join(nodes)).items() if "NodeAddr" in f}
         gpus = getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0
+        ssh, environment = None, None
+        if self.ssh is not None:  # the steps start on the login node; their environment is built there
+            ssh = self.ssh.address(0)
+            environment = dataclasses.replace(self.ssh.environment(), note=f"Slurm job {job} via {self.commands.shown}")
         return [Instance(id=f"slurm-{job}-{name}", node=i, private_addr=addrs.get(name, name), accelerators=gpus,
-                         launcher=self.step_argv(job, name)) for i, name in zip(numbers, nodes, strict=True)]
+                         ssh=ssh, environment=environment, launcher=self.step_argv(job, name))
+                for i, name in zip(numbers, nodes, strict=True)]
 
     # -- losses --------------------------------------------------------------------------------
     def explainer(self, instance: Instance) -> Callable[[WorkerLost], Exception]:
@@ -258,17 +309,17 @@ class Slurm(Provider):
         """Why ``instance``'s worker is gone, as Slurm tells it: SlurmTimeLimit for a job ended
         by its time limit, else ``lost`` naming the Slurm node and the job's state."""
         job, name = job_of(instance), instance.id.split("-", 2)[2]
-        fields = _job_fields(job)
+        fields = self.commands.job_fields(job)
         settle = time.monotonic() + SETTLE  # (an ending job shows COMPLETING until its nodes are clean)
         while fields.get("JobState") == "COMPLETING" and fields.get("Reason") != "TimeLimit" \
                 and time.monotonic() < settle:
             time.sleep(POLL)
-            fields = _job_fields(job)
+            fields = self.commands.job_fields(job)
         state, reason = fields.get("JobState", "no longer known to Slurm"), fields.get("Reason", "None")
         if state == "TIMEOUT" or reason == "TimeLimit":
             return SlurmTimeLimit(job, fields.get("TimeLimit", self.time), node=lost.node)
         said = f"Slurm job {job} is {state}" + ("" if reason == "None" else f" ({reason})")
-        down = [f"{n} is {f.get('State')} ({f.get('Reason', '')})" for n, f in _nodes(fields.get("NodeList", ""), 10).items()
+        down = [f"{n} is {f.get('State')} ({f.get('Reason', '')})" for n, f in self.commands.nodes(fields.get("NodeList", ""), 10).items()
                 if any(word in f.get("State", "") for word in ("DOWN", "FAIL", "DRAIN"))]
         said += "".join(f"; {d}" for d in down)
         return WorkerLost(lost.node, f"{lost.reason} on Slurm node {name}; {said}", exit_code=lost.exit_code,
@@ -282,9 +333,9 @@ class Slurm(Provider):
     def machine_states(self, instances: list[Instance]) -> list[str]:
         """Each instance's machine as a named cluster sees it: ``running`` while its allocation
         runs, ``stopped`` once Slurm ended it (autostop, its time limit, a scancel) or forgot it."""
-        result = _run(["squeue", "-h", "--me", "-o", "%i %T"], timeout=30)
+        result = self.commands.run(["squeue", "-h", "--me", "-o", "%i %T"], timeout=30)
         if result.returncode != 0:
-            raise ConnectionError(f"squeue failed: {_said(result)}")
+            raise ConnectionError(f"squeue failed: {(result.stderr or result.stdout).strip()}")
         states = dict(line.split()[:2] for line in result.stdout.splitlines() if len(line.split()) >= 2)
         return ["running" if states.get(job_of(inst)) == "RUNNING" else "stopped" for inst in instances]
 
@@ -304,6 +355,8 @@ class Slurm(Provider):
         for job in jobs:
             self._held.pop(job, None)
             self._cancel(job)
+        if not self._held:  # (the next pool opens the login connection again)
+            self.commands.close()
 
     def release(self, instances: list[Instance]) -> None:
         """Release some nodes of a running pool: a job is cancelled once none of the pool's
@@ -317,21 +370,23 @@ class Slurm(Provider):
 
     def _cancel(self, job: str, timeout: float = 60.0) -> None:
         """Cancel ``job`` and wait until Slurm no longer runs it; raise if it still does."""
-        _run(["scancel", "--quiet", job])
+        self.commands.run(["scancel", "--quiet", job])
         deadline = time.monotonic() + timeout
+        pauses = _looks()
         while True:
-            result = _run(["squeue", "-h", f"--jobs={job}", "-o", "%T"])
+            result = self.commands.run(["squeue", "-h", f"--jobs={job}", "-o", "%T"])
             state = result.stdout.strip()
             if not state or state in ENDED:
                 return
             if time.monotonic() >= deadline:
                 raise ProvisionError(f"Slurm job {job} still {state} {timeout:g}s after scancel", provider=self.name)
-            time.sleep(POLL)
+            time.sleep(next(pauses))
 
     def __repr__(self) -> str:
         shown = [f"{k}={v!r}" for k, v in (("partition", self.partition), ("account", self.account),
                                            ("qos", self.qos), ("constraint", self.constraint)) if v is not None]
-        return f"Slurm({', '.join([*shown, f'time={self.time!r}'])})"
+        login = [f"login={self.commands.shown!r}"] if self.ssh is not None else []
+        return f"Slurm({', '.join([*shown, f'time={self.time!r}', *login])})"
 
 
 def job_of(instance: Instance) -> str:
@@ -339,42 +394,7 @@ def job_of(instance: Instance) -> str:
     return instance.id.split("-")[1]
 
 
-def _job_fields(job: str) -> dict[str, str]:
-    """``scontrol show job``'s fields of ``job`` (empty once Slurm has forgotten it)."""
-    out = _run(["scontrol", "show", "job", "--oneliner", job], timeout=10).stdout
-    return dict(f.split("=", 1) for f in out.split() if "=" in f)
+def _looks() -> Iterator[float]:
+    """The pauses between looks at a job: FIRST_LOOK, growing to POLL."""
+    return Backoff(delay=FIRST_LOOK, factor=1.5, max_delay=POLL).pauses()
 
-
-def _nodes(nodelist: str, timeout: float = 60.0) -> dict[str, dict[str, str]]:
-    """``scontrol show node``'s fields of each node of ``nodelist`` (Slurm's ``h[1-2]`` form
-    or names joined by commas), by name."""
-    if not nodelist or nodelist == "(null)":
-        return {}
-    out = _run(["scontrol", "show", "node", "--oneliner", nodelist], timeout=timeout).stdout
-    found = {}
-    for line in out.splitlines():
-        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        if "NodeName" in fields:
-            found[fields["NodeName"]] = fields
-    return found
-
-
-def _node_addrs(nodes: list[str]) -> dict[str, str]:
-    """Each node's address (slurm.conf's NodeAddr), by name."""
-    return {name: f["NodeAddr"] for name, f in _nodes(",".join(nodes)).items() if "NodeAddr" in f}
-
-
-def _run(argv: list[str], timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except FileNotFoundError as exc:
-        raise ConfigError("provider", "a machine where Slurm's commands are on PATH", shlex.join(argv[:1])) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise ProvisionError(f"`{shlex.join(argv)[:80]}` did not answer within {timeout:g}s",
-                             provider="slurm") from exc
-
-
-def _said(result: subprocess.CompletedProcess[str]) -> str:
-    """What a Slurm command said on failure, in one line."""
-    lines = [line.strip() for line in (result.stderr or result.stdout).splitlines() if line.strip()]
-    return " ".join(lines[-2:]) or f"exit code {result.returncode}"
