@@ -1,7 +1,12 @@
-"""Managed jobs whose controller runs on an SSH test host (``SKYWARD_JOBS_CONTROLLER`` names a
-one-node named cluster on host 0) and whose clusters are made from there on host 1: the client
-SIGKILLed after submitting and the controller SIGKILLed mid-job (the next ask starts it again and
-it finishes the job), and host 1's link cut mid-job (RECOVERING, then SUCCEEDED on a new cluster).
+"""Managed jobs through a fault, their controller on an SSH test host (``SKYWARD_JOBS_CONTROLLER``
+names a one-node named cluster on host 0) and their clusters made from there on host 1
+(:data:`CASES`; ``scripts/reliability.py`` puts them on docs/reliability.md):
+
+* ``client-and-controller-killed``: the client is SIGKILLed as soon as it has printed the job's
+  id, then the controller mid-job; the next ask starts a controller, which finishes the job;
+* ``job-host-cut``: host 1's link is cut mid-job: the job is RECOVERING, then (the link back)
+  SUCCEEDED on a new cluster, after one recovery.
+
 Afterwards the controller's node knows no cluster, and no skyward process is left on host 1."""
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from tests.test_cluster_cli import ROOT
 from tests.test_cluster_jobs import until
 
 CONTROLLER = "skyward.jobs.controller"
+CASES = ("client-and-controller-killed", "job-host-cut")
+TEST = "test_a_managed_job_through_a_fault"
 
 
 @sky.compute
@@ -88,50 +95,51 @@ def nothing_left(controller: Path, node: TestHost) -> None:
     until(lambda: node.processes("skyward") == [], 30, "the job's processes on its host to end")
 
 
-def test_the_job_outlives_its_killed_client_and_its_killed_controller(remote: Path, test_hosts: list[TestHost],
-                                                                       wheelhouse: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", CASES)
+def test_a_managed_job_through_a_fault(case: str, remote: Path, test_hosts: list[TestHost], wheelhouse: str,
+                                       tmp_path: Path) -> None:
     control, node = test_hosts[0], test_hosts[1]
     folder = shared_folder()
-    (tmp_path / "provider").write_bytes(pickle.dumps(ssh_provider([node], wheelhouse)))
-    script = ("import pickle, sys, time, skyward as sky\nfrom tests.test_managed_remote import held\n"
-              "provider = pickle.loads(open(sys.argv[1], 'rb').read())\n"
-              "print(sky.jobs.launch(held(sys.argv[2]), provider=provider).id, flush=True)\ntime.sleep(600)\n")
-    client = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "provider"), str(folder)], cwd=ROOT,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
-    try:
-        assert client.stdout is not None
-        job = int(client.stdout.readline())
-    finally:
-        client.send_signal(signal.SIGKILL)
-        client.wait()
+    provider = ssh_provider([node], wheelhouse, connect_timeout=2)  # (a cut host is found lost sooner)
+    if case == "client-and-controller-killed":
+        job = submitted_by_a_killed_client(provider, folder, tmp_path)
+    else:
+        job = sky.jobs.launch(held(str(folder)), provider=provider).id
     assert job == 1
     until(lambda: running(job, folder), 60, "the job to run on host 1")
-    assert sky.jobs.get(job).status == "RUNNING" and [j.id for j in sky.jobs.list()] == [job]
+    assert [j.id for j in sky.jobs.list()] == [job]
     first = controller_pids(control)
     assert len(first) == 1
-    os.kill(first[0], signal.SIGKILL)
+    if case == "client-and-controller-killed":
+        os.kill(first[0], signal.SIGKILL)
+    else:
+        node.set_link(False)
+        try:
+            until(lambda: sky.jobs.get(job).status == "RECOVERING", 60, "the controller to see host 1 lost")
+        finally:
+            node.set_link(True)
+        until(lambda: len(list(folder.glob("run.*"))) == 2, 60, "the job to run again on a new cluster")
     (folder / "go").touch()
-    assert sky.jobs.get(job).result(timeout=60) == 1  # (the next ask started a controller: it finished the job)
+    runs = 1 if case == "client-and-controller-killed" else 2
+    assert sky.jobs.get(job).result(timeout=60) == runs  # (a killed controller: the next ask started one)
+    assert [(j.id, j.status) for j in sky.jobs.list()] == [(job, "SUCCEEDED")]
+    assert client.get(job).recoveries == runs - 1
     second = controller_pids(control)
-    assert len(second) == 1 and second != first
-    assert sky.jobs.get(job).status == "SUCCEEDED"
+    assert len(second) == 1 and (second != first) == (case == "client-and-controller-killed")
     nothing_left(remote, node)
 
 
-def test_a_job_host_cut_mid_job_is_recovered_and_succeeds(remote: Path, test_hosts: list[TestHost],
-                                                          wheelhouse: str) -> None:
-    node = test_hosts[1]
-    folder = shared_folder()
-    job = sky.jobs.launch(held(str(folder)), provider=ssh_provider([node], wheelhouse))
-    until(lambda: running(job.id, folder), 60, "the job to run on host 1")
-    node.set_link(False)
+def submitted_by_a_killed_client(provider: sky.SSH, folder: Path, tmp_path: Path) -> int:
+    """``sky.jobs.launch`` in a program SIGKILLed as soon as it has printed the job's id."""
+    (tmp_path / "provider").write_bytes(pickle.dumps(provider))
+    script = ("import pickle, sys, time, skyward as sky\nfrom tests.faults.test_managed import held\n"
+              "provider = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+              "print(sky.jobs.launch(held(sys.argv[2]), provider=provider).id, flush=True)\ntime.sleep(600)\n")
+    program = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "provider"), str(folder)], cwd=ROOT,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
     try:
-        until(lambda: job.status == "RECOVERING", 60, "the controller to see host 1 lost")
+        assert program.stdout is not None
+        return int(program.stdout.readline())
     finally:
-        node.set_link(True)
-    until(lambda: len(list(folder.glob("run.*"))) == 2, 60, "the job to run again on a new cluster")
-    (folder / "go").touch()
-    assert job.result(timeout=60) == 2
-    assert [j.status for j in sky.jobs.list()] == ["SUCCEEDED"]
-    assert client.get(job.id).recoveries == 1
-    nothing_left(remote, node)
+        program.send_signal(signal.SIGKILL)
+        program.wait()
