@@ -17,6 +17,7 @@ value)`` or ``("error", exception)``; a followed log is printed before it as it 
 from __future__ import annotations
 
 import base64
+import importlib.util
 import os
 import pickle
 import sys
@@ -33,6 +34,11 @@ __all__ = ["answer", "main"]
 def answer(verb: str, args: list[str]) -> Any:
     """What ``verb`` answers to ``args`` on this node."""
     if verb == "submit":
+        if importlib.util.find_spec("paramiko") is None:  # (before the job is recorded, not when it launches)
+            raise ClusterError("jobs-controller", "the controller's node has no paramiko, which the controller needs "
+                               "to reach the jobs' machines over SSH", way_out="make the controller's cluster with an "
+                               "image that installs it (sky.Image(pip=['paramiko'])), or with the SSH provider's "
+                               "system_site_packages=['paramiko'] where the host's Python has it")
         return client.record(args[0], args[1], pickle.loads(sys.stdin.buffer.read()), cwd=args[2])
     if verb == "list":
         return client.jobs()
