@@ -11,6 +11,7 @@ Afterwards the controller's node knows no cluster, and no skyward process is lef
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import signal
@@ -25,6 +26,7 @@ import pytest
 
 import skyward as sky
 from skyward.clusters.state import ClusterStore
+from skyward.errors import ConfigError
 from skyward.jobs import client
 from skyward.jobs.store import FINAL
 from skyward.jobs.remote import VARIABLE, controller_home
@@ -43,6 +45,7 @@ TEST = "test_a_managed_job_through_a_fault"
 def held(folder: str) -> int:
     """Notes its run, then waits for ``go``; returns how many runs there were."""
     Path(folder, f"run.{os.getpid()}").touch()
+    print(f"run in {os.getpid()}", flush=True)
     while not Path(folder, "go").exists():
         Path(folder, "alive").touch()
         time.sleep(0.05)
@@ -127,6 +130,12 @@ def test_a_managed_job_through_a_fault(case: str, remote: Path, test_hosts: list
     second = controller_pids(control)
     assert len(second) == 1 and (second != first) == (case == "client-and-controller-killed")
     nothing_left(remote, node)
+    if case == "client-and-controller-killed":  # (the other asks, once: logs streamed, an error with its type)
+        out = io.StringIO()
+        assert client.logs(job, out, follow=True).status == "SUCCEEDED"
+        assert out.getvalue().count("run in ") == 1, out.getvalue()
+        with pytest.raises(ConfigError, match="a managed job that has not finished \\(job 1 is SUCCEEDED\\)"):
+            client.cancel([job])
 
 
 def submitted_by_a_killed_client(provider: sky.SSH, folder: Path, tmp_path: Path) -> int:
