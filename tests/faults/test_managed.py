@@ -55,7 +55,8 @@ def held(folder: str) -> int:
 @pytest.fixture
 def remote(monkeypatch: pytest.MonkeyPatch, test_hosts: list[TestHost], wheelhouse: str) -> Iterator[Path]:
     """A client home with the controller's cluster on host 0 (``VARIABLE`` set); yields the
-    controller's skyward home on host 0 (as this machine sees it). The controller ended after."""
+    controller's skyward home on host 0 (as this machine sees it). The controller ended after,
+    and any cluster it left (a failed test's) ended from here, with its records."""
     host = test_hosts[0]
     with cluster_home(monkeypatch, "skyr"):
         # (the controller makes SSH connections: its environment sees the host's paramiko)
@@ -73,6 +74,9 @@ def remote(monkeypatch: pytest.MonkeyPatch, test_hosts: list[TestHost], wheelhou
                 print(f"--- {log}:\n{log.read_text(errors='replace')[-3000:]}")
             host.kill_processes(CONTROLLER)
             host.kill_processes("skyward.jobs.launcher")
+            if ClusterStore(where / "state.db").all():
+                subprocess.run([sys.executable, "-m", "skyward.cli", "down", "-a", "-y"], cwd=ROOT, timeout=120,
+                               env={**os.environ, "PYTHONPATH": str(ROOT), "SKYWARD_HOME": str(where)}, check=False)
 
 
 def shared_folder() -> Path:
