@@ -266,7 +266,8 @@ def test_a_controller_named_but_not_there_or_unreachable_is_a_clear_error(home: 
     missing = sky("jobs", "queue", cwd=tmp_path)
     assert missing.returncode == 1 and ("invalid SKYWARD_JOBS_CONTROLLER: expected the name of a one-node named "
                                         "cluster of this machine") in missing.stderr
-    assert "(none: make one with `skyward launch -c NAME` on the host)" in missing.stderr and "got 'ctl'" in missing.stderr
+    assert "(none: make one on the host with sky.ComputePool(name=NAME, provider=sky.SSH([HOST])))" in missing.stderr
+    assert "got 'ctl'" in missing.stderr
     # A cluster whose host does not answer (TEST-NET-1: no such host answers)
     gone = SSHAddress("192.0.2.1", "me", connect_timeout=1.0)
     ClusterStore().put(ClusterRecord("ctl", "c0ffee", SSH(["me@192.0.2.1"]), "ssh", 1, 1, 1, "thread", None,

@@ -67,8 +67,8 @@ class RemoteController:
         if record is None or record.nodes != 1 or not record.pythons:
             known = sorted(r.name for r in ClusterStore().all() if r.nodes == 1 and r.pythons)
             accepted = ("the name of a one-node named cluster of this machine to run the managed jobs' controller ("
-                        + (", ".join(known) if known else "none: make one with `skyward launch -c NAME` on the "
-                           "host") + ")")
+                        + (", ".join(known) if known else "none: make one on the host with sky.ComputePool(name=NAME, "
+                           "provider=sky.SSH([HOST]))") + ")")
             got = name if record is None else f"{name} ({record.nodes} nodes)"
             raise ConfigError(VARIABLE, accepted, got)
         self.record = record
