@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.faults import test_clusters as clusters  # noqa: E402
 from tests.faults import test_dashboard as dashboard  # noqa: E402
+from tests.faults import test_managed as managed  # noqa: E402
 from tests.faults import test_preemption as preemption  # noqa: E402
 from tests.faults import test_state as state  # noqa: E402
 from tests.faults.test_matrix import CASES, IDLE_TIMEOUT, PATHS, SILENT_ENDS_WITHIN, WATCHDOG  # noqa: E402
@@ -191,9 +192,38 @@ def dashboard_rows(results: dict[str, str]) -> list[str]:
     ]
 
 
+def managed_rows(results: dict[str, str]) -> list[str]:
+    """The managed jobs' cases: their controller on an SSH test host, a fault mid-job."""
+    mark = MARK
+    tried, clean = tally(results, managed.CASES)
+    return [
+        "## Managed jobs",
+        "",
+        "A managed job (`sky.jobs.launch`, `skyward jobs launch`) whose controller runs on an SSH test",
+        "host (`SKYWARD_JOBS_CONTROLLER` names a one-node cluster there) and whose cluster the",
+        "controller makes on another host, through a fault mid-job (`tests/faults/test_managed.py`).",
+        "*client-and-controller-killed*: the submitting program is SIGKILLed as soon as it has",
+        "printed the job's id, then the controller while the job runs; the next `sky.jobs` call",
+        "starts a controller, which takes the job up from its records and sees it end.",
+        "*job-host-cut*: the job's host has its link cut while the job runs; the controller finds the",
+        "node lost (RECOVERING), tears the old cluster down once it can, launches a new one and the",
+        "job ends SUCCEEDED after one recovery. In both the job's result comes back, and afterwards",
+        "the controller knows no cluster and no skyward process is left on the job's host. The same",
+        "faults with the controller on this machine (Local), and a node's worker SIGKILLed, are in",
+        "`tests/test_managed_jobs.py` and `tests/test_managed_calls.py`.",
+        "",
+        f"**{clean} of {tried} cases clean** ({len(managed.CASES)} in the matrix).",
+        "",
+        "| controller | jobs on | " + " | ".join(managed.CASES) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in managed.CASES) + " |",
+        "| ssh host 0 | ssh host 1 | " + " | ".join(mark[results.get(c)] for c in managed.CASES) + " |",
+        "",
+    ]
+
+
 def page(results: dict[str, str], cluster_results: dict[str, str] | None = None,
          preemption_results: dict[str, str] | None = None, state_results: dict[str, str] | None = None,
-         dashboard_results: dict[str, str] | None = None) -> str:
+         dashboard_results: dict[str, str] | None = None, managed_results: dict[str, str] | None = None) -> str:
     mark = MARK
     paths = list(dict.fromkeys([*PATHS["running"], *(p for ps in PATHS.values() for p in ps)]))
     tried, clean = tally(results, [c.id for c in CASES])
@@ -268,6 +298,7 @@ def page(results: dict[str, str], cluster_results: dict[str, str] | None = None,
         *preemption_rows(preemption_results or {}),
         *state_rows(state_results or {}),
         *dashboard_rows(dashboard_results or {}),
+        *managed_rows(managed_results or {}),
     ]
     return "\n".join(lines)
 
@@ -282,7 +313,8 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/faults",
                         f"--junitxml={report}"], cwd=ROOT, check=False)
     PAGE.write_text(page(outcomes(report), outcomes(report, CLUSTER_TEST), outcomes(report, PREEMPTION_TEST),
-                         outcomes(report, STATE_TEST), outcomes(report, DASHBOARD_TEST)))
+                         outcomes(report, STATE_TEST), outcomes(report, DASHBOARD_TEST),
+                         outcomes(report, managed.TEST)))
     print(f"wrote {PAGE.relative_to(ROOT)}")
     return 0
 

@@ -19,6 +19,7 @@ import pytest
 
 from skyward.clusters.state import ClusterStore
 from skyward.jobs import client, controller
+from skyward.errors import ClusterError
 from skyward.jobs.store import JobStore
 from tests.conftest import pid_alive, wait_gone
 from tests.leftovers import cluster_home
@@ -253,6 +254,29 @@ def test_a_controller_that_cannot_start_is_an_error_that_quotes_its_log(home: st
     assert "could not convert string to float: 'soon'" in failed.stderr
     assert f"see {home}/managed/controller.log" in failed.stderr and controller.running() is None
     assert client.jobs() == []  # nothing submitted
+
+
+def test_a_controller_named_but_not_there_or_unreachable_is_a_clear_error(home: str, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from skyward.clusters.state import ClusterRecord
+    from skyward.machine import Instance, SSHAddress
+    from skyward.providers.ssh import SSH
+
+    monkeypatch.setenv("SKYWARD_JOBS_CONTROLLER", "ctl")
+    missing = sky("jobs", "queue", cwd=tmp_path)
+    assert missing.returncode == 1 and ("invalid SKYWARD_JOBS_CONTROLLER: expected the name of a one-node named "
+                                        "cluster of this machine") in missing.stderr
+    assert "(none: make one on the host with sky.ComputePool(name=NAME, provider=sky.SSH([HOST])))" in missing.stderr
+    assert "got 'ctl'" in missing.stderr
+    # A cluster whose host does not answer (TEST-NET-1: no such host answers)
+    gone = SSHAddress("192.0.2.1", "me", connect_timeout=1.0)
+    ClusterStore().put(ClusterRecord("ctl", "c0ffee", SSH(["me@192.0.2.1"]), "ssh", 1, 1, 1, "thread", None,
+                                     (Instance("192.0.2.1", 0, "192.0.2.1", ssh=gone),), pythons=("/usr/bin/python3",),
+                                     roots=("/tmp",), status="UP"))
+    with pytest.raises(ClusterError, match=r"(?s)the managed jobs' controller on cluster ctl \(me@192.0.2.1\) "
+                                               r"cannot be asked \(.*192.0.2.1.*\); check that the host is up"):
+        client.jobs()
+    ClusterStore().remove("ctl")
 
 
 FAILS_ON_GO = """\

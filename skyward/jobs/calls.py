@@ -24,7 +24,7 @@ from skyward.compute import PendingCompute
 from skyward.errors import ConfigError
 from skyward.job_errors import JobError, JobFailed, JobTimeout
 from skyward.jobs import client
-from skyward.jobs.store import CANCELLED, RESULT_FILE, CallPlan, JobRecord, JobStore
+from skyward.jobs.store import CANCELLED, CallPlan, JobRecord
 from skyward.launch.taskfile.fields import JobRecovery
 from skyward.protocol import dumps_by_value
 from skyward.runtime.jobqueue import DEFAULT_TASK_CPU_DEMAND
@@ -64,13 +64,13 @@ class ManagedJob(Job[T]):
             record = client.wait(self.id, timeout)
         except TimeoutError:
             raise JobTimeout(self.cluster, self.id, float(timeout or 0)) from None
-        kept = record.directory / RESULT_FILE
         if record.status == CANCELLED:
             raise JobError(self.cluster, self.id, "was cancelled: it has no result")
-        if not kept.exists():
+        kept = client.outcome(record)
+        if kept is None:
             raise JobFailed(self.cluster, self.id, record.exit_code,
                             log_tail=[f"{record.status}: {record.reason or 'no outcome was kept'}"])
-        parts = {int(node): answer for node, answer in json.loads(kept.read_text()).items()}
+        parts = {int(node): answer for node, answer in json.loads(kept).items()}
         return outcome(self, parts)  # type: ignore[no-any-return]
 
     def logs(self, follow: bool = False) -> str:
@@ -134,8 +134,8 @@ def get(job_id: int) -> ManagedJob[Any]:
 
 
 def listed() -> list[ManagedJob[Any]]:
-    """Every managed job of this machine, oldest first (``skyward jobs queue``)."""
-    return [_handle(j) for j in JobStore().all()]
+    """Every managed job, oldest first (``skyward jobs queue``; its controller's, wherever it runs)."""
+    return [_handle(j) for j in client.jobs()]
 
 
 def _handle(record: JobRecord) -> ManagedJob[Any]:

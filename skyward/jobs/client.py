@@ -4,6 +4,9 @@ A client writes the job's record and wakes the controller (:mod:`skyward.jobs.co
 started if none runs); it never holds the job: once :func:`submit` has returned the id, the
 client may exit or be killed. Listing a job that has not settled restarts a controller that
 was killed, so that it takes its jobs up again.
+
+With ``SKYWARD_JOBS_CONTROLLER`` set, each of these asks the controller's node instead
+(:mod:`skyward.jobs.remote`), where the same functions run against the controller there.
 """
 
 from __future__ import annotations
@@ -14,13 +17,13 @@ import time
 from typing import IO, TYPE_CHECKING
 
 from skyward.errors import ConfigError
-from skyward.jobs import controller
-from skyward.jobs.store import ACTIVE, CANCELLED, FINAL, SUCCEEDED, JobStore, JobRecord
+from skyward.jobs import controller, remote
+from skyward.jobs.store import ACTIVE, CANCELLED, FINAL, RESULT_FILE, SUCCEEDED, JobStore, JobRecord
 
 if TYPE_CHECKING:
     from skyward.launch.run import LaunchPlan
 
-__all__ = ["STATUS_CODES", "cancel", "get", "jobs", "logs", "record", "submit", "wait"]
+__all__ = ["STATUS_CODES", "cancel", "get", "jobs", "logs", "outcome", "record", "submit", "wait"]
 
 #: A job's end as an exit status (SkyPilot's ``logs`` codes): 0 succeeded, 103 cancelled, 100
 #: any failure, 101 not finished.
@@ -47,17 +50,22 @@ def submit(p: LaunchPlan) -> int:
     return record(p.name, demand(p.accelerator, p.cpus, p.nodes)["resources"], p)
 
 
-def record(name: str, resources: str, plan: object) -> int:
+def record(name: str, resources: str, plan: object, *, cwd: str | None = None) -> int:
     """Record ``plan`` (a task file's, or a Python call's: :mod:`skyward.jobs.calls`) as a
-    managed job and hand it to the controller; its id."""
+    managed job and hand it to the controller; its id. ``cwd``: where its relative paths start
+    (default: this process's working directory)."""
+    if (far := remote.named()) is not None:
+        return int(far.ask("submit", name, resources, cwd or os.getcwd(), stdin=pickle.dumps(plan)))
     controller.ensure()  # (first: a controller that cannot start leaves no job behind)
-    job = JobStore().add(name, resources, pickle.dumps(plan), os.getcwd())
+    job = JobStore().add(name, resources, pickle.dumps(plan), cwd or os.getcwd())
     controller.wake()
     return job
 
 
 def jobs() -> list[JobRecord]:
     """Every managed job, oldest first (a controller is started if one has work and none runs)."""
+    if (far := remote.named()) is not None:
+        return list(far.ask("list"))
     found = JobStore().all()
     if any(j.status in ACTIVE or not j.cleaned for j in found):
         controller.ensure()
@@ -66,6 +74,8 @@ def jobs() -> list[JobRecord]:
 
 def get(job_id: int) -> JobRecord:
     """Managed job ``job_id``; :class:`~skyward.ConfigError` naming the ids there are when none."""
+    if (far := remote.named()) is not None:
+        return far.ask("get", job_id)  # type: ignore[no-any-return]
     found = JobStore().get(job_id)
     if found is None:
         known = [j.id for j in JobStore().all()]
@@ -79,6 +89,8 @@ def cancel(ids: list[int] | None = None, *, name: str | None = None, timeout: fl
     waits until the controller has ended each (its cluster torn down). Returns them as they ended.
     :class:`~skyward.ConfigError` for an unknown id, or one that has finished, before anything
     is cancelled."""
+    if (far := remote.named()) is not None:
+        return list(far.ask("cancel", timeout, name or "-", *(ids or ()), timeout=timeout + remote.ASK_TIMEOUT))
     store = JobStore()
     if ids:
         chosen = [get(i) for i in ids]
@@ -104,6 +116,9 @@ def cancel(ids: list[int] | None = None, *, name: str | None = None, timeout: fl
 def wait(job_id: int, timeout: float | None = None) -> JobRecord:
     """Job ``job_id`` once it has ended (``timeout`` None: however long that takes); a controller
     that dies meanwhile is started again. TimeoutError at ``timeout`` seconds."""
+    if (far := remote.named()) is not None:
+        return far.ask("wait", job_id, "none" if timeout is None else timeout,  # type: ignore[no-any-return]
+                       timeout=None if timeout is None else timeout + remote.ASK_TIMEOUT)
     deadline = None if timeout is None else time.monotonic() + timeout
     while (job := get(job_id)).status in ACTIVE:
         if deadline is not None and time.monotonic() > deadline:
@@ -117,6 +132,9 @@ def logs(job_id: int, out: IO[str], *, follow: bool = True, of_controller: bool 
     """Write job ``job_id``'s run output (every attempt's, recoveries included; each node's lines
     as ``[node N] ...``), or with ``of_controller`` the controller's log of it; with ``follow``,
     until it ends. Returns the job as it was last seen."""
+    if (far := remote.named()) is not None:
+        return far.ask("logs", job_id, int(follow), int(of_controller), out=out,  # type: ignore[no-any-return]
+                       timeout=None if follow else remote.ASK_TIMEOUT)
     job = get(job_id)
     if of_controller:
         return _follow_file(job, job.directory / "controller.log", out, follow)
@@ -162,3 +180,12 @@ def _follow_file(job: JobRecord, path: os.PathLike[str], out: IO[str], follow: b
         if not follow or job.status in FINAL:
             return job
         time.sleep(_POLL)
+
+
+def outcome(job: JobRecord) -> str | None:
+    """The text of ``job``'s kept outcome (a Python call's, :data:`~skyward.jobs.store.RESULT_FILE`),
+    or None when none was kept."""
+    if (far := remote.named()) is not None:
+        return far.ask("outcome", job.id)  # type: ignore[no-any-return]
+    kept = job.directory / RESULT_FILE
+    return kept.read_text() if kept.exists() else None
