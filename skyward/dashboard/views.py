@@ -28,6 +28,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from skyward.clusters import jobs, manage
+from skyward.dashboard import costs
 from skyward.clusters.state import INIT, UP, ClusterStore
 from skyward.errors import SkywardError
 
@@ -35,13 +36,15 @@ if TYPE_CHECKING:
     from skyward.clusters.state import ClusterRecord
     from skyward.machine import Instance
 
-__all__ = ["ACTIONS", "act", "cluster", "clusters", "job_log", "pools", "queues"]
+__all__ = ["ACTIONS", "act", "cluster", "clusters", "done", "job_log", "pools", "queues"]
 
 T = TypeVar("T")
 #: Seconds a node has to answer a sample before it shows as unreachable.
 SAMPLE_TIMEOUT = 10.0
 #: Run with the node's Python: CPU busy % over a short window, memory in use and in all (bytes).
-_SAMPLE = ("import json, time\n"
+#: ``gpus``: per GPU, utilisation % and memory in MiB as ``nvidia-smi`` says; None where the
+#: node has no ``nvidia-smi`` (no GPU), [] where it failed.
+_SAMPLE = ("import json, shutil, subprocess, time\n"
            "def cpu():\n"
            "    with open('/proc/stat') as f:\n"
            "        v = [int(x) for x in f.readline().split()[1:]]\n"
@@ -52,8 +55,15 @@ _SAMPLE = ("import json, time\n"
            "with open('/proc/meminfo') as f:\n"
            "    m = {k: int(v.split()[0]) * 1024 for k, v in (line.split(':', 1) for line in f)}\n"
            "total = b[0] - a[0]\n"
+           "gpus = None\n"
+           "if shutil.which('nvidia-smi'):\n"
+           "    q = subprocess.run(['nvidia-smi', '--query-gpu=utilization.gpu,memory.used,memory.total',\n"
+           "                        '--format=csv,noheader,nounits'], capture_output=True, text=True, timeout=5)\n"
+           "    gpus = [dict(zip(('util', 'memory_used', 'memory_total'), (float(x) for x in line.split(','))))\n"
+           "            for line in q.stdout.splitlines() if line.strip()] if q.returncode == 0 else []\n"
            "print(json.dumps({'cpu': round(100.0 * (1 - (b[1] - a[1]) / total), 1) if total else 0.0,\n"
-           "                  'memory_used': m['MemTotal'] - m['MemAvailable'], 'memory_total': m['MemTotal']}))\n")
+           "                  'memory_used': m['MemTotal'] - m['MemAvailable'], 'memory_total': m['MemTotal'],\n"
+           "                  'gpus': gpus}))\n")
 
 
 def safely(read: Callable[[], T]) -> T | dict[str, str]:
@@ -76,7 +86,7 @@ def cluster(name: str) -> dict[str, Any]:
     INIT, those whose workers answer, the others ``lost``) and its job queue."""
     found = manage.status([name])
     if not found:
-        return {"error": f"no cluster named {name}", "gone": True}
+        return {"error": f"no cluster named {name}", "gone": True, "events": _events(name)}
     shown = found[0]
     record = shown.record
     samples: list[dict[str, Any]] = [{} for _ in record.instances]
@@ -88,8 +98,14 @@ def cluster(name: str) -> dict[str, Any]:
     nodes = [{"node": inst.node, "host": inst.ssh.host if inst.ssh else "this machine",
               "price_per_hour": inst.price_per_hour, **sample} for inst, sample in zip(record.instances, samples,
                                                                                        strict=True)]
-    queue = safely(lambda: _newest_first(name)) if shown.status == UP else []
-    return {**shown.as_dict(), "autostop": record.autostop, "nodes": nodes, "jobs": queue}
+    queue = safely(lambda: _newest_first(record)) if shown.status == UP else []
+    return {**shown.as_dict(), "autostop": record.autostop, "nodes": nodes, "jobs": queue, "events": _events(name)}
+
+
+def _events(name: str) -> list[dict[str, Any]]:
+    """Cluster ``name``'s timeline, newest first (nothing: it cannot be read now)."""
+    found = safely(lambda: ClusterStore().events(name))
+    return [e.as_dict() for e in reversed(found)] if isinstance(found, list) else []
 
 
 def _answering(record: ClusterRecord) -> dict[int, bool] | None:
@@ -104,8 +120,11 @@ def _answering(record: ClusterRecord) -> dict[int, bool] | None:
             for inst in record.instances}
 
 
-def _newest_first(name: str) -> list[dict[str, Any]]:
-    return [j.as_dict() for j in reversed(jobs.jobs(name))]
+def _newest_first(record: ClusterRecord) -> list[dict[str, Any]]:
+    """The cluster's jobs, newest first, each with its cost: the cluster's price for as long as
+    it ran (None: no price known)."""
+    return [{**j.as_dict(), "cost": costs.job_cost(record, j.started, j.ended)}
+            for j in reversed(jobs.jobs(record.name))]
 
 
 def _sample(record: ClusterRecord, inst: Instance) -> dict[str, Any]:
@@ -139,7 +158,7 @@ def queues() -> list[dict[str, Any]]:
     whose queue cannot be read now has an ``error`` instead."""
     out = []
     for record in ClusterStore().all():
-        listed = safely(partial(_newest_first, record.name))
+        listed = safely(partial(_newest_first, record))
         out.append({"cluster": record.name, "status": record.status,
                     **({"jobs": listed} if isinstance(listed, list) else {"jobs": [], **listed})})
     return out
@@ -179,9 +198,13 @@ ACTIONS: dict[str, Callable[..., list[str]]] = {
 
 def act(action: str, name: str, *args: int) -> dict[str, Any]:
     """Do ``action`` to cluster ``name``; ``{"done": True}`` or ``{"error": why}``."""
-    result = safely(lambda: ACTIONS[action](name, *args))
+    return done(f"{action} {name}", safely(lambda: ACTIONS[action](name, *args)))
+
+
+def done(what: str, result: list[str] | dict[str, str]) -> dict[str, Any]:
+    """An action's answer: ``{"done": True}``, or ``{"error": why}`` naming ``what`` was asked."""
     if isinstance(result, dict):
         return result
     if result:
-        return {"error": f"{action} {name}: not confirmed: " + "; ".join(result)}
+        return {"error": f"{what}: not confirmed: " + "; ".join(result)}
     return {"done": True}
