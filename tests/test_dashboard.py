@@ -508,3 +508,35 @@ def test_a_managed_job_is_listed_its_log_streams_and_cancel_ends_it(board: Board
         assert manage.ClusterStore().get(f"sky-managed-{job}") is None
     finally:
         driver.quit()
+
+
+def test_a_node_sample_reads_proc_and_nvidia_smi_only_where_it_exists(tmp_path: Path) -> None:
+    """The sample a cluster page runs on each node, run here with ``sh``: figures from /proc, no
+    GPU where there is no nvidia-smi (this machine, for real); with a stand-in nvidia-smi on the
+    PATH that prints the documented ``--query-gpu`` CSV for exactly the arguments the sample
+    gives (no real GPU here), each GPU's figures; with one that fails, an empty list."""
+    import shutil
+
+    from skyward.dashboard import views
+
+    def sample(path: str) -> dict:
+        done = subprocess.run(["sh", "-c", views.SAMPLE], capture_output=True, text=True, timeout=30,
+                              env={**os.environ, "PATH": path})
+        assert done.returncode == 0, done.stderr
+        return views.parse_sample(done.stdout)
+
+    here = sample(os.environ["PATH"])
+    assert 0.0 <= here["cpu"] <= 100.0 and 0 < here["memory_used"] < here["memory_total"]
+    if shutil.which("nvidia-smi") is None:
+        assert here["gpus"] is None
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text('#!/bin/sh\n[ "$*" = "--query-gpu=utilization.gpu,memory.used,memory.total '
+                   '--format=csv,noheader,nounits" ] || exit 9\necho "87, 30512, 81559"\necho "0, 3, 81559"\n')
+    smi.chmod(0o755)
+    path = f"{smi.parent}:{os.environ['PATH']}"
+    assert sample(path)["gpus"] == [{"util": 87.0, "memory_used": 30512.0, "memory_total": 81559.0},
+                                    {"util": 0.0, "memory_used": 3.0, "memory_total": 81559.0}]
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the driver'\n"
+                   "exit 9\n")
+    assert sample(path)["gpus"] == []
