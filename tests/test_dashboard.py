@@ -473,6 +473,7 @@ def test_cost_so_far_and_this_month_come_from_the_price_the_record_keeps(board: 
 
 MANAGED = """name: streamed
 run: |
+  seq 1 6000
   echo "managed says hello"
   while [ ! -e "$GO/managed" ]; do sleep 0.1; done
   echo "managed marker $(cat "$GO/managed")"
@@ -499,6 +500,11 @@ def test_a_managed_job_is_listed_its_log_streams_and_cancel_ends_it(board: Board
         wait.until(lambda d: "[node 0] managed says hello" in d.find_element(By.ID, "log").text)
         (board.work / "go" / "managed").write_text("42")
         wait.until(lambda d: "[node 0] managed marker 42" in d.find_element(By.ID, "log").text)
+        kept = driver.execute_script("return [document.querySelectorAll('#log .line').length, "
+                                     "document.querySelector('#log .line').textContent, "
+                                     "document.querySelector('#log .dropped').textContent];")
+        assert kept[:2] == [5000, "[node 0] 1003"]  # (the page keeps the last 5,000 of 6,002 lines)
+        assert kept[2].startswith("1002 earlier lines not shown here")
         assert "RUNNING" in driver.find_element(By.ID, "summary").text
         wait.until(seen.element_to_be_clickable((By.ID, "cancel"))).click()
         wait.until(seen.alert_is_present()).accept()

@@ -243,8 +243,11 @@ async function jobs() {
   say(problems.join("; "), problems.length > 0);
 }
 
-// A job's log: only the lines not seen yet are asked for (per node), and appended as text.
+// A job's log: only the lines not seen yet are asked for (per node), and appended as text; the
+// page keeps the last KEPT_LINES of them (a job printing thousands a second stays readable).
+const KEPT_LINES = 5000;
 let seen = "";
+let dropped = 0;
 let finished = false;
 
 function shown(line) {
@@ -267,10 +270,22 @@ async function log() {
     (j.exit_code !== null ? ", exit code " + j.exit_code : "") + (MANAGED && j.reason ? ": " + j.reason : ""));
   document.getElementById("cancel").hidden = !active;
   const pre = document.getElementById("log");
-  for (const line of r.lines) {
+  const kept = r.lines.slice(-KEPT_LINES);  // (a page keeps the last lines, as a terminal does)
+  dropped += r.lines.length - kept.length;
+  for (const line of kept) {
     const div = el("div", (line.node === null ? "" : "[node " + line.node + "] ") + line.text, "line");
     div.hidden = !shown(div);
     pre.append(div);
+  }
+  for (let extra = pre.querySelectorAll(".line").length - KEPT_LINES; extra > 0; extra--) {
+    pre.querySelector(".line").remove();
+    dropped++;
+  }
+  if (dropped) {
+    const note = pre.querySelector(".dropped") || el("div", null, "dropped muted");
+    note.textContent = dropped + " earlier lines not shown here (the page keeps the last " + KEPT_LINES +
+      "; `skyward " + (MANAGED ? "jobs logs " + JOB : "logs " + CLUSTER + " " + JOB) + "` prints them all)";
+    pre.prepend(note);
   }
   seen = Object.entries(r.seen).map(([n, c]) => n + ":" + c).join(",");
   if (r.lines.length && document.getElementById("follow").checked) pre.scrollTop = pre.scrollHeight;
