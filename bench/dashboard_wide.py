@@ -9,8 +9,8 @@ its chromedriver). Measured:
   (every node sampled on the cluster page, the first log lines on the job page), both from the
   start of the navigation (``performance.now()``);
 * with the cluster page open (it asks every 3 s: every node sampled), for WINDOW seconds: the
-  server's CPU, the node-side samples' CPU (on Local the server's child processes: on a real
-  cluster each node runs its own), and the cluster's workers' CPU, against the same window with
+  server's CPU, the node-side commands' CPU (the status ask, the job queue read and the sample;
+  on Local the server's child processes: on a real cluster each node runs its own), and the cluster's workers' CPU, against the same window with
   no page open (the workers are not asked to do anything for a sample: the figure says so).
 
 ::
@@ -22,6 +22,7 @@ its chromedriver). Measured:
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -124,6 +125,7 @@ def measure(quick: bool) -> dict:
         driver = browser(work)
         driver.get(url)  # (sets the cookie)
         driver.get("about:blank")
+        time.sleep(5)  # (the clusters page's first poll, still answering, is not counted as idle)
         result["idle"] = window(server.pid, workers, seconds)  # no page open
         result["clusters_page"] = page(driver, base + "/", "document.querySelector('#clusters tbody tr')")
         result["cluster_page"] = page(driver, base + "/clusters/bench-wide",
@@ -137,8 +139,15 @@ def measure(quick: bool) -> dict:
         if driver is not None:
             driver.quit()
         server.terminate()
-        server.wait(30)
-        sky("down", "bench-wide", "-y", cwd=work)
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:  # (a poll of every node still answering)
+            server.kill()
+            server.wait(30)
+        for _ in range(3):  # (a loaded machine may not confirm the workers gone at once)
+            if sky("down", "bench-wide", "-y", cwd=work).returncode == 0:
+                break
+        shutil.rmtree(work, ignore_errors=True)
     result["load_end"] = loadavg()
     return result
 
@@ -171,15 +180,16 @@ def section(r: dict, quick: bool) -> str:
         f"| job page: first paint / first log lines shown | {ms(r['job_page'])} |",
         f"| server CPU: no page open / cluster page open / job page following | {pct(r['idle']['server'])} / "
         f"{pct(r['watched']['server'])} / {pct(r['following']['server'])} |",
-        f"| node-side samples while the cluster page is open, per node | "
+        f"| node-side commands of the cluster page's polls (status ask, job queue, sample), per node | "
         f"{pct(r['watched']['samples'] / n)} (all {n}: {pct(r['watched']['samples'])}) |",
         f"| the workers' own CPU, per worker: no page open / cluster page open | "
         f"{pct(r['idle']['workers'] / n)} / {pct(r['watched']['workers'] / n)} |",
         "",
-        "A sample is one short command per node (its Python reads `/proc` for 0.3 s) every 3 s while",
-        "the page is open; the workers are not asked, so their own CPU does not change. On Local",
-        f"every node's sample runs on this one machine ({n} at once); on a real cluster each node",
-        "runs its own.",
+        "While the cluster page is open it polls every 3 s; each poll runs three short commands per",
+        "node: the workers' status ask and the job queue read (each a short Python, most of the",
+        "figure) and the sample (`sh` reading `/proc` twice 0.3 s apart). The workers are not asked",
+        "to do anything for it, so their own CPU does not change. On Local every node's commands run",
+        f"on this one machine ({n} nodes' at once); on a real cluster each node runs its own.",
     ])
 
 
