@@ -168,8 +168,8 @@ def section(r: dict, quick: bool) -> str:
         f"{statistics.median(r['whole']):.2f} s |",
         "",
         "A poll brings at most 1 MB per node (the rest with the next), so a poll's time is bounded by",
-        "what is new, not by the log's size. Not measured here: 128 nodes, and the browser's time",
-        "to first paint.",
+        "what is new, not by the log's size. 128 nodes and the browser's time to first paint:",
+        "`bench/dashboard_wide.py`, below.",
     ])
 
 

@@ -78,3 +78,37 @@ def test_a_database_fault_that_is_not_contention_is_raised_at_once(tmp_path: Pat
                                                      (0, True, "0m (down)"), (0.5, False, "0.5m")])
 def test_the_autostop_column_is_written_as_skypilot_writes_it(idle: float | None, down: bool, shown: str) -> None:
     assert record("c").with_(idle_minutes=idle, down=down).autostop == shown
+
+
+def test_a_cluster_keeps_its_last_events_and_a_down_keeps_what_the_cluster_cost(tmp_path: Path) -> None:
+    store = ClusterStore(tmp_path / "state.db")
+    for i in range(state.EVENTS_KEPT + 5):
+        store.note("c1", "node", f"event {i}")
+    store.note("c2", "attach", "<b>kept as text</b>")
+    kept = store.events("c1")
+    assert len(kept) == state.EVENTS_KEPT and kept[0].text == "event 5" and kept[-1].text == f"event {state.EVENTS_KEPT + 4}"
+    assert [(e.kind, e.text) for e in store.events("c2")] == [("attach", "<b>kept as text</b>")]
+    priced = record("c2").with_(price_per_hour=2.0, launched_at=time.time() - 1800)
+    store.note("c2", "down", "ended", priced)
+    down = store.events("c2")[-1]
+    assert down.since == priced.launched_at and down.cost is not None and 0.99 < down.cost < 1.01
+    assert store.events("c2", since=down.at) == [down] and store.events("nothing") == []
+
+
+def test_a_state_database_of_before_events_gains_them_and_keeps_its_clusters(tmp_path: Path) -> None:
+    import pickle
+
+    path = tmp_path / "state.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE clusters (name TEXT PRIMARY KEY, status TEXT NOT NULL, provider TEXT NOT NULL, "
+               "updated REAL NOT NULL, record BLOB NOT NULL)")
+    db.execute("INSERT INTO clusters VALUES (?, ?, ?, ?, ?)", ("old", "UP", "local", time.time(),
+                                                                pickle.dumps(record("old"))))
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    store = ClusterStore(path)
+    assert store.events("old") == []
+    store.note("old", "stop", "stopped")
+    assert [e.text for e in store.events("old")] == ["stopped"]
+    assert store.get("old") == record("old").with_(launched_at=store.get("old").launched_at)  # type: ignore[union-attr]

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from skyward.clusters import jobs, manage
+from skyward.jobs import controller
 from tests.conftest import free_port, pid_alive, wait_gone
 from tests.leftovers import cluster_home
 from tests.test_cluster_cli import ROOT, sky, task
@@ -97,6 +98,7 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
         finally:
             server.terminate()
             server.wait(30)
+            assert controller.stop() == [], "the managed jobs' controller or a launcher did not end"
 
 
 def ask(board: Board, method: str, path: str, *, host: str | None = None, token: str | None = None,
@@ -155,7 +157,8 @@ def test_no_page_or_answer_holds_the_secret_and_a_log_line_is_text(board: Board)
     assert [p for p, (_, text) in answers.items() if SECRET in text] == []
     lines = [line["text"] for line in json.loads(answers["/api/clusters/dash/jobs/1/log"][1])["lines"]]
     assert lines[:2] == ["the secret is set", '<script>document.title="pwned"</script><b>bold?</b>']
-    assert json.loads(answers["/api/clusters/nothing"][1]) == {"error": "no cluster named nothing", "gone": True}
+    assert json.loads(answers["/api/clusters/nothing"][1]) == {"error": "no cluster named nothing", "gone": True,
+                                                               "events": []}
 
 
 def node_files() -> tuple[Path, Path]:
@@ -387,3 +390,159 @@ def test_the_environment_variable_shows_every_pool_of_the_process(monkeypatch: p
                             30, "this pool's snapshot")
             assert mine[0]["pool"] == pool.id and mine[0]["failed"] == 0
         assert snapshot.live() == [] and list(snapshot.folder().glob("*")) == []
+
+
+def test_a_cluster_page_shows_its_timeline_its_cost_and_no_gpu(board: Board) -> None:
+    """Launch, nodes added, an attach and its detach, a node lost and the down, each on the
+    cluster's timeline as it happens, newest first; Local costs $0; a node without nvidia-smi
+    shows "no GPU"."""
+    import shutil
+    import signal
+
+    import skyward as sky
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with sky.ComputePool(sky.Local(), nodes=2, name="ev", console=False):
+        pass
+    with sky.ComputePool(name="ev", console=False):  # attached, then detached
+        pass
+    driver = browser(board.work)
+    try:
+        wait = WebDriverWait(driver, 30)
+        driver.get(f"{board.url}/?token={board.token}")
+        driver.get(f"{board.url}/clusters/ev")
+
+        def events() -> list[tuple[str, str]]:  # (kind, text), newest first, read at once (no stale element)
+            return [tuple(e) for e in driver.execute_script(
+                "return [...document.querySelectorAll('#events li')].map(li => "
+                "[li.children[1].textContent, li.children[2].textContent]);")]
+
+        wait.until(lambda d: len(events()) >= 5)  # launch, 2 nodes, attach, detach (and the launch's detach)
+        kinds = [k for k, _ in reversed(events())]
+        assert kinds[:3] == ["launch", "node", "node"] and kinds[-2:] == ["attach", "detach"], events()
+        assert [t for _, t in events()][1].startswith("a client attached (pid ")
+        assert "$0.00/h, $0.00 so far" in driver.find_element(By.ID, "summary").text
+        gpu = wait.until(lambda d: d.execute_script(
+            "const row = [...document.querySelectorAll('#nodes tbody tr')].find(r => r.cells[0].textContent === '0');"
+            "return row && row.cells[3].textContent ? row.cells[6].textContent : null;"))
+        assert gpu == ("no GPU" if shutil.which("nvidia-smi") is None else gpu) and gpu
+
+        record = manage.ClusterStore().get("ev")
+        assert record is not None
+        os.kill(record.workers[1][0], signal.SIGKILL)
+        wait.until(lambda d: events()[0] == ("node", "node 1 lost: its worker does not answer"))
+        assert manage.down("ev") == []
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#summary .badge").text == "GONE")
+        wait.until(lambda d: events()[0] == ("down", "ended by `skyward down`"))
+    finally:
+        driver.quit()
+        if manage.ClusterStore().get("ev") is not None:
+            manage.down("ev")
+
+
+def test_cost_so_far_and_this_month_come_from_the_price_the_record_keeps(board: Board) -> None:
+    """A real cluster given a known price in its record: its cost so far, a job's cost, and this
+    month's total, which keeps it once the cluster is ended."""
+    import skyward as sky
+
+    def month() -> dict:
+        code, text = ask(board, "GET", "/api/costs", token=board.token)
+        assert code == 200, text
+        return json.loads(text)
+
+    before = month()["total"]
+    with sky.ComputePool(sky.Local(), name="priced", console=False):
+        pass
+    store = manage.ClusterStore()
+    record = store.get("priced")
+    assert record is not None and record.price_per_hour == 0.0  # (Local: free)
+    now = time.time()
+    start = time.mktime(time.localtime(now)[:2] + (1, 0, 0, 0, 0, 0, -1))  # this month's first second
+    launched = max(now - 3600, start)
+    store.put(record.with_(price_per_hour=3.6, launched_at=launched))
+    code, text = ask(board, "GET", "/api/clusters", token=board.token)
+    row = [c for c in json.loads(text) if c["name"] == "priced"][0]
+    assert row["price_per_hour"] == 3.6 and abs(row["cost_so_far"] - (time.time() - launched) / 1000) < 0.01
+    shown = month()
+    assert "priced" in shown["clusters"] and abs(shown["total"] - before - (time.time() - launched) / 1000) < 0.01
+    assert manage.down("priced") == []
+    ended = month()
+    assert ended["ended"] >= 1 and abs(ended["total"] - shown["total"]) < 0.01
+
+
+MANAGED = """name: streamed
+run: |
+  seq 1 6000
+  echo "managed says hello"
+  while [ ! -e "$GO/managed" ]; do sleep 0.1; done
+  echo "managed marker $(cat "$GO/managed")"
+  while true; do sleep 0.1; done
+"""
+
+
+def test_a_managed_job_is_listed_its_log_streams_and_cancel_ends_it(board: Board) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    task(board.work, MANAGED, "managed.yaml")
+    submitted = sky("jobs", "launch", "managed.yaml", "-d", "-y", "--env", f"GO={board.work / 'go'}", cwd=board.work)
+    assert submitted.returncode == 0, submitted.stderr
+    job = int(submitted.stdout.split("Managed job ID: ")[1].split()[0])
+    driver = browser(board.work)
+    try:
+        wait = WebDriverWait(driver, 60)
+        driver.get(f"{board.url}/jobs?token={board.token}")
+        row = wait.until(lambda d: d.find_elements(By.XPATH, f"//table[@id='managed']//tr[td/a[text()='{job}']]"))[0]
+        assert "streamed" in row.text and row.find_element(By.CSS_SELECTOR, ".badge").text
+        driver.get(f"{board.url}/managed/{job}")
+        wait.until(lambda d: "[node 0] managed says hello" in d.find_element(By.ID, "log").text)
+        (board.work / "go" / "managed").write_text("42")
+        wait.until(lambda d: "[node 0] managed marker 42" in d.find_element(By.ID, "log").text)
+        kept = driver.execute_script("return [document.querySelectorAll('#log .line').length, "
+                                     "document.querySelector('#log .line').textContent, "
+                                     "document.querySelector('#log .dropped').textContent];")
+        assert kept[:2] == [5000, "[node 0] 1003"]  # (the page keeps the last 5,000 of 6,002 lines)
+        assert kept[2].startswith("1002 earlier lines not shown here")
+        assert "RUNNING" in driver.find_element(By.ID, "summary").text
+        wait.until(seen.element_to_be_clickable((By.ID, "cancel"))).click()
+        wait.until(seen.alert_is_present()).accept()
+        wait.until(lambda d: "CANCELLED" in d.find_element(By.ID, "summary").text)
+        assert [j["status"] for j in json.loads(sky("jobs", "queue", "--json", cwd=board.work).stdout)
+                if j["id"] == job] == ["CANCELLED"]
+        assert manage.ClusterStore().get(f"sky-managed-{job}") is None
+    finally:
+        driver.quit()
+
+
+def test_a_node_sample_reads_proc_and_nvidia_smi_only_where_it_exists(tmp_path: Path) -> None:
+    """The sample a cluster page runs on each node, run here with ``sh``: figures from /proc, no
+    GPU where there is no nvidia-smi (this machine, for real); with a stand-in nvidia-smi on the
+    PATH that prints the documented ``--query-gpu`` CSV for exactly the arguments the sample
+    gives (no real GPU here), each GPU's figures; with one that fails, an empty list."""
+    import shutil
+
+    from skyward.dashboard import views
+
+    def sample(path: str) -> dict:
+        done = subprocess.run(["sh", "-c", views.SAMPLE], capture_output=True, text=True, timeout=30,
+                              env={**os.environ, "PATH": path})
+        assert done.returncode == 0, done.stderr
+        return views.parse_sample(done.stdout)
+
+    here = sample(os.environ["PATH"])
+    assert 0.0 <= here["cpu"] <= 100.0 and 0 < here["memory_used"] < here["memory_total"]
+    if shutil.which("nvidia-smi") is None:
+        assert here["gpus"] is None
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text('#!/bin/sh\n[ "$*" = "--query-gpu=utilization.gpu,memory.used,memory.total '
+                   '--format=csv,noheader,nounits" ] || exit 9\necho "87, 30512, 81559"\necho "0, 3, 81559"\n')
+    smi.chmod(0o755)
+    path = f"{smi.parent}:{os.environ['PATH']}"
+    assert sample(path)["gpus"] == [{"util": 87.0, "memory_used": 30512.0, "memory_total": 81559.0},
+                                    {"util": 0.0, "memory_used": 3.0, "memory_total": 81559.0}]
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the driver'\n"
+                   "exit 9\n")
+    assert sample(path)["gpus"] == []

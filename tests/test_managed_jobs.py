@@ -170,6 +170,10 @@ def test_a_lost_node_is_recovered_and_the_run_resumes_from_its_checkpoint(home: 
     said = sky("jobs", "logs", str(job), "--controller", "--no-follow", cwd=tmp_path).stdout
     assert "RECOVERING: a node was lost" in said
     assert sky("jobs", "queue", cwd=tmp_path).stdout.splitlines()[2].split()[-2:] == ["1", "SUCCEEDED"]
+    timeline = [(e.kind, e.text) for e in ClusterStore().events(f"sky-managed-{job}")]  # (kept past its down)
+    recovered = [t for k, t in timeline if k == "recovery"]
+    assert len(recovered) == 1 and recovered[0].startswith(f"managed job {job} (held) recovers: a node was lost")
+    assert [k for k, _ in timeline].count("launch") == 2 and timeline[-1][0] == "down"
 
 
 def test_a_killed_controller_is_started_again_and_takes_its_job_up(home: str, tmp_path: Path) -> None:

@@ -259,7 +259,7 @@ def _cost_report(out: IO[str]) -> int:
                      _dollars(d["cost_so_far"])])
     _table(_COST_COLUMNS, rows, out)
     out.write(f"\ntotal ${total:.2f} for {len(records)} cluster(s) (price x time since launch; - : no price "
-              "known, as on Local and SSH hosts)\n")
+              "known, as on SSH hosts; Local costs 0)\n")
     return 0
 
 

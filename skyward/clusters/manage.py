@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from skyward.clusters.nodes import ClusterNodes
-from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, hold
+from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, cost_so_far, hold, note
 from skyward.errors import ClusterBusy, ClusterError
 from skyward.runtime.cluster import CONTROL_SUFFIX
 
@@ -56,13 +55,12 @@ class ClusterStatus:
 
     def as_dict(self) -> dict[str, Any]:
         r = self.record
-        hours = (time.time() - r.launched_at) / 3600
         return {
             "name": r.name, "provider": r.provider_name, "nodes": r.nodes, "processes_per_node": r.processes,
             "resources": r.resources, "status": self.status, "autostop_minutes": r.idle_minutes,
             "autostop_down": r.down, "launched": r.launched_at, "attached": self.holder,
             "price_per_hour": r.price_per_hour,
-            "cost_so_far": None if r.price_per_hour is None else round(r.price_per_hour * hours, 4),
+            "cost_so_far": cost_so_far(r),
         }
 
 
@@ -142,12 +140,35 @@ def status(names: list[str] | None = None) -> list[ClusterStatus]:
             now = INIT  # (its cloud resources could not be removed now: `skyward down` retries)
         elif now == "GONE" or (now == STOPPED and record.down and record.provider_name != "aws"):
             store.remove(record.name)  # it ended itself (autostop with down)
+            note(record.name, "down", "its machines are gone" if now == "GONE" else
+                 f"ended itself: autostop after {record.idle_minutes:g} min idle, then down", record)
             continue
         if now != record.status:
+            _changed(record, now)
             record = record.with_(status=now)
             store.put(record)
         found.append(ClusterStatus(record, now, holder))
     return found
+
+
+def _changed(record: ClusterRecord, now: str) -> None:
+    """Put a status the nodes show, unlike the record's, on the cluster's timeline, with why."""
+    if now == STOPPED and record.status == UP:
+        why = (f"autostop after {record.idle_minutes:g} min idle" if record.idle_minutes is not None
+               else "every worker ended")
+        note(record.name, "autostop" if record.idle_minutes is not None else "stop", f"stopped: {why}")
+    elif now == INIT and record.status == UP:
+        try:
+            answers = ask_workers(record, "status")
+        except ConnectionError as exc:
+            note(record.name, "node", f"nodes cannot be reached: {exc}")
+            return
+        per = record.processes
+        for inst in record.instances:
+            if any(a != "up" for a in answers[inst.node * per:(inst.node + 1) * per]):
+                note(record.name, "node", f"node {inst.node} lost: its worker does not answer")
+    elif now == UP and record.status == INIT and record.workers:
+        note(record.name, "node", "every node answers again")
 
 
 def _released(record: ClusterRecord) -> bool:
@@ -186,8 +207,10 @@ def down(name: str) -> list[str]:
         problems = nodes_for(record).down()
         if problems:
             ClusterStore().put(record.with_(status=INIT))
+            note(name, "down", "`skyward down`: not confirmed: " + "; ".join(problems))
         else:
             ClusterStore().remove(name)
+            note(name, "down", "ended by `skyward down`", record)
         return problems
 
 
@@ -211,6 +234,8 @@ def autostop(name: str, idle_minutes: float | None, down: bool = False) -> list[
     current = store.get(name) or record
     store.put(current.with_(idle_minutes=idle_minutes, down=down if idle_minutes is not None else False))
     line = "autostop " + ("none" if idle_minutes is None else f"{idle_minutes * 60:g}")
+    note(name, "autostop", "autostop cancelled" if idle_minutes is None else
+         f"autostop set: after {idle_minutes:g} min idle" + (", then down" if down else ", then stop"))
     try:
         answers = ask_workers(record, line)
     except ConnectionError as exc:
@@ -234,6 +259,7 @@ def stop(name: str) -> list[str]:
         if stop_machines is not None and not problems:
             stop_machines(list(record.instances))
         ClusterStore().put(record.with_(status=STOPPED, workers=()))
+        note(name, "stop", "stopped by `skyward stop`" + (f"; {'; '.join(problems)}" if problems else ""))
         return problems
 
 

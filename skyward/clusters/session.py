@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from skyward.clusters import spawned
 from skyward.clusters.nodes import ClusterNodes, NotRunning
-from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, check_name, hold
+from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, check_name, hold, note
 from skyward.errors import ClusterError, ConfigError
 
 if TYPE_CHECKING:
@@ -164,6 +164,7 @@ class ClusterSession:
                 nodes.attach(pool.start_timeout, heartbeat, image)
                 self.attached = True
                 self._save(record.with_(status=UP))
+                note(self.name, "attach", f"a client attached ({_client()})")
                 return
             except NotRunning:
                 pass
@@ -174,8 +175,11 @@ class ClusterSession:
             nodes = self._nodes(pool, record)
         nodes.down(release=False)
         nodes = self._nodes(pool, record)
+        why = "it was stopped" if record.status != UP else (
+            "its image changed" if record.image_hash != image_hash else "its workers were gone (autostop ended them)")
         nodes.start_workers(image, pool.start_timeout, heartbeat, provision=False)
         self._save(self._ready(record, nodes, image.content_hash(), image))
+        note(self.name, "start", f"started: new workers on its {record.nodes} node(s), as {why} ({_client()})")
 
     def _create(self, pool: ComputePool, image: Image, image_hash: str, heartbeat: tuple[float, float]) -> None:
         record = ClusterRecord(
@@ -188,7 +192,13 @@ class ClusterSession:
         self.created = True
         nodes = self._nodes(pool, record)
         nodes.start_workers(image, pool.start_timeout, heartbeat, provision=True)
-        self._save(self._ready(record, nodes, image_hash, image))
+        ready = self._ready(record, nodes, image_hash, image)
+        self._save(ready)
+        note(self.name, "launch", f"launched on {ready.provider_name}: {ready.resources} ({_client()})")
+        for inst in ready.instances:
+            price = "" if inst.price_per_hour is None else f", ${inst.price_per_hour:g}/h"
+            note(self.name, "node", f"node {inst.node} added at launch: {_where(inst)}"
+                                    f"{' (spot)' if inst.spot else ''}{price}")
 
     def _nodes(self, pool: ComputePool, record: ClusterRecord) -> ClusterNodes:
         nodes = pool._make_nodes(ClusterNodes, record=record)
@@ -238,6 +248,8 @@ class ClusterSession:
                 problems = nodes.down() if isinstance(nodes, ClusterNodes) else []
                 if not problems:
                     self.store.remove(self.name)
+                    note(self.name, "down", ("ended by its client" if down else "its creation failed: ended")
+                         + f" ({_client()})", self.record)
                 elif self.record is not None:
                     self._save(self.record.with_(status=INIT))
             elif failed and isinstance(nodes, ClusterNodes) and nodes.spawn_residents:
@@ -247,12 +259,25 @@ class ClusterSession:
                     self._save(self.record.with_(status=STOPPED, workers=()))
             elif isinstance(nodes, ClusterNodes) and nodes.connections:
                 problems = nodes.detach()
+                note(self.name, "detach", f"the client detached ({_client()})" + (
+                    f"; {'; '.join(problems)}" if problems else ""))
                 if pool._console_attached and not failed:
                     print(f"skyward: detached from cluster {self.name!r}; {_autostop_text(self.name, self.record)}",
                           file=sys.stderr)
         finally:
             self._lock.close()
         return problems
+
+def _client() -> str:
+    import os
+    import socket
+
+    return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
+def _where(inst: Any) -> str:
+    return inst.ssh.host if inst.ssh is not None else "this machine"
+
 
 def _storable(image: Image) -> Image | None:
     """The image as the record keeps it (to start new workers later): without its secret env

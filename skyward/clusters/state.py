@@ -11,6 +11,11 @@ mode 0700):
   locked" (some waits skip the busy wait), is tried again with a growing pause for up to two
   minutes, so many clients starting at once never fail on one another
   (``tests/faults/test_state.py``).
+* ``state.db``'s ``events``: what happened to each cluster (:class:`Event`: launched, nodes
+  added or lost and why, attaches and detaches, autostop, stop, start, down, a managed job's
+  recovery), written by the command or client that did it or saw it, in the same short
+  transactions; the last :data:`EVENTS_KEPT` per cluster name are kept (those of a cluster ended
+  stay, so a name's history reads across its launches), none older than :data:`EVENTS_DAYS` days.
 * ``clusters/<name>.lock``: held (``flock``) by the one client attached to the cluster, or
   provisioning it, for as long as it is; the file says which process and host. The kernel
   releases it when that process ends, however it ends, so a killed client never leaves a
@@ -42,12 +47,16 @@ if TYPE_CHECKING:
     from skyward.image import Image
     from skyward.providers.base import Instance, Provider
 
-__all__ = ["ClusterRecord", "ClusterStore", "hold"]
+__all__ = ["ClusterRecord", "ClusterStore", "Event", "cost_so_far", "hold", "note"]
 
 UP, STOPPED, INIT = "UP", "STOPPED", "INIT"
 T = TypeVar("T")
-#: ``PRAGMA user_version`` of a database made ready (WAL, the table): set once, at creation.
-SCHEMA = 1
+#: ``PRAGMA user_version`` of a database made ready (WAL, the tables): set once, at creation
+#: (2: the events table, added to a database of version 1 by the first access that finds it).
+SCHEMA = 2
+#: How many events are kept per cluster name, and for how many days at most.
+EVENTS_KEPT = 200
+EVENTS_DAYS = 62
 #: How long one access waits for the others: SQLite's own busy wait per attempt, then attempts
 #: again on "database is locked" (some waits, a journal mode change, do not use the busy wait).
 BUSY_TIMEOUT = 10.0
@@ -165,6 +174,10 @@ class ClusterStore:
                     db.execute("PRAGMA journal_mode=WAL")
                     db.execute("CREATE TABLE IF NOT EXISTS clusters (name TEXT PRIMARY KEY, status TEXT NOT NULL, "
                                "provider TEXT NOT NULL, updated REAL NOT NULL, record BLOB NOT NULL)")
+                    db.execute("CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                               "cluster TEXT NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL, "
+                               "cost REAL, since REAL)")
+                    db.execute("CREATE INDEX IF NOT EXISTS events_by_cluster ON events (cluster, id)")
                     db.execute(f"PRAGMA user_version = {SCHEMA}")
             finally:
                 db.close()
@@ -191,6 +204,59 @@ class ClusterStore:
 
     def remove(self, name: str) -> None:
         self._run(lambda db: db.execute("DELETE FROM clusters WHERE name = ?", (name,)))
+
+    def note(self, name: str, kind: str, text: str, ended: ClusterRecord | None = None) -> None:
+        """Add an event to cluster ``name``'s timeline (``ended``: the record of the cluster that
+        ended, whose cost from launch to now the event keeps); older ones beyond those kept go."""
+        cost = cost_so_far(ended) if ended is not None else None
+        since = ended.launched_at if ended is not None else None
+
+        def write(db: sqlite3.Connection) -> None:
+            now = time.time()
+            db.execute("INSERT INTO events (cluster, at, kind, text, cost, since) VALUES (?, ?, ?, ?, ?, ?)",
+                       (name, now, kind, text, cost, since))
+            db.execute("DELETE FROM events WHERE cluster = ? AND id <= (SELECT id FROM events WHERE cluster = ? "
+                       "ORDER BY id DESC LIMIT 1 OFFSET ?)", (name, name, EVENTS_KEPT))
+            db.execute("DELETE FROM events WHERE at < ?", (now - EVENTS_DAYS * 86400,))
+
+        self._run(write)
+
+    def events(self, name: str | None = None, since: float = 0.0) -> list[Event]:
+        """Cluster ``name``'s events (None: every cluster's) from ``since`` on, oldest first."""
+        where, args = ("cluster = ? AND at >= ?", (name, since)) if name is not None else ("at >= ?", (since,))
+        rows = self._run(lambda db: db.execute(f"SELECT cluster, at, kind, text, cost, since FROM events WHERE {where} "
+                                               "ORDER BY id", args).fetchall())
+        return [Event(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened to a cluster, as its timeline shows it."""
+
+    cluster: str
+    at: float
+    kind: str  # launch, node, attach, detach, autostop, stop, start, down, recovery
+    text: str
+    cost: float | None = None  # (a down: what the cluster cost from launch to its end)
+    since: float | None = None  # (a down: when that cluster was launched)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "kind": self.kind, "text": self.text}
+
+
+def note(name: str, kind: str, text: str, ended: ClusterRecord | None = None) -> None:
+    """:meth:`ClusterStore.note`, best effort: a timeline that cannot be written now never fails
+    what it tells of (an attach, a down)."""
+    with contextlib.suppress(sqlite3.Error, OSError):
+        ClusterStore().note(name, kind, text, ended)
+
+
+def cost_so_far(record: ClusterRecord, until: float | None = None) -> float | None:
+    """What ``record``'s cluster has cost from its launch to ``until`` (now), at its machines'
+    price; None where no price is known."""
+    if record.price_per_hour is None:
+        return None
+    return round(record.price_per_hour * max(0.0, (until or time.time()) - record.launched_at) / 3600, 4)
 
 
 @dataclass(frozen=True)

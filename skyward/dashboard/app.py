@@ -1,8 +1,10 @@
 """The dashboard's web application (Starlette) and its server (uvicorn), on 127.0.0.1 only.
 
-Routes: the pages ``/``, ``/clusters/NAME``, ``/jobs``, ``/clusters/NAME/jobs/ID``; the JSON
-they poll under ``/api/`` (``/api/pools``: the pools of running scripts that opted in); the actions, each a POST: ``/api/clusters/NAME/{stop,start,down}``
-and ``/api/clusters/NAME/jobs/ID/cancel``. Every request passes :class:`~.guard.TokenGuard` first.
+Routes: the pages ``/``, ``/clusters/NAME``, ``/jobs``, ``/clusters/NAME/jobs/ID``,
+``/managed/ID`` (a managed job); the JSON they poll under ``/api/`` (``/api/pools``: the pools of
+running scripts that opted in; ``/api/costs``: this month's total; ``/api/managed``: the managed
+jobs); the actions, each a POST: ``/api/clusters/NAME/{stop,start,down}``,
+``/api/clusters/NAME/jobs/ID/cancel`` and ``/api/managed/ID/cancel``. Every request passes :class:`~.guard.TokenGuard` first.
 The handlers are plain functions (Starlette runs them in its thread pool): a slow node holds
 one request, never the server. A state that cannot be read is a JSON ``error`` (503 for a read,
 409 for an action refused), never a 500.
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from skyward._optional import require
-from skyward.dashboard import pages, views
+from skyward.dashboard import costs, managed, pages, views
 from skyward.dashboard.guard import TokenGuard
 from skyward.errors import ConfigError
 
@@ -47,10 +49,16 @@ def build(token: str, port: int) -> Any:
     def job_id(request: Request) -> int:
         return int(request.path_params["job"])
 
-    def seen(request: Request) -> dict[int, int]:
+    def carried(request: Request) -> dict[str, int]:
         text = request.query_params.get("seen", "")
         try:
-            return {int(n): int(c) for n, c in (p.split(":") for p in text.split(",") if p)}
+            return {n: int(c) for n, c in (p.split(":") for p in text.split(",") if p)}
+        except ValueError:
+            return {}
+
+    def seen(request: Request) -> dict[int, int]:
+        try:
+            return {int(n): c for n, c in carried(request).items()}
         except ValueError:
             return {}
 
@@ -70,6 +78,13 @@ def build(token: str, port: int) -> Any:
         Route("/api/clusters/{name}", lambda r: answer(views.safely(lambda: views.cluster(r.path_params["name"])))),
         Route("/api/jobs", lambda r: answer(views.safely(views.queues))),
         Route("/api/pools", lambda r: answer(views.safely(views.pools))),
+        Route("/api/costs", lambda r: answer(views.safely(costs.month))),
+        Route("/api/managed", lambda r: answer(views.safely(managed.queue))),
+        Route("/managed/{job:int}", lambda r: html(pages.managed_page(token, job_id(r)))),
+        Route("/api/managed/{job:int}/log", lambda r: answer(views.safely(lambda: managed.log(job_id(r), carried(r))))),
+        Route("/api/managed/{job:int}/cancel",
+              lambda r: answer(views.done("cancel managed job", views.safely(lambda: managed.cancel(job_id(r)))), 409),
+              methods=["POST"]),
         Route("/api/clusters/{name}/jobs/{job:int}/log",
               lambda r: answer(views.safely(lambda: views.job_log(r.path_params["name"], job_id(r), seen(r))))),
         Route("/api/clusters/{name}/{action}", action, methods=["POST"]),

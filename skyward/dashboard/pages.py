@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from html import escape
 
-__all__ = ["cluster_page", "clusters_page", "job_page", "jobs_page"]
+__all__ = ["cluster_page", "clusters_page", "job_page", "jobs_page", "managed_page"]
 
 _FRAME = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
@@ -28,7 +28,7 @@ def _frame(page: str, title: str, heading: str, body: str, token: str, **data: s
         token=escape(token), title=escape(title), page=page, heading=heading, body=body,
         data="".join(f' data-{k}="{escape(str(v))}"' for k, v in data.items()),
         on_clusters=' class="on"' if page.startswith("cluster") else "",
-        on_jobs=' class="on"' if page.startswith("job") else "")
+        on_jobs=' class="on"' if page.startswith(("job", "managed")) else "")
 
 
 def _table(table_id: str, columns: tuple[str, ...], empty: str) -> str:
@@ -50,23 +50,35 @@ def clusters_page(token: str) -> str:
 
 def cluster_page(token: str, name: str) -> str:
     body = ('<p id="summary" class="summary"></p><div class="actions" id="actions"></div>'
-            "<h2>Nodes</h2>" + _table("nodes", ("Node", "Host", "State", "CPU", "CPU, last minutes", "Memory"),
+            "<h2>Nodes</h2>" + _table("nodes", ("Node", "Host", "State", "CPU", "CPU, last minutes", "Memory", "GPU"),
                                       "No nodes answer now.")
-            + "<h2>Job queue</h2>" + _table("jobs", ("ID", "Name", "Submitted", "Duration", "Resources", "Status"),
-                                          "No jobs yet."))
+            + "<h2>Job queue</h2>" + _table("jobs", ("ID", "Name", "Submitted", "Duration", "Resources", "Cost",
+                                                     "Status"), "No jobs yet.")
+            + '<h2>Events</h2><ol id="events" class="timeline"></ol>'
+              '<p class="empty muted" data-for="events">Nothing recorded yet.</p>')
     return _frame("cluster", name, f'Cluster <span class="name">{escape(name)}</span>', body, token, cluster=name)
 
 
 def jobs_page(token: str) -> str:
-    body = _table("jobs", ("Cluster", "ID", "Name", "Submitted", "Duration", "Resources", "Status"),
-                  "No jobs on any cluster.")
+    body = ("<h2>Managed jobs</h2>"
+            + _table("managed", ("ID", "Name", "Submitted", "Duration", "Job duration", "#Recoveries", "Resources",
+                                 "Cost", "Status", ""), "No managed jobs. <code>skyward jobs launch TASK.yaml</code> runs one.")
+            + "<h2>Cluster jobs</h2>"
+            + _table("jobs", ("Cluster", "ID", "Name", "Submitted", "Duration", "Resources", "Cost", "Status"),
+                     "No jobs on any cluster."))
     return _frame("jobs", "Jobs", "Jobs", body, token)
 
 
+_LOG = ('<p id="summary" class="summary"></p><div class="actions"><button id="cancel" class="danger" hidden>'
+        'Cancel job</button><label class="follow"><input type="checkbox" id="follow" checked> follow</label>'
+        '<input id="filter" type="search" placeholder="filter lines"></div>'
+        '<pre id="log" class="log" aria-live="polite"></pre>')
+
+
+def managed_page(token: str, job_id: int) -> str:
+    return _frame("managed", f"managed job {job_id}", f"Managed job {job_id}", _LOG, token, job=job_id)
+
+
 def job_page(token: str, name: str, job_id: int) -> str:
-    body = ('<p id="summary" class="summary"></p><div class="actions"><button id="cancel" class="danger" hidden>'
-            'Cancel job</button><label class="follow"><input type="checkbox" id="follow" checked> follow</label>'
-            '<input id="filter" type="search" placeholder="filter lines"></div>'
-            '<pre id="log" class="log" aria-live="polite"></pre>')
     heading = f'Job {job_id} on <a href="/clusters/{escape(name)}">{escape(name)}</a>'
-    return _frame("job", f"job {job_id} on {name}", heading, body, token, cluster=name, job=job_id)
+    return _frame("job", f"job {job_id} on {name}", heading, _LOG, token, cluster=name, job=job_id)

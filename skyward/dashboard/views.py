@@ -12,15 +12,14 @@ Guarantees:
 2. Nothing a page gets holds a secret: a cluster is its ``status --json`` row (the record keeps
    no image env, no ``--secret``), a node its index and address, a job its queue row. A log is
    what the job printed, as ``skyward logs`` shows it.
-3. A node is sampled (CPU %, memory) only when a page asks: one short command over the node's
-   transport, with the node's own Python reading ``/proc`` (no process of skyward on the node
-   keeps sampling when nobody looks).
+3. A node is sampled (CPU %, memory, GPUs where ``nvidia-smi`` exists) only when a page asks:
+   one short ``sh`` command over the node's transport (:data:`SAMPLE`; no process of skyward on
+   the node keeps sampling when nobody looks).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import shlex
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from skyward.clusters import jobs, manage
+from skyward.dashboard import costs
 from skyward.clusters.state import INIT, UP, ClusterStore
 from skyward.errors import SkywardError
 
@@ -35,25 +35,40 @@ if TYPE_CHECKING:
     from skyward.clusters.state import ClusterRecord
     from skyward.machine import Instance
 
-__all__ = ["ACTIONS", "act", "cluster", "clusters", "job_log", "pools", "queues"]
+__all__ = ["ACTIONS", "SAMPLE", "act", "cluster", "clusters", "done", "job_log", "parse_sample", "pools", "queues"]
 
 T = TypeVar("T")
 #: Seconds a node has to answer a sample before it shows as unreachable.
 SAMPLE_TIMEOUT = 10.0
-#: Run with the node's Python: CPU busy % over a short window, memory in use and in all (bytes).
-_SAMPLE = ("import json, time\n"
-           "def cpu():\n"
-           "    with open('/proc/stat') as f:\n"
-           "        v = [int(x) for x in f.readline().split()[1:]]\n"
-           "    return sum(v), v[3] + v[4]\n"
-           "a = cpu()\n"
-           "time.sleep(0.3)\n"
-           "b = cpu()\n"
-           "with open('/proc/meminfo') as f:\n"
-           "    m = {k: int(v.split()[0]) * 1024 for k, v in (line.split(':', 1) for line in f)}\n"
-           "total = b[0] - a[0]\n"
-           "print(json.dumps({'cpu': round(100.0 * (1 - (b[1] - a[1]) / total), 1) if total else 0.0,\n"
-           "                  'memory_used': m['MemTotal'] - m['MemAvailable'], 'memory_total': m['MemTotal']}))\n")
+#: Run with ``sh`` on the node (a few forks of small tools, no Python: a sample costs the node
+#: little): its CPU counters 0.3 s apart, its memory and, where ``nvidia-smi`` exists, each GPU's
+#: utilisation and memory (its documented ``--query-gpu`` CSV); :func:`parse_sample` reads it.
+SAMPLE = ("read -r a </proc/stat; sleep 0.3; read -r b </proc/stat; echo \"$a\"; echo \"$b\"; "
+          "grep -E '^(MemTotal|MemAvailable):' /proc/meminfo; "
+          "if command -v nvidia-smi >/dev/null 2>&1; then echo gpus; "
+          "nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits "
+          "2>/dev/null || echo gpus-failed; fi")
+
+
+def parse_sample(text: str) -> dict[str, Any]:
+    """What :data:`SAMPLE` printed, as the page shows it: ``cpu`` (busy % over the 0.3 s),
+    ``memory_used`` and ``memory_total`` (bytes), ``gpus``: per GPU ``util`` (%), ``memory_used``
+    and ``memory_total`` (MiB), None where the node has no ``nvidia-smi``, [] where it failed."""
+    lines = text.splitlines()
+    a, b = ([int(x) for x in line.split()[1:]] for line in lines[:2])
+    total = sum(b) - sum(a)
+    idle = (b[3] + b[4]) - (a[3] + a[4])
+    memory = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in lines[2:4])}
+    gpus: list[dict[str, float]] | None = None
+    if "gpus" in lines:
+        try:
+            gpus = [dict(zip(("util", "memory_used", "memory_total"), (float(x) for x in line.split(",")),
+                             strict=True)) for line in lines[lines.index("gpus") + 1:] if line.strip()]
+        except ValueError:  # ("gpus-failed", or a message where figures were due)
+            gpus = []
+    return {"cpu": round(100.0 * (1 - idle / total), 1) if total else 0.0,
+            "memory_used": memory["MemTotal"] - memory["MemAvailable"], "memory_total": memory["MemTotal"],
+            "gpus": gpus}
 
 
 def safely(read: Callable[[], T]) -> T | dict[str, str]:
@@ -76,7 +91,7 @@ def cluster(name: str) -> dict[str, Any]:
     INIT, those whose workers answer, the others ``lost``) and its job queue."""
     found = manage.status([name])
     if not found:
-        return {"error": f"no cluster named {name}", "gone": True}
+        return {"error": f"no cluster named {name}", "gone": True, "events": _events(name)}
     shown = found[0]
     record = shown.record
     samples: list[dict[str, Any]] = [{} for _ in record.instances]
@@ -88,8 +103,14 @@ def cluster(name: str) -> dict[str, Any]:
     nodes = [{"node": inst.node, "host": inst.ssh.host if inst.ssh else "this machine",
               "price_per_hour": inst.price_per_hour, **sample} for inst, sample in zip(record.instances, samples,
                                                                                        strict=True)]
-    queue = safely(lambda: _newest_first(name)) if shown.status == UP else []
-    return {**shown.as_dict(), "autostop": record.autostop, "nodes": nodes, "jobs": queue}
+    queue = safely(lambda: _newest_first(record)) if shown.status == UP else []
+    return {**shown.as_dict(), "autostop": record.autostop, "nodes": nodes, "jobs": queue, "events": _events(name)}
+
+
+def _events(name: str) -> list[dict[str, Any]]:
+    """Cluster ``name``'s timeline, newest first (nothing: it cannot be read now)."""
+    found = safely(lambda: ClusterStore().events(name))
+    return [e.as_dict() for e in reversed(found)] if isinstance(found, list) else []
 
 
 def _answering(record: ClusterRecord) -> dict[int, bool] | None:
@@ -104,8 +125,11 @@ def _answering(record: ClusterRecord) -> dict[int, bool] | None:
             for inst in record.instances}
 
 
-def _newest_first(name: str) -> list[dict[str, Any]]:
-    return [j.as_dict() for j in reversed(jobs.jobs(name))]
+def _newest_first(record: ClusterRecord) -> list[dict[str, Any]]:
+    """The cluster's jobs, newest first, each with its cost: the cluster's price for as long as
+    it ran (None: no price known)."""
+    return [{**j.as_dict(), "cost": costs.job_cost(record, j.started, j.ended)}
+            for j in reversed(jobs.jobs(record.name))]
 
 
 def _sample(record: ClusterRecord, inst: Instance) -> dict[str, Any]:
@@ -114,14 +138,13 @@ def _sample(record: ClusterRecord, inst: Instance) -> dict[str, Any]:
     try:
         transport = reach(inst)
         try:
-            result = transport.run(shlex.join([record.pythons[inst.node], "-I", "-c", _SAMPLE]),
-                                   timeout=SAMPLE_TIMEOUT)
+            result = transport.run(shlex.join(["sh", "-c", SAMPLE]), timeout=SAMPLE_TIMEOUT)
         finally:
             with contextlib.suppress(Exception):
                 transport.close()
         if result.exit_code != 0:
             return {"state": "unreachable", "why": f"the sample exited {result.exit_code}"}
-        return {"state": "up", **json.loads(result.stdout.strip().splitlines()[-1])}
+        return {"state": "up", **parse_sample(result.stdout)}
     except Exception as exc:
         return {"state": "unreachable", "why": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -139,7 +162,7 @@ def queues() -> list[dict[str, Any]]:
     whose queue cannot be read now has an ``error`` instead."""
     out = []
     for record in ClusterStore().all():
-        listed = safely(partial(_newest_first, record.name))
+        listed = safely(partial(_newest_first, record))
         out.append({"cluster": record.name, "status": record.status,
                     **({"jobs": listed} if isinstance(listed, list) else {"jobs": [], **listed})})
     return out
@@ -179,9 +202,13 @@ ACTIONS: dict[str, Callable[..., list[str]]] = {
 
 def act(action: str, name: str, *args: int) -> dict[str, Any]:
     """Do ``action`` to cluster ``name``; ``{"done": True}`` or ``{"error": why}``."""
-    result = safely(lambda: ACTIONS[action](name, *args))
+    return done(f"{action} {name}", safely(lambda: ACTIONS[action](name, *args)))
+
+
+def done(what: str, result: list[str] | dict[str, str]) -> dict[str, Any]:
+    """An action's answer: ``{"done": True}``, or ``{"error": why}`` naming ``what`` was asked."""
     if isinstance(result, dict):
         return result
     if result:
-        return {"error": f"{action} {name}: not confirmed: " + "; ".join(result)}
+        return {"error": f"{what}: not confirmed: " + "; ".join(result)}
     return {"done": True}

@@ -45,7 +45,7 @@ from typing import Any
 from skyward.clusters import jobs as cluster_jobs
 from skyward.clusters import manage
 from skyward.clusters.spawned import ask
-from skyward.clusters.state import UP, ClusterStore
+from skyward.clusters.state import UP, ClusterStore, note
 from skyward.errors import ClusterBusy, SkywardError
 from skyward.jobs.store import (RESULT_FILE, CallPlan, CANCELLED, CANCELLING, FAILED, FAILED_CONTROLLER, FAILED_NO_RESOURCE, FAILED_SETUP,
                                 FINAL, PENDING, RECOVERING, RUNNING, STARTING, SUCCEEDED, JobStore, JobRecord)
@@ -236,6 +236,8 @@ class Watcher:
         if job.recoveries >= MAX_RECOVERIES:
             return self._end(job, FAILED, job.exit_code, f"{why}; recovery gave up after {MAX_RECOVERIES}")
         self.log(job, f"RECOVERING: {why}")
+        if job.cluster:
+            note(job.cluster, "recovery", f"managed job {job.id} ({job.name}) recovers: {why}")
         self._save_logs(job)
         now = time.time()
         # (the old cluster is torn down before the next launch: see _launching)

@@ -11,6 +11,9 @@ from skyward.providers.base import Instance, PoolSpec, Provider
 
 __all__ = ["Local"]
 
+#: What a Local node costs per hour: nothing (it is this machine, already yours).
+FREE = 0.0
+
 
 class Local(Provider):
     """Run each node as a worker process on this machine, in the client's Python environment.
@@ -36,14 +39,15 @@ class Local(Provider):
                               str(spec.accelerator), detail="drop accelerator= for a Local pool")
 
     def provision(self, spec: PoolSpec) -> list[Instance]:
-        return [Instance(id=f"local-{spec.pool_id}-{i}", node=i, private_addr="127.0.0.1") for i in range(spec.nodes)]
+        return [Instance(id=f"local-{spec.pool_id}-{i}", node=i, private_addr="127.0.0.1", price_per_hour=FREE)
+                for i in range(spec.nodes)]
 
     can_acquire = True
 
     def acquire(self, spec: PoolSpec, nodes: list[int], exclude: frozenset[str]) -> list[Instance]:
         # Always capacity: each new node is one more process here (its own id, never reused).
-        return [Instance(id=f"local-{spec.pool_id}-{n}-{uuid.uuid4().hex[:6]}", node=n, private_addr="127.0.0.1")
-                for n in nodes]
+        return [Instance(id=f"local-{spec.pool_id}-{n}-{uuid.uuid4().hex[:6]}", node=n, private_addr="127.0.0.1",
+                         price_per_hour=FREE) for n in nodes]
 
     def terminate(self, instances: list[Instance]) -> None:
         # Nothing to release: the pool stops (and confirms gone) each worker's process group.

@@ -7,10 +7,11 @@ what they would be without the dashboard, and it leaves nothing behind.
   the page, and from the offsets the page kept the log goes on with no line lost or repeated.
 * ``node-lost``: the worker of node 1 of a 2-node cluster is SIGKILLed while its page is open.
   Within a few refreshes the page shows the cluster INIT (as ``skyward status`` does), node 1
-  lost and node 0 still up with its figures; ``skyward down`` then ends the rest.
+  lost and node 0 still up with its figures, and its timeline has the node lost; ``skyward down``
+  then ends the rest.
 * ``cluster-downed``: the cluster is ended with ``skyward down`` while its page and its job's log
-  page are open. They show it gone (an error saying so, never a 500), and the job's processes
-  are gone.
+  page are open. They show it gone (an error saying so, with its timeline ending in its down,
+  never a 500), and the job's processes are gone.
 
 ``scripts/reliability.py`` puts the outcomes on docs/reliability.md.
 """
@@ -138,12 +139,16 @@ def test_the_dashboard_through_a_fault(case: str, tmp_path: Path, monkeypatch: p
 
                 shown = wait_for(lost, 30, "node 1 shown lost, node 0 up")
                 assert shown["status"] == "INIT" and shown["nodes"][0]["cpu"] >= 0
+                assert {"kind": "node", "text": "node 1 lost: its worker does not answer"} in [
+                    {k: e[k] for k in ("kind", "text")} for e in shown["events"]]
             else:
                 pid = int((tmp_path / "job-0.pid").read_text())
                 assert codes.get(board, f"/api/clusters/{name}")[0] == 200
                 assert sky("down", name, "-y", cwd=tmp_path).returncode == 0
                 code, text = codes.get(board, f"/api/clusters/{name}")
-                assert (code, json.loads(text)) == (503, {"error": f"no cluster named {name}", "gone": True})
+                gone = json.loads(text)
+                assert (code, gone["error"], gone["gone"]) == (503, f"no cluster named {name}", True)
+                assert gone["events"][0]["kind"] == "down"  # (its timeline says how it ended)
                 code, text = codes.get(board, f"/api/clusters/{name}/jobs/1/log?seen=0:{first['seen']['0']}")
                 assert code == 503 and name in json.loads(text)["error"]
                 assert codes.get(board, "/api/clusters") == (200, "[]")

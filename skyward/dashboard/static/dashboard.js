@@ -68,7 +68,25 @@ function badge(status) {
 }
 
 function dollars(x) {
-  return x === null || x === undefined ? "-" : "$" + Number(x).toFixed(x < 1 ? 4 : 2);
+  return x === null || x === undefined ? "-" : "$" + Number(x).toFixed(x > 0 && x < 1 ? 4 : 2);
+}
+
+function gpu(n) {
+  if (n.gpus === null || n.gpus === undefined) return "no GPU";
+  if (!n.gpus.length) return "nvidia-smi failed";
+  return n.gpus.map((g, i) => "GPU" + i + " " + g.util.toFixed(0) + " %, " + (g.memory_used / 1024).toFixed(1) +
+                    " of " + (g.memory_total / 1024).toFixed(1) + " GiB").join("; ");
+}
+
+// A cluster's timeline, newest first: each event's time, kind and text (as text).
+function timeline(events) {
+  const list = document.getElementById("events");
+  list.replaceChildren(...(events || []).map((e) => {
+    const li = el("li");
+    li.append(el("span", new Date(e.at * 1000).toLocaleString(), "when"), el("span", e.kind, "kind"), el("span", e.text));
+    return li;
+  }));
+  document.querySelector('.empty[data-for="events"]').hidden = list.children.length > 0;
 }
 
 function ago(when) {
@@ -117,8 +135,11 @@ async function clusters() {
     return [link("/clusters/" + c.name, c.name), c.provider, c.nodes, badge(c.status), c.autostop,
             dollars(c.price_per_hour), dollars(c.cost_so_far), clusterButtons(c.name, c.status)];
   }));
-  document.getElementById("total").textContent = !found.length ? "" : priced ? "total so far: " + dollars(total) :
-    "no price known (Local and SSH hosts cost nothing here)";
+  const month = await api("/api/costs");
+  document.getElementById("total").textContent = (!found.length ? "" : priced ? "clusters up now, so far: " +
+    dollars(total) + ". " : "no price known for these clusters (SSH hosts). ") + (month.error ? month.error :
+    "This month (" + month.month + "): " + dollars(month.total) + (month.ended ? ", " + month.ended +
+    " ended cluster(s) counted" : "") + (month.unpriced.length ? "; no price for " + month.unpriced.join(", ") : ""));
 }
 
 // The pools of running scripts that opted in (their snapshots), with their tasks per second.
@@ -158,7 +179,7 @@ function spark(key, value, top) {
 function jobRows(list, withCluster) {
   return list.map((j) => {
     const row = [link("/clusters/" + j.cluster + "/jobs/" + j.id, j.id), j.name, ago(j.submitted), duration(j),
-                 j.resources, badge(j.status)];
+                 j.resources, dollars(j.cost), badge(j.status)];
     return withCluster ? [link("/clusters/" + j.cluster, j.cluster), ...row] : row;
   });
 }
@@ -172,6 +193,7 @@ async function cluster() {
       document.getElementById("actions").replaceChildren();
       fill("nodes", []);
       fill("jobs", []);
+      timeline(c.events);
     }
     return;
   }
@@ -181,13 +203,33 @@ async function cluster() {
   document.getElementById("actions").replaceChildren(clusterButtons(c.name, c.status));
   fill("nodes", c.nodes.map((n) => n.state === "up" ?
     [n.node, n.host, badge("up"), n.cpu.toFixed(1) + " %", spark("node " + n.node, n.cpu, 100),
-     bytes(n.memory_used) + " of " + bytes(n.memory_total)] :
-    [n.node, n.host, badge(n.state || c.status), null, null, n.why || null]));
+     bytes(n.memory_used) + " of " + bytes(n.memory_total), gpu(n)] :
+    [n.node, n.host, badge(n.state || c.status), null, null, n.why || null, null]));
+  timeline(c.events);
   if (c.jobs.error) say(c.jobs.error, true);
   else fill("jobs", jobRows(c.jobs.map((j) => Object.assign({cluster: c.name}, j)), false));
 }
 
+function seconds(s) {
+  s = Math.floor(s);
+  return s >= 3600 ? Math.floor(s / 3600) + "h " + Math.floor(s % 3600 / 60) + "m" :
+    s >= 60 ? Math.floor(s / 60) + "m " + (s % 60) + "s" : s + "s";
+}
+
+function managedCancel(id) {
+  return button("cancel", "danger", () => post("/api/managed/" + id + "/cancel", "cancel managed job " + id + "?"));
+}
+
+async function managed() {
+  const found = await api("/api/managed");
+  if (found.error) return say(found.error, true);
+  fill("managed", found.map((j) => [link("/managed/" + j.id, j.id), j.name, ago(j.submitted), seconds(j.total_duration),
+    seconds(j.job_duration), j.recoveries, j.resources, dollars(j.cost), badge(j.status),
+    j.active ? managedCancel(j.id) : ""]));
+}
+
 async function jobs() {
+  await managed();
   const found = await api("/api/jobs");
   if (found.error) return say(found.error, true);
   const rows = [];
@@ -201,8 +243,11 @@ async function jobs() {
   say(problems.join("; "), problems.length > 0);
 }
 
-// A job's log: only the lines not seen yet are asked for (per node), and appended as text.
+// A job's log: only the lines not seen yet are asked for (per node), and appended as text; the
+// page keeps the last KEPT_LINES of them (a job printing thousands a second stays readable).
+const KEPT_LINES = 5000;
 let seen = "";
+let dropped = 0;
 let finished = false;
 
 function shown(line) {
@@ -210,33 +255,54 @@ function shown(line) {
   return !filter || line.textContent.includes(filter);
 }
 
+// (a cluster job's log, or with MANAGED a managed job's: its saved attempts, then the live one)
+const MANAGED = PAGE === "managed";
+
 async function log() {
-  const r = await api("/api/clusters/" + CLUSTER + "/jobs/" + JOB + "/log?seen=" + encodeURIComponent(seen));
+  const r = await api(MANAGED ? "/api/managed/" + JOB + "/log?seen=" + encodeURIComponent(seen) :
+                      "/api/clusters/" + CLUSTER + "/jobs/" + JOB + "/log?seen=" + encodeURIComponent(seen));
   if (r.error) return say(r.error, true);
   const j = r.job;
+  const active = MANAGED ? r.active : ACTIVE.includes(j.status);
   document.getElementById("summary").replaceChildren(badge(j.status), " " + j.name + ", " + j.resources +
-    ", submitted " + ago(j.submitted) + ", ran " + duration(j) + (j.exit_code !== null ? ", exit code " + j.exit_code : ""));
-  document.getElementById("cancel").hidden = !ACTIVE.includes(j.status);
+    ", submitted " + ago(j.submitted) + ", ran " + (MANAGED ? seconds(j.job_duration) + ", " + j.recoveries +
+    " recoveries" + (j.cluster ? " (cluster " + j.cluster + ")" : "") : duration(j)) +
+    (j.exit_code !== null ? ", exit code " + j.exit_code : "") + (MANAGED && j.reason ? ": " + j.reason : ""));
+  document.getElementById("cancel").hidden = !active;
   const pre = document.getElementById("log");
-  for (const line of r.lines) {
-    const div = el("div", "[node " + line.node + "] " + line.text, "line");
+  const kept = r.lines.slice(-KEPT_LINES);  // (a page keeps the last lines, as a terminal does)
+  dropped += r.lines.length - kept.length;
+  for (const line of kept) {
+    const div = el("div", (line.node === null ? "" : "[node " + line.node + "] ") + line.text, "line");
     div.hidden = !shown(div);
     pre.append(div);
   }
+  for (let extra = pre.querySelectorAll(".line").length - KEPT_LINES; extra > 0; extra--) {
+    pre.querySelector(".line").remove();
+    dropped++;
+  }
+  if (dropped) {
+    const note = pre.querySelector(".dropped") || el("div", null, "dropped muted");
+    note.textContent = dropped + " earlier lines not shown here (the page keeps the last " + KEPT_LINES +
+      "; `skyward " + (MANAGED ? "jobs logs " + JOB : "logs " + CLUSTER + " " + JOB) + "` prints them all)";
+    pre.prepend(note);
+  }
   seen = Object.entries(r.seen).map(([n, c]) => n + ":" + c).join(",");
   if (r.lines.length && document.getElementById("follow").checked) pre.scrollTop = pre.scrollHeight;
-  finished = !ACTIVE.includes(j.status) && r.lines.length === 0;
+  finished = !active && r.lines.length === 0;
 }
 
 function setUpJob() {
-  document.getElementById("cancel").addEventListener("click", () =>
+  document.getElementById("cancel").addEventListener("click", () => MANAGED ?
+    post("/api/managed/" + JOB + "/cancel", "cancel managed job " + JOB + "?") :
     post("/api/clusters/" + CLUSTER + "/jobs/" + JOB + "/cancel", "cancel job " + JOB + " of cluster " + CLUSTER + "?"));
   document.getElementById("filter").addEventListener("input", () => {
     for (const line of document.querySelectorAll("#log .line")) line.hidden = !shown(line);
   });
 }
 
-const REFRESH = {clusters: [home, 3000], cluster: [cluster, 3000], jobs: [jobs, 3000], job: [log, 1000]};
+const REFRESH = {clusters: [home, 3000], cluster: [cluster, 3000], jobs: [jobs, 3000], job: [log, 1000],
+                 managed: [log, 1000]};
 let busy = false;
 
 async function refresh() {
@@ -251,6 +317,6 @@ async function refresh() {
   }
 }
 
-if (PAGE === "job") setUpJob();
+if (PAGE === "job" || MANAGED) setUpJob();
 refresh();
 setInterval(refresh, REFRESH[PAGE][1]);
