@@ -1,6 +1,7 @@
-"""How a pool grows: start time, threads, client memory, broadcast and gather from 1 to 512 nodes.
+"""How a pool grows: start time, threads, client and worker memory, broadcast and gather from 2 to
+1,000 nodes.
 
-    python bench/scaling.py            # Local 1, 8, 64, 128, 512 nodes and SSH 1, 2, 4, 8 test hosts,
+    python bench/scaling.py            # Local 2, 64, 128, 256, 512, 1000 nodes and SSH 1, 2, 4, 8 test hosts,
                                        # 3 repetitions; writes its section of docs/benchmarks.md
                                        # (kept when bench/run.py rewrites the page)
     python bench/scaling.py --quick    # Local 1, 4, 16 nodes, once; prints the figures only
@@ -15,8 +16,11 @@ Each measurement is a fresh client process (``--client``) that opens a pool of N
   per node (KiB);
 - ``broadcast``: the median of 20 ``noop() @ pool`` (one no-op task on every node, all answers back),
   after one to warm up;
-- ``gather``: ``sky.gather(*1024 no-op tasks) >> pool``, as tasks per second;
-- ``close``: leaving the block until every worker is confirmed gone.
+- ``worker_kib``: the proportional set size of the workers' processes (worker, guard, keeper), per node;
+- ``gather``: ``sky.gather(*no-op tasks) >> pool``, 1024 tasks or 100 per node if more (1,000 nodes:
+  100,000), as tasks per second;
+- ``close``: leaving the block until every worker is confirmed gone; then the client checks that it
+  has no worker process left.
 
 Sizes are interleaved (ascending, then descending, ...). The cost per added node is the slope of a
 least-squares line through the medians. The SSH pools run on test hosts (``tests/hosts/testhosts.py``:
@@ -44,11 +48,54 @@ sys.path.insert(0, HERE)
 from _common import hosts_wheelhouse, loadavg, write_section  # noqa: E402
 
 OWNER = "bench/scaling.py"
-LOCAL_SIZES = (1, 8, 64, 128, 512)
+LOCAL_SIZES = (2, 64, 128, 256, 512, 1000)
 SSH_SIZES = (1, 2, 4, 8)
 BROADCASTS = 20
 GATHERED = 1024
-METRICS = ("start", "threads", "client_kib", "broadcast", "gather", "close")
+#: Tasks per node in the gather, past GATHERED (1,000 nodes: 100,000 tasks).
+GATHERED_PER_NODE = 100
+METRICS = ("start", "threads", "client_kib", "worker_kib", "broadcast", "gathered", "gather", "close")
+
+
+def gathered(nodes: int) -> int:
+    return max(GATHERED, GATHERED_PER_NODE * nodes)
+
+
+def my_workers() -> list[int]:
+    """The processes of this client's workers (guards, keepers and workers: its descendants
+    whose command line runs skyward.worker)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    children.setdefault(int(f.read().rsplit(b")", 1)[1].split()[1]), []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    found, todo = [], [os.getpid()]
+    while todo:
+        for pid in children.get(todo.pop(), ()):
+            todo.append(pid)
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"skyward.worker" in f.read():
+                        found.append(pid)
+            except OSError:
+                continue
+    return found
+
+
+def pss_kib(pids: list[int]) -> float:
+    """The proportional set size of ``pids`` together (KiB): each shared page counted once
+    across the processes sharing it (Linux smaps_rollup)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+    return total
 
 
 def rss_kib() -> float:
@@ -81,21 +128,26 @@ def client(nodes: int, ssh: dict[str, Any] | None, result_path: str) -> None:
     try:
         start = time.perf_counter() - started
         threads, client_kib = threading.active_count() - threads, (rss_kib() - rss) / nodes
+        worker_kib = pss_kib(my_workers()) / nodes if ssh is None else 0.0
         assert noop() @ pool == [None] * nodes  # warm: the function is on every worker
         trips = []
         for _ in range(BROADCASTS):
             t = time.perf_counter()
             noop() @ pool
             trips.append(time.perf_counter() - t)
+        count = gathered(nodes)
         t = time.perf_counter()
-        assert len(sky.gather(*(noop() for _ in range(GATHERED))) >> pool) == GATHERED
-        gather = GATHERED / (time.perf_counter() - t)
+        assert len(sky.gather(*(noop() for _ in range(count))) >> pool) == count
+        gather = count / (time.perf_counter() - t)
     finally:
         t = time.perf_counter()
         pool.__exit__(None, None, None)
         close = time.perf_counter() - t
+    left = my_workers() if ssh is None else []
+    assert not left, f"{len(left)} worker processes left after the pool closed"
     with open(result_path, "w") as f:
-        json.dump({"start": start, "threads": threads, "client_kib": client_kib, "broadcast": statistics.median(trips), "gather": gather, "close": close}, f)
+        json.dump({"start": start, "threads": threads, "client_kib": client_kib, "worker_kib": worker_kib,
+                   "broadcast": statistics.median(trips), "gathered": count, "gather": gather, "close": close}, f)
 
 
 # -- the driver ---------------------------------------------------------------------------------------
@@ -121,7 +173,7 @@ def measure(sizes: tuple[int, ...], reps: int, ssh: dict[str, Any] | None) -> di
             samples[n].append(dict(run_once(n, ssh), load=load))
             s = samples[n][-1]
             print(f"[scaling] {what} rep {rep + 1}/{reps} {n:>3} nodes: start {s['start']:.2f}s, threads "
-                  f"+{s['threads']}, client {s['client_kib']:.0f} KiB/node, broadcast "
+                  f"+{s['threads']}, client {s['client_kib']:.0f} KiB/node, workers {s['worker_kib']:.0f} KiB/node, broadcast "
                   f"{s['broadcast'] * 1e3:.1f}ms, gather {s['gather']:,.0f}/s, close {s['close']:.2f}s "
                   f"(load {loadavg()[0]:.1f})", file=sys.stderr, flush=True)
     return samples
@@ -136,7 +188,8 @@ def slope(xs: list[float], ys: list[float]) -> float:
 def table(samples: dict[int, list[dict[str, float]]]) -> tuple[list[str], str]:
     med = {n: {m: statistics.median(s[m] for s in runs) for m in METRICS} for n, runs in samples.items()}
     rows = [f"| {n} | {v['start']:.2f} | {v['start'] / n * 1e3:.1f} | {v['threads']:.0f} | {v['client_kib']:.0f} | "
-            f"{v['broadcast'] * 1e3:.2f} | {v['gather']:,.0f} | {GATHERED / v['gather']:.3f} | {v['close']:.2f} |"
+            f"{v['worker_kib'] / 1024:.1f} | {v['broadcast'] * 1e3:.2f} | {v['gathered']:,.0f} | {v['gather']:,.0f} | "
+            f"{v['gathered'] / v['gather']:.2f} | {v['close']:.2f} |"
             for n, v in med.items()]
     loads = [s["load"] for runs in samples.values() for s in runs]
     rows.append("")
@@ -146,18 +199,18 @@ def table(samples: dict[int, list[dict[str, float]]]) -> tuple[list[str], str]:
     if len(ns) < 2:
         return rows, ""
     per = {m: slope(ns, [v[m] for v in med.values()]) for m in ("start", "broadcast", "close")}
-    gather_s = slope(ns, [GATHERED / v["gather"] for v in med.values()])
+    gather_s = slope(ns, [1 / v["gather"] for v in med.values()])
     cost = (f"Cost per added node (least-squares slope over the medians): start **{per['start'] * 1e3:+.0f} ms**, "
-            f"broadcast **{per['broadcast'] * 1e6:+.0f} µs**, {GATHERED} gathered tasks "
-            f"**{gather_s * 1e3:+.1f} ms**, close **{per['close'] * 1e3:+.0f} ms**.")
+            f"broadcast **{per['broadcast'] * 1e6:+.0f} µs**, a gathered task "
+            f"**{gather_s * 1e9:+.0f} ns**, close **{per['close'] * 1e3:+.0f} ms**.")
     return rows, cost
 
 
 def report(local: dict[int, list[dict[str, float]]], ssh: dict[int, list[dict[str, float]]] | str | None,
            reps: int, quick: bool, load_start: list[float], cores: int) -> str:
-    head = ("| nodes | start s | start ms/node | threads added | client KiB/node | broadcast ms | gather tasks/s "
-            "| gather s | close s |")
-    rule = "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    head = ("| nodes | start s | start ms/node | threads added | client KiB/node | worker MiB/node | broadcast ms "
+            "| tasks gathered | gather tasks/s | gather s | close s |")
+    rule = "|" + " --- |" * 11
     load = loadavg()
     lines = [
         "## Scaling: start, threads, client memory, broadcast and gather with the pool's size",
@@ -170,9 +223,12 @@ def report(local: dict[int, list[dict[str, float]]], ssh: dict[int, list[dict[st
         f"Each figure is the median of {reps} repetition{'s' if reps != 1 else ''}, each a fresh client process "
         "opening a pool of that size (sizes interleaved). *start*: entering the pool until every worker is "
         "ready; *threads added*: the client's threads with the pool open, less before; *client KiB/node*: the "
-        f"client's resident memory with the pool open, less before, per node; *broadcast*: the median of {BROADCASTS} `noop() @ pool`, every node's answer back; *gather*: "
-        f"`sky.gather(*{GATHERED} no-op tasks) >> pool`; *close*: leaving the block, every worker confirmed "
-        "gone. Every worker is a process of this machine (Local) or of a test host sharing its cores (SSH): "
+        f"client's resident memory with the pool open, less before, per node; *worker MiB/node*: the "
+        "proportional set size (shared pages divided among their sharers) of a node's worker, its guard and "
+        f"keeper (Local only); *broadcast*: the median of {BROADCASTS} `noop() @ pool`, every node's answer back; "
+        f"*gather*: `sky.gather(*tasks) >> pool` of no-op tasks, {GATHERED} or {GATHERED_PER_NODE} per node "
+        "if more; *close*: leaving the block, every worker confirmed gone (and the client checks that it has "
+        "no worker process left). Every worker is a process of this machine (Local) or of a test host sharing its cores (SSH): "
         "past a few nodes per core the figures measure the cores being shared, which is the point of the "
         "cost per node.",
         "",

@@ -120,3 +120,83 @@ def tagged(tag: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+class Trees:
+    """One reading of /proc for confirming many workers' trees gone at once: the live
+    processes of each process group, and of each ``SKYWARD_TREE`` tag."""
+
+    __slots__ = ("groups", "tags", "readable")
+
+    def __init__(self, groups: dict[int, list[int]], tags: dict[bytes, list[int]], readable: bool):
+        self.groups = groups
+        self.tags = tags
+        self.readable = readable  # False: no /proc (nothing can be told from it)
+
+    def left(self, pgid: int, tag: str) -> list[int]:
+        return self.groups.get(pgid, []) + (self.tags.get(tag.encode(), []) if tag else [])
+
+
+def _read_trees() -> Trees:
+    prefix = f"{TREE_VARIABLE}=".encode()
+    groups: dict[int, list[int]] = {}
+    tags: dict[bytes, list[int]] = {}
+    procs = scan()
+    if procs is None:
+        return Trees(groups, tags, False)
+    me = os.getpid()
+    for p in procs:
+        if p.zombie or p.pid == me:
+            continue
+        groups.setdefault(p.pgrp, []).append(p.pid)
+        try:
+            with open(f"/proc/{p.pid}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        at = environ.find(prefix)
+        while at > 0 and environ[at - 1] != 0:  # (not at a variable's start: look further)
+            at = environ.find(prefix, at + 1)
+        if at >= 0:
+            end = environ.find(b"\0", at)
+            tags.setdefault(environ[at + len(prefix):end if end >= 0 else None], []).append(p.pid)
+    return Trees(groups, tags, True)
+
+
+class SharedTrees:
+    """:func:`_read_trees` for many threads at once: each caller gets a reading begun after it
+    asked (so it sees every process that was there when it asked), and callers that ask
+    together share one reading. A pool stopping 1,000 workers, each confirming its tree
+    gone, reads /proc a few times instead of 1,000 (each reading costs O(processes))."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._cond = threading.Condition()
+        self._started = 0  # readings begun
+        self._done = 0  # the number of the latest reading finished
+        self._running = False
+        self._latest: Trees | None = None
+
+    def read(self) -> Trees:
+        with self._cond:
+            wanted = self._started + 1  # the first reading to begin after now
+            while True:
+                if self._done >= wanted and self._latest is not None:
+                    return self._latest
+                if not self._running:
+                    self._running = True
+                    self._started += 1
+                    number = self._started
+                    break
+                self._cond.wait()
+        trees = None
+        try:
+            trees = _read_trees()
+            return trees
+        finally:
+            with self._cond:
+                self._running = False
+                if trees is not None:  # (one reading at a time: this is the latest begun)
+                    self._done, self._latest = number, trees
+                self._cond.notify_all()

@@ -31,6 +31,9 @@ from skyward.providers.base import Instance, PoolSpec, Provider
 from skyward.runtime import InstanceInfo, Peer
 from skyward.transport import Transport, WorkerLaunch, reach
 
+#: How many workers' ends a stopping pool awaits at once (each waits on a thread).
+STOP_PARALLELISM = 64
+
 
 class Nodes:
     """One pool's machines and the worker on each (see the module docstring)."""
@@ -126,28 +129,15 @@ class Nodes:
         """Start the workers of ``members`` into ``connections`` and wait for their READY; each
         gets the InstanceInfo of a pool made of ``everyone`` (head: the lowest node number).
         ``joining``: nodes added to an open pool. Given up when the pool closes."""
-        deadline = time.monotonic() + start_timeout
-        emit = self._emit if self.on_lost is None else self._watching_emit
+        deadline, emit = time.monotonic() + start_timeout, self._emit if self.on_lost is None else self._watching_emit
         started: list[list[NodeConnection]] = [[] for _ in members]  # (kept on failure: stop() stops them)
-
-        def start_node(k: int, inst: Instance, transport: Transport, launch: WorkerLaunch) -> None:
-            self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
-            for local_rank in range(self.processes):
-                started[k].append(NodeConnection(inst.node, transport.host,
-                                                 self._open(inst, transport, launch, local_rank), emit,
-                                                 self._listening, spin=self._spin, local_rank=local_rank,
-                                                 processes=self.processes, explain=self.provider.explainer(inst)))
-
-        try:
-            each(start_node, [(k, *member) for k, member in enumerate(members)], self.parallelism)
-        finally:
-            connections.extend(conn for node in started for conn in node)
+        handed_over, handed, first = threading.Lock(), [False], len(connections)  # (see start_node)
         head_port = self.provider.rendezvous_port(self.spec)
         ordered = sorted(everyone, key=lambda i: i.node)
         peers = tuple(Peer(i.node, i.private_addr) for i in ordered)
-        by_node = {inst.node: inst for inst in ordered}
-        for conn in connections:
-            inst = by_node[conn.node]
+
+        def setup(conn: NodeConnection, inst: Instance) -> None:
+            # At once, not after all have started: a worker waits 60 s for it (SETUP_TIMEOUT)
             info = InstanceInfo(node=inst.node, total_nodes=len(ordered), head_addr=peers[0].addr,
                                 head_port=head_port, accelerators=inst.accelerators, peers=peers,
                                 pool_id=self.spec.pool_id, local_rank=conn.local_rank,
@@ -156,6 +146,33 @@ class Nodes:
             if getattr(inst, "spot", False):  # (an Instance recorded before spot was known has none)
                 settings = replace(settings, watch_preemption=True)
             conn.setup(settings, self._plugins)
+
+        def start_node(k: int, inst: Instance, transport: Transport, launch: WorkerLaunch) -> None:
+            self._emit(ev.NodeStage(inst.node, "starting", inst.private_addr))
+            for local_rank in range(self.processes):
+                if handed[0]:  # interrupted (Ctrl-C): start nothing more
+                    return
+                conn = NodeConnection(inst.node, transport.host, self._open(inst, transport, launch, local_rank),
+                                      emit, self._listening, spin=self._spin, local_rank=local_rank,
+                                      processes=self.processes, explain=self.provider.explainer(inst))
+                with handed_over:  # (in `connections` at once: the heartbeat pings it from now on)
+                    late = handed[0]
+                    for kept in () if late else (started[k], connections):
+                        kept.append(conn)
+                if not late:
+                    setup(conn, inst)
+                    continue
+                # Started after the pool stopped waiting (Ctrl-C): unseen by stop(), stopped here.
+                conn.begin_stop(graceful=False)
+                conn.finish_stop(time.monotonic())
+                return
+
+        try:
+            each(start_node, [(k, *member) for k, member in enumerate(members)], self.parallelism)
+        finally:
+            with handed_over:  # (the same ones, in the members' order)
+                handed[0] = True
+                connections[first:] = [conn for node in started for conn in node]
         # Wait for all at once: a node whose around_app failed must be reported at once, not
         # after the nodes blocked waiting for it in a rendezvous have timed out.
         pending = {conn.ready: conn for conn in connections}
@@ -370,9 +387,12 @@ class Nodes:
                 self._emit(ev.NodeStage(conn.node, "stopping"))
             conn.begin_stop(graceful=graceful)
         grace_end = time.monotonic() + (5.0 if graceful else 0.0)
+        for conn in connections if not graceful else ():
+            conn.channel.begin_kill()
+        # All at once (one after another, a 512-node pool interrupted while starting took 90 s):
+        found = each(NodeConnection.finish_stop, [(conn, grace_end) for conn in connections], STOP_PARALLELISM)
         problems = []
-        for conn in connections:
-            problem = conn.finish_stop(grace_end)
+        for conn, problem in zip(connections, found):
             if problem:
                 problems.append(f"{conn.where}: {problem}")
             if conn.local_rank == self.processes - 1:

@@ -76,6 +76,10 @@ class Channel(ABC):
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit code, or None if the process is still running after ``timeout``."""
 
+    def begin_kill(self) -> None:  # noqa: B027 - optional
+        """Ask the process to stop, without waiting (so that a pool stopping many workers has
+        them all stop at once); :meth:`kill` follows. Transports that cannot do it do nothing."""
+
     @abstractmethod
     def kill(self, timeout: float = 10.0) -> None:
         """Stop the process and everything it started, at once, taking at most about

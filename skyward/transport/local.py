@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from skyward._files import write_atomically
-from skyward._procs import TREE_VARIABLE, group_members, tagged
+from skyward._procs import TREE_VARIABLE, SharedTrees, group_members
 from skyward.transport.base import (
     Channel,
     CommandResult,
@@ -67,6 +67,11 @@ class LocalChannel(Channel):
         except subprocess.TimeoutExpired:
             return None
 
+    def begin_kill(self) -> None:
+        if self.process.poll() is None:  # (not yet collected: the pid is still the guard's, see kill())
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pgid, signal.SIGTERM)
+
     def kill(self, timeout: float = 10.0) -> None:
         # The process started leads the group: the worker's guard where there is one
         # (skyward.worker.keeper), which on SIGTERM kills the keeper below it and every process
@@ -87,7 +92,9 @@ class LocalChannel(Channel):
         while True:
             # The group, and what left it (a detached process) but still carries the tree's tag:
             # normally the keepers have cleared both; not when both were killed at once.
-            members = _group_members(self.pgid) + (tagged(self.tree) if self.tree else [])
+            # (One reading of /proc shared by every channel confirming at the same time.)
+            trees = _TREES.read()
+            members = trees.left(self.pgid, self.tree) if trees.readable else _group_members(self.pgid)
             if not members:
                 return True
             if time.monotonic() >= deadline:
@@ -99,6 +106,8 @@ class LocalChannel(Channel):
                     pass
             time.sleep(0.05)
 
+
+_TREES = SharedTrees()
 
 #: Seconds the worker's keeper gets to clear the worker's process tree after SIGTERM.
 KEEPER_GRACE = 5.0
