@@ -8,7 +8,7 @@ connection, a process starting), so a 512-node pool does not pay 512 of those on
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from skyward._retry import Backoff
@@ -24,7 +24,7 @@ def each(fn: Callable[..., Any], calls: list[tuple[Any, ...]], parallelism: int)
         return [fn(*args) for args in calls]
     executor = ThreadPoolExecutor(max_workers=min(parallelism, len(calls)), thread_name_prefix="skyward-start")
     try:
-        futures = [executor.submit(fn, *args) for args in calls]
+        futures = [_submit(executor, fn, args) for args in calls]
         wait(futures)
     except BaseException:
         # Ctrl-C, SIGTERM: not waiting for the steps under way (a setup block may run for
@@ -36,6 +36,20 @@ def each(fn: Callable[..., Any], calls: list[tuple[Any, ...]], parallelism: int)
         if f.exception() is not None:
             raise f.exception()  # type: ignore[misc]
     return [f.result() for f in futures]
+
+
+def _submit(executor: ThreadPoolExecutor, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
+    """``fn(*args)`` on the executor, or here and now while the interpreter exits (a pool closed
+    from ``atexit``: the executor takes no new work then, and the stop must still run)."""
+    try:
+        return executor.submit(fn, *args)
+    except RuntimeError:
+        done: Future[Any] = Future()
+        try:
+            done.set_result(fn(*args))
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
 
 
 def write_files(inst: Instance, transport: Transport, launch: WorkerLaunch) -> None:
