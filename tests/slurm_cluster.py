@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 PARTITION = "debug"
 #: A second partition on the same nodes: a higher priority tier, whose jobs preempt (cancel)
 #: the default partition's (PreemptType=preempt/partition_prio), and a MaxTime of 30 minutes.
@@ -277,3 +279,23 @@ def _wait_for(check, timeout: float, what: str, cluster: SlurmCluster) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} not ready after {timeout:g}s\n{cluster.logs()}")
         time.sleep(0.05)
+
+
+# -- what every Slurm test file uses (imported there by name) -------------------------------------
+needs_slurm = pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.which("munged") is None,
+                                 reason="Slurm's packages (slurmctld, slurmd, slurm-client, munge) are not installed")
+
+
+@pytest.fixture(scope="module")
+def slurm(test_hosts) -> Iterator[SlurmCluster]:
+    """The test file's Slurm cluster (the provider's commands find it: SLURM_CONF)."""
+    with serving(test_hosts) as cluster:
+        yield cluster
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(slurm) -> Iterator[None]:
+    """After every test: no job of ours in squeue, no worker left on any node."""
+    yield
+    assert slurm.wait_jobs_gone() == []
+    assert slurm.wait_workers_gone() == []

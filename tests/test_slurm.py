@@ -5,11 +5,9 @@ After every test Slurm runs no job of ours and no worker is left on any node."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,21 +16,8 @@ import skyward as sky
 from skyward import events as ev
 from tests import slurm_cluster
 
-pytestmark = pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.which("munged") is None,
-                                reason="Slurm's packages (slurmctld, slurmd, slurm-client, munge) are not installed")
-
-
-@pytest.fixture(scope="module")
-def slurm(test_hosts) -> Iterator[slurm_cluster.SlurmCluster]:
-    with slurm_cluster.serving(test_hosts) as cluster:  # (the provider's commands find it: SLURM_CONF)
-        yield cluster
-
-
-@pytest.fixture(autouse=True)
-def nothing_left(slurm) -> Iterator[None]:
-    yield
-    assert slurm.wait_jobs_gone() == []
-    assert slurm.wait_workers_gone() == []
+pytestmark = slurm_cluster.needs_slurm
+slurm, nothing_left = slurm_cluster.slurm, slurm_cluster.nothing_left  # (the shared fixtures)
 
 
 @sky.compute

@@ -10,7 +10,6 @@ import ast
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -25,23 +24,10 @@ from skyward.clusters import manage
 from tests import leftovers, slurm_cluster
 from tests.conftest import pid_alive
 
-pytestmark = pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.which("munged") is None,
-                                reason="Slurm's packages (slurmctld, slurmd, slurm-client, munge) are not installed")
+pytestmark = slurm_cluster.needs_slurm
+slurm, nothing_left = slurm_cluster.slurm, slurm_cluster.nothing_left  # (the shared fixtures)
 
 ROOT = str(Path(__file__).resolve().parents[1])
-
-
-@pytest.fixture(scope="module")
-def slurm(test_hosts) -> Iterator[slurm_cluster.SlurmCluster]:
-    with slurm_cluster.serving(test_hosts) as cluster:
-        yield cluster
-
-
-@pytest.fixture(autouse=True)
-def nothing_left(slurm) -> Iterator[None]:
-    yield
-    assert slurm.wait_jobs_gone() == []
-    assert slurm.wait_workers_gone() == []
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ After every test Slurm runs no job of ours and no worker is left on any node."""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,21 +14,8 @@ from tests import slurm_cluster
 from tests.conftest import free_port
 from tests.hosts.conftest_fixture import kept_bashrcs, ssh_provider
 
-pytestmark = pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.which("munged") is None,
-                                reason="Slurm's packages (slurmctld, slurmd, slurm-client, munge) are not installed")
-
-
-@pytest.fixture(scope="module")
-def slurm(test_hosts) -> Iterator[slurm_cluster.SlurmCluster]:
-    with slurm_cluster.serving(test_hosts) as cluster:
-        yield cluster
-
-
-@pytest.fixture(autouse=True)
-def nothing_left(slurm) -> Iterator[None]:
-    yield
-    assert slurm.wait_jobs_gone() == []
-    assert slurm.wait_workers_gone() == []
+pytestmark = slurm_cluster.needs_slurm
+slurm, nothing_left = slurm_cluster.slurm, slurm_cluster.nothing_left  # (the shared fixtures)
 
 
 @sky.compute
