@@ -276,13 +276,7 @@ def daemonize(path: str) -> None:
     if child == 0:
         os.close(ready_r)
         os.setsid()
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        os.close(devnull)
+        _stdio_to(log_path)
         os.environ["SKYWARD_RESIDENT_READY_FD"] = str(ready_w)
         return
     os.close(ready_w)
@@ -309,15 +303,20 @@ def stay(path: str) -> None:
     output to ``path + '.log'``, and the byte :func:`listening` writes goes to the original
     stdout, which the process that started the step reads."""
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    fd = os.open(path + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     ready = os.dup(1)
+    _stdio_to(path + ".log")
+    os.environ["SKYWARD_RESIDENT_READY_FD"] = str(ready)
+
+
+def _stdio_to(log_path: str) -> None:
+    """stdin from /dev/null, stdout and stderr appended to ``log_path`` (made private)."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
     os.close(devnull)
-    os.environ["SKYWARD_RESIDENT_READY_FD"] = str(ready)
 
 
 def listening() -> None:
