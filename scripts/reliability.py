@@ -167,7 +167,6 @@ def state_rows(results: dict[str, str]) -> list[str]:
 
 def dashboard_rows(results: dict[str, str]) -> list[str]:
     """``skyward dashboard``'s cases: its server killed, a node lost, a cluster downed, as pages watch."""
-    mark = MARK
     tried, clean = tally(results, dashboard.CASES)
     return [
         "## Dashboard",
@@ -185,16 +184,21 @@ def dashboard_rows(results: dict[str, str]) -> list[str]:
         "",
         f"**{clean} of {tried} cases clean** ({len(dashboard.CASES)} in the matrix).",
         "",
-        "| " + " | ".join(dashboard.CASES) + " |",
-        "| " + " | ".join("---" for _ in dashboard.CASES) + " |",
-        "| " + " | ".join(mark[results.get(c)] for c in dashboard.CASES) + " |",
+        *one_row_table(dashboard.CASES, results),
         "",
     ]
 
 
+def one_row_table(cases: list[str], results: dict[str, str], lead: dict[str, str] | None = None) -> list[str]:
+    """A table of one row: the ``lead`` columns (heading: cell), then each case's mark."""
+    lead = lead or {}
+    cells = [*lead.values(), *(MARK[results.get(c)] for c in cases)]
+    return ["| " + " | ".join([*lead, *cases]) + " |", "| " + " | ".join("---" for _ in cells) + " |",
+            "| " + " | ".join(cells) + " |"]
+
+
 def managed_rows(results: dict[str, str]) -> list[str]:
     """The managed jobs' cases: their controller on an SSH test host, a fault mid-job."""
-    mark = MARK
     tried, clean = tally(results, managed.CASES)
     return [
         "## Managed jobs",
@@ -214,9 +218,7 @@ def managed_rows(results: dict[str, str]) -> list[str]:
         "",
         f"**{clean} of {tried} cases clean** ({len(managed.CASES)} in the matrix).",
         "",
-        "| controller | jobs on | " + " | ".join(managed.CASES) + " |",
-        "| --- | --- | " + " | ".join("---" for _ in managed.CASES) + " |",
-        "| ssh host 0 | ssh host 1 | " + " | ".join(mark[results.get(c)] for c in managed.CASES) + " |",
+        *one_row_table(managed.CASES, results, {"controller": "ssh host 0", "jobs on": "ssh host 1"}),
         "",
     ]
 
