@@ -19,6 +19,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -43,14 +44,17 @@ def moto_server() -> Iterator[str]:
     """The URL of a moto server (all AWS services) running in a subprocess on loopback."""
     pytest.importorskip("moto.server", reason="moto[server] is not installed")
     port = _free_port()
+    # (its request log goes to a file: a pipe nobody reads fills up and stalls the server)
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port), "-H", "127.0.0.1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     try:
         while True:
             if proc.poll() is not None:
-                pytest.fail("moto server exited: " + proc.stderr.read().decode(errors="replace")[-2000:])
+                log.seek(0)
+                pytest.fail("moto server exited: " + log.read().decode(errors="replace")[-2000:])
             try:
                 urllib.request.urlopen(url + "/moto-api/", timeout=1).close()
                 break
@@ -66,6 +70,7 @@ def moto_server() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
 
 
 @dataclass

@@ -49,13 +49,13 @@ class Recorder:
             return [e for e in self.events if isinstance(e, kind)]
 
 
-def provider_on_hosts(env, hosts, wheelhouse: str, recorder: Recorder) -> AWS:
+def provider_on_hosts(env, hosts, wheelhouse: str, recorder: Recorder, *hooks: tuple) -> AWS:
     network = ipaddress.ip_interface(f"{hosts[0].bridge_ip}/24").network
     subnet = subnet_with_only(env, network, [h.ip for h in hosts])
     return AWS(subnet_id=subnet, ami=env.ami, allocation="spot-if-available", user=hosts[0].user,
                ssh_key=hosts[0].key_path, known_hosts=hosts[0].known_hosts_all, ssh_cidr=f"{hosts[0].bridge_ip}/32",
                find_links=[wheelhouse], no_index=True, connect_timeout=5, boot_timeout=60,
-               session=hooked(("before-call.ec2.RunInstances", recorder.on_run_instances)))
+               session=hooked(("before-call.ec2.RunInstances", recorder.on_run_instances), *hooks))
 
 
 def states(env, ids: list[str]) -> dict[str, str]:
@@ -67,7 +67,7 @@ def test_a_scale_up_is_one_run_instances_and_an_idle_node_releases_just_its_inst
     recorder = Recorder()
     provider = provider_on_hosts(aws, test_hosts[:2], wheelhouse, recorder)
     with sky.ComputePool(provider=provider, nodes=(1, 2), scale_up_after=0.5, scale_down_after=2.0, console=False,
-                         idle_timeout=5, on_event=recorder.on_event) as pool:
+                         idle_timeout=30, on_event=recorder.on_event) as pool:
         first = pool.instances[0].id
         assert pool.map(lambda i: pause_then.fn(i, 1.0), range(10)) == list(range(10))
         [added] = recorder.wait_for(ev.NodeAdded, 1)
@@ -91,7 +91,7 @@ def test_a_scale_up_is_one_run_instances_and_an_idle_node_releases_just_its_inst
 def test_a_lost_node_is_replaced_by_a_new_instance(aws, test_hosts, wheelhouse):
     recorder = Recorder()
     provider = provider_on_hosts(aws, test_hosts[:2], wheelhouse, recorder)
-    with sky.ComputePool(provider=provider, nodes=(1, 1), console=False, idle_timeout=5,
+    with sky.ComputePool(provider=provider, nodes=(1, 1), console=False, idle_timeout=30,
                          on_event=recorder.on_event) as pool:
         old = pool.instances[0].id
         [(_, _, pid)] = node_and_pid() @ pool
@@ -104,6 +104,30 @@ def test_a_lost_node_is_replaced_by_a_new_instance(aws, test_hosts, wheelhouse):
         assert states(aws, [old])[old] in ("shutting-down", "terminated")
         assert recorder.launches == [1, 1]
     assert wait_until(lambda: states(aws, [new])[new] in ("shutting-down", "terminated"), 10)
+
+
+def test_a_replacement_that_cannot_launch_fails_the_pool_and_leaves_nothing(aws, test_hosts, wheelhouse):
+    """The cloud answers the replacement's RunInstances with garbage (as moto once did under
+    load): the pool names the failure, and its close still deletes the pool's key pair and
+    security group (the ``aws`` fixture counts them)."""
+    from botocore.parsers import ResponseParserError
+
+    broken = threading.Event()
+
+    def garbage(**_: object) -> None:
+        if broken.is_set():
+            raise ResponseParserError("Unable to parse response: <!doctype html> 500 Internal Server Error")
+
+    recorder = Recorder()
+    provider = provider_on_hosts(aws, test_hosts[:1], wheelhouse, recorder, ("before-call.ec2.RunInstances", garbage))
+    with pytest.raises(sky.SkywardError, match="could not be replaced"):
+        with sky.ComputePool(provider=provider, nodes=(1, 1), console=False, idle_timeout=30,
+                             on_event=recorder.on_event) as pool:
+            [(_, _, pid)] = node_and_pid() @ pool
+            broken.set()
+            os.kill(pid, signal.SIGKILL)
+            node_and_pid() @ pool
+    assert recorder.launches == [1, 1, 1, 1]  # the pool's, then three tries at a replacement
 
 
 def test_a_scale_up_falls_back_to_on_demand_as_the_first_launch_would(aws):

@@ -202,13 +202,11 @@ class ClusterNodes(Nodes):
                 pass
         if release:
             try:
-                release_pool = getattr(self.provider, "release_pool", None)
-                if release_pool is not None and self.record.pool_id:
-                    # everything of the cluster's pool, also what a client killed while
-                    # launching left unrecorded
-                    release_pool(self.record.pool_id)
+                held = self.instances or list(self.record.instances)
+                if self.record.pool_id:  # everything of the cluster's pool, also what a client
+                    self.provider.end_pool(self.record.pool_id, held)  # killed while launching left
                 else:
-                    self.provider.terminate(self.instances or list(self.record.instances))
+                    self.provider.terminate(held)
             except Exception as exc:
                 problems.append(f"releasing machines failed: {exc!r}")
         return problems

@@ -357,7 +357,7 @@ class Nodes:
             with contextlib.suppress(Exception):
                 transport.close()
         try:
-            self.provider.terminate(self.instances)
+            self.provider.end_pool(self.spec.pool_id, self.instances)
         except Exception as exc:
             problems.append(f"releasing machines failed: {exc!r}")
         return problems

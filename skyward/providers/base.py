@@ -106,6 +106,12 @@ class Provider(ABC):
         :meth:`terminate`. Default: :meth:`terminate` them."""
         self.terminate(instances)
 
+    def end_pool(self, pool_id: str, instances: list[Instance]) -> None:
+        """Release everything of pool ``pool_id`` and confirm it: ``instances`` and what the
+        pool shares, also once it holds no machine (an elastic pool whose last node was lost).
+        Default: :meth:`terminate` ``instances``."""
+        self.terminate(instances)
+
     def explainer(self, instance: Instance) -> Callable[[Any], Any] | None:
         """How to explain the loss of ``instance``'s worker, for a provider that knows more than
         the pool does (a batch scheduler that ended the job): a function given the

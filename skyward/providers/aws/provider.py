@@ -365,6 +365,10 @@ class AWS(Releasing, Provider):
         launching), confirm it, and drop the pool's private files."""
         self._release_pools([pool_id])
 
+    def end_pool(self, pool_id: str, instances: list[Instance]) -> None:
+        """:meth:`release_pool`: by the pool's tag, its key pair and security group with it."""
+        self._release_pools([pool_id])
+
     # -- named clusters: stop, start, states (skyward.providers.aws.machines) ------------------------
     def machine_states(self, instances: list[Instance]) -> list[str]:
         """Each instance's EC2 state (``"running"``, ``"stopped"``...), ``"missing"`` if unknown."""
