@@ -18,9 +18,11 @@ import ipaddress
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -263,26 +265,28 @@ def test_a_spot_launch_that_fell_back_to_on_demand_is_priced_on_demand(aws, home
 
 @pytest.fixture
 def heartbeat() -> Iterator[Path]:
-    """The watchdog's heartbeat file, made as the watchdog makes it (the hosts share this
-    machine's /var/lib), with an old modification time."""
-    path = Path(watchdog.HEARTBEAT_FILE)
-    made_dir = not path.parent.exists()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """A heartbeat file of this test's own, made as the watchdog makes its
+    ``/var/lib/skyward/heartbeat`` (mode 0666, here in a folder every host user can reach: the
+    hosts share this machine's files), with an old modification time. Not the machine-wide
+    file: another suite's clusters on these hosts would touch that one."""
+    folder = Path(tempfile.mkdtemp(prefix="skyward-heartbeat-"))
+    folder.chmod(0o755)
+    path = folder / "heartbeat"
     path.touch()
     path.chmod(0o666)
     old = time.time() - 3600
     os.utime(path, (old, old))
     yield path
-    path.unlink(missing_ok=True)
-    if made_dir:
-        path.parent.rmdir()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @hosts_needed
 def test_autostop_with_down_lets_the_machines_go_and_status_removes_what_is_left(
         aws, cluster_on_hosts, heartbeat):  # noqa: F811
     cluster = name()
-    with sky.ComputePool(name=cluster, provider=AWS(**cluster_on_hosts["kwargs"]), nodes=2, idle_minutes=0.05,
+    provider = AWS(**cluster_on_hosts["kwargs"])
+    provider.heartbeat_file = str(heartbeat)
+    with sky.ComputePool(name=cluster, provider=provider, nodes=2, idle_minutes=0.05,
                          down=True, console=False) as pool:
         ids = [i.id for i in pool.instances]
         pids = worker_pid() @ pool
