@@ -70,9 +70,9 @@ class NodeConnection:
     alive: bool = True
     closing: bool = False
     said_bye: bool = False
-    #: Why the worker is gone, once that is settled (see :meth:`loss`): a WorkerLost, or what
-    #: ``explain`` (the provider's :meth:`~skyward.providers.base.Provider.explain_loss`) says.
+    #: Why the worker is gone, once settled (:meth:`loss`): a WorkerLost, or what ``explain`` says.
     lost: SkywardError | None = None
+    lost_serving: bool = False  # it was lost while serving, not ended by the pool's stop
     explain: Callable[[WorkerLost], SkywardError | None] | None = None
 
     def __post_init__(self) -> None:
@@ -304,7 +304,7 @@ class NodeConnection:
         with self._lock:
             if not self.alive:
                 return
-            self.alive = False
+            self.alive, self.lost_serving = False, not self.closing
             tasks, self._tasks = self._tasks, {}
         self._liveness.end()
         exit_code = exit_status(self.channel, closing=self.closing) if wait_exit else None

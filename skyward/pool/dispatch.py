@@ -152,7 +152,8 @@ class Dispatcher:
 
         def giveup(exc: BaseException) -> bool:
             """Only a loss is tried again, on an open pool that replaces lost nodes."""
-            lost = next((c for c in tried.get("conns", ()) if not c.alive), None)
+            dead = [c for c in tried.get("conns", ()) if not c.alive]  # (the one lost first, not
+            lost = next((c for c in dead if c.lost_serving), dead[0] if dead else None)  # one restarted since)
             elastic = self._elastic
             if lost is None or not self._is_open() or elastic is None or not elastic.replace_lost:
                 return True
