@@ -123,9 +123,9 @@ class Resident:
                 conn, _ = self._server.accept()
             except OSError:
                 return
+            with self._lock:  # (looked at before the hand-over: the agent may take the new
+                link = self.link  # client at once, and that session must not be the one cut)
             self._incoming.put(conn)
-            with self._lock:
-                link = self.link
             if link is not None:  # a new client: the one before it is gone (see the module doc)
                 log("a new client attached; ending the previous session", "resident")
                 link.cut()
