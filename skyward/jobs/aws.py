@@ -128,8 +128,8 @@ def provider_for(plan: object) -> Any:
         given = pickle.loads(plan.pool).get("provider")
     if not isinstance(given, AWS):
         region = getattr(plan, "region", None) if getattr(plan, "provider", None) == "aws" else None
-        return AWS(region, instance_type=INSTANCE_TYPE, arch=None, allocation="on-demand")
-    return AWS(given.region, instance_type=INSTANCE_TYPE, arch=None, allocation="on-demand", ami=given.ami,
+        return AWS(region, instance_type=INSTANCE_TYPE, allocation="on-demand")
+    return AWS(given.region, instance_type=INSTANCE_TYPE, allocation="on-demand", ami=given.ami,
                subnet_id=given.subnet_id, public_ip=given.public_ip, zone=given.zone, user=given.user,
                ssh_key=given.ssh_key, known_hosts=given.known_hosts, ssh_cidr=given.ssh_cidr,
                ip_lookup_url=given.ip_lookup_url, ssh_via=given.ssh_via, root=given.root,
