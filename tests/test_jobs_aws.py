@@ -191,3 +191,16 @@ def test_a_managed_job_runs_under_a_controller_on_an_aws_instance_that_may_only_
     ended = skyward("down", aws_jobs.CLUSTER)
     assert ended.returncode == 0, ended.stderr[-3000:]
     assert aws.leftovers() == {}
+
+
+def test_the_policy_on_the_jobs_page_is_the_controllers_and_asking_before_any_submit_is_a_clear_error(
+        home, monkeypatch) -> None:  # noqa: F811
+    page = (ROOT / "docs" / "jobs.md").read_text()
+    shown = page[page.index("**Its permissions**"):]
+    shown = shown[shown.index("```json\n") + 8:]
+    assert json.loads(shown[:shown.index("```")]) == aws_jobs.policy()
+    assert set(aws_jobs.ACTIONS) == POLICY_ACTIONS
+    monkeypatch.setenv(VARIABLE, "aws")
+    with pytest.raises(sky.ConfigError, match=r"invalid SKYWARD_JOBS_CONTROLLER: expected 'aws' once a managed job "
+                                              r"was submitted .*, got 'aws: no controller on AWS yet'"):
+        sky.jobs.list()

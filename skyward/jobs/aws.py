@@ -33,7 +33,7 @@ from skyward.clusters.state import ClusterStore
 from skyward.errors import ConfigError
 from skyward.jobs.remote import VARIABLE, RemoteController
 
-__all__ = ["ACTIONS", "AUTOSTOP_MINUTES", "CLUSTER", "INSTANCE_TYPE", "PACKAGES", "ROLE", "VALUE", "chosen",
+__all__ = ["ACTIONS", "AUTOSTOP_MINUTES", "CLUSTER", "DISK_GB", "INSTANCE_TYPE", "PACKAGES", "ROLE", "VALUE", "chosen",
            "controller", "ensure_profile", "policy", "provider_for"]
 
 #: The value of ``SKYWARD_JOBS_CONTROLLER`` that puts the controller on AWS.
@@ -42,6 +42,8 @@ VALUE = "aws"
 CLUSTER = "sky-jobs-controller"
 #: 2 vCPUs and 4 GiB: the controller's loop and up to 8 launcher processes at once.
 INSTANCE_TYPE = "t3.medium"
+#: Its disk, in GiB (its AMI's own minimum when that is larger): the controller's records.
+DISK_GB = 50
 #: The controller cluster's autostop (idle minutes; the instance stops, its disk kept).
 AUTOSTOP_MINUTES = 10.0
 #: What the controller's environment needs besides skyward (EC2 and SSH).
@@ -128,8 +130,8 @@ def provider_for(plan: object) -> Any:
         given = pickle.loads(plan.pool).get("provider")
     if not isinstance(given, AWS):
         region = getattr(plan, "region", None) if getattr(plan, "provider", None) == "aws" else None
-        return AWS(region, instance_type=INSTANCE_TYPE, allocation="on-demand")
-    return AWS(given.region, instance_type=INSTANCE_TYPE, allocation="on-demand", ami=given.ami,
+        return AWS(region, instance_type=INSTANCE_TYPE, allocation="on-demand", disk_gb=DISK_GB)
+    return AWS(given.region, instance_type=INSTANCE_TYPE, allocation="on-demand", disk_gb=DISK_GB, ami=given.ami,
                subnet_id=given.subnet_id, public_ip=given.public_ip, zone=given.zone, user=given.user,
                ssh_key=given.ssh_key, known_hosts=given.known_hosts, ssh_cidr=given.ssh_cidr,
                ip_lookup_url=given.ip_lookup_url, ssh_via=given.ssh_via, root=given.root,
