@@ -1,7 +1,7 @@
 """Fixtures for AWS tests: moto's EC2 server on loopback, and a leak check after every test.
 
-``moto_server`` (session) starts ``python -m moto.server`` as a subprocess on a free loopback
-port. ``aws`` (per test) points boto3 at it the way a user would point it anywhere — the
+``moto_server`` (session) starts ``python -m moto.server`` as a subprocess on a free port
+(on every interface, so that the SSH test hosts reach it too; tests use it on loopback). ``aws`` (per test) points boto3 at it the way a user would point it anywhere — the
 ``AWS_ENDPOINT_URL`` environment variable, fake credentials, a region, and empty config and
 credentials files so nothing from this machine's ``~/.aws`` leaks in — and, after the test,
 asserts that no skyward-tagged instance (not yet shutting down or terminated), key pair or
@@ -16,6 +16,7 @@ Import both into a conftest.py (or a test module)::
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -35,19 +36,23 @@ _AMIS: dict[str, str] = {}
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
-    """The URL of a moto server (all AWS services) running in a subprocess on loopback."""
+    """The URL (on loopback) of a moto server (all AWS services) running in a subprocess."""
     pytest.importorskip("moto.server", reason="moto[server] is not installed")
     port = _free_port()
-    # (its request log goes to a file: a pipe nobody reads fills up and stalls the server)
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port), "-H", "127.0.0.1"],
-                            stdout=subprocess.DEVNULL, stderr=log)
+    # (on every interface: a managed jobs' controller placed on an SSH test host calls it from
+    # there; its request recorder, off until a test starts it, writes to a file of its own; its
+    # request log goes to a file too: a pipe nobody reads fills up and stalls the server)
+    recording = Path(tempfile.mkdtemp(prefix="skyward-moto-")) / "recording"
+    log = (recording.parent / "server.log").open("w+b")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port), "-H", "0.0.0.0"],
+                            stdout=subprocess.DEVNULL, stderr=log,
+                            env={**os.environ, "MOTO_RECORDER_FILEPATH": str(recording)})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     try:
@@ -71,6 +76,7 @@ def moto_server() -> Iterator[str]:
             proc.kill()
             proc.wait()
         log.close()
+        shutil.rmtree(recording.parent, ignore_errors=True)
 
 
 @dataclass

@@ -44,6 +44,31 @@ def fails(out: str) -> None:
     raise KeyError("no such shard")
 
 
+@sky.compute
+def fails_once(out: str) -> str:
+    tried = Path(out, "tried")
+    if not tried.exists():
+        tried.write_text("1")
+        raise RuntimeError("a flaky first run")
+    return "second run"
+
+
+def test_recovery_restarts_a_failed_call_as_a_task_files_job_recovery_does(home: str, tmp_path: Path) -> None:
+    job = sky.jobs.launch(fails_once(str(tmp_path)), recovery={"max_restarts_on_errors": 1})
+    assert job.result(timeout=60) == "second run"
+    assert (client.get(job.id).status, client.get(job.id).restarts) == ("SUCCEEDED", 1)
+    for bad, match in [({"max_restarts_on_errors": -1}, "invalid recovery.max_restarts_on_errors: expected a "
+                                                        "whole number >= 0, got -1"),
+                       ("SOMETIMES", "invalid recovery.strategy: expected one of EAGER_NEXT_REGION, FAILOVER, NONE"),
+                       ({"max_restart": 1}, "invalid recovery.max_restart: .*did you mean 'max_restarts_on_errors'")]:
+        with pytest.raises(sky.ConfigError, match=match):
+            sky.jobs.launch(fails_once(str(tmp_path)), recovery=bad)
+    with pytest.raises(sky.ConfigError, match="invalid max_restarts_on_errors: expected None when recovery= is given"):
+        sky.jobs.launch(fails_once(str(tmp_path)), recovery="FAILOVER", max_restarts_on_errors=1)
+    assert [j.id for j in sky.jobs.list()] == [job.id]  # (bad input recorded nothing)
+    nothing_left(home)
+
+
 def test_a_broadcast_call_survives_a_lost_node_and_its_result_comes_back(home: str, tmp_path: Path) -> None:
     job = sky.jobs.launch(resumable(str(tmp_path)), nodes=2, broadcast=True, provider=sky.Local())
     assert isinstance(job, sky.Job) and (job.id, job.name) == (1, "resumable")

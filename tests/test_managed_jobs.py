@@ -309,3 +309,18 @@ def test_a_job_the_controller_cannot_handle_ends_failed_controller_with_its_clus
             in said.stdout, said.stdout
     assert "cluster sky-managed-1 torn down" in sky("jobs", "logs", "1", "--controller", cwd=tmp_path).stdout
     nothing_left(home)
+
+
+def test_a_controller_on_a_clusters_node_counts_as_a_running_job_there_until_it_ends(
+        home: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the cluster worker's autostop reads (``running_jobs``) sees the controller that runs
+    on its node, so an idle controller cluster stops only once its controller has ended."""
+    from skyward.jobs.controller import CLUSTER_USE
+    from skyward.runtime.cluster import CLUSTER_DIR, running_jobs
+
+    monkeypatch.setenv(CLUSTER_USE, str(tmp_path / "worker"))  # (as skyward.jobs.remote sets it, over SSH)
+    pid = controller.ensure()
+    monkeypatch.setenv(CLUSTER_DIR, str(tmp_path / "worker"))  # (as the cluster's worker has it)
+    until(lambda: running_jobs() == [pid], 30, "the controller to count as a job of the cluster")
+    assert controller.stop() == []
+    assert running_jobs() == []

@@ -9,7 +9,9 @@ returns a :class:`ManagedJob`; :func:`get` and :func:`list` find them again in a
 - :mod:`~skyward.jobs.client`: submit, list, cancel, logs (what ``skyward jobs`` calls);
 - :mod:`~skyward.jobs.controller`: the controller process on this machine, its one loop;
 - :mod:`~skyward.jobs.watch`: the controller's steps for one job (launch, look, recover, end);
-- :mod:`~skyward.jobs.launcher`: one launch of a job's cluster, a process of its own.
+- :mod:`~skyward.jobs.launcher`: one launch of a job's cluster, a process of its own;
+- :mod:`~skyward.jobs.remote`, :mod:`~skyward.jobs.answer`: a controller on a cluster's node, asked over SSH;
+- :mod:`~skyward.jobs.aws`: that node an on-demand AWS instance, launched on first use, with its permissions.
 
 Built on :mod:`skyward.launch` (a job's cluster is a named cluster that ``launch -c -d`` brings
 up) and :mod:`skyward.clusters` (its run is a job in that cluster's queue).

@@ -25,7 +25,9 @@ from skyward.errors import ConfigError
 from skyward.job_errors import JobError, JobFailed, JobTimeout
 from skyward.jobs import client
 from skyward.jobs.store import CANCELLED, CallPlan, JobRecord
+from skyward.launch.taskfile.check import Findings
 from skyward.launch.taskfile.fields import JobRecovery
+from skyward.launch.taskfile.fields import recovery as job_recovery
 from skyward.protocol import dumps_by_value
 from skyward.runtime.jobqueue import DEFAULT_TASK_CPU_DEMAND
 
@@ -95,14 +97,18 @@ class ManagedJob(Job[T]):
 
 
 def launch(pending: PendingCompute[T], *, nodes: int = 1, provider: Any = None, image: Any = None,
-           plugins: Any = (), broadcast: bool = False, max_restarts_on_errors: int = 0) -> ManagedJob[T]:
+           plugins: Any = (), broadcast: bool = False, recovery: Any = None,
+           max_restarts_on_errors: int | None = None) -> ManagedJob[T]:
     """Run ``pending`` (a ``@sky.compute`` call) as a managed job and return it at once.
 
     The controller (started if none runs) brings up a cluster of ``nodes`` nodes of
     ``provider`` (default :class:`~skyward.Local`) with ``image`` and ``plugins``, runs the call
     on its head node (``broadcast=True``: on every node, as ``@``), recovers the job when a node
-    is lost (a new cluster, the call run again), restarts a call that raised up to
-    ``max_restarts_on_errors`` times, keeps its outcome and tears the cluster down. The calling
+    is lost (a new cluster, the call run again), restarts a call that raised as ``recovery``
+    says, keeps its outcome and tears the cluster down. ``recovery`` takes what a task file's
+    ``resources.job_recovery`` takes: a mapping ``{"max_restarts_on_errors": 2,
+    "recover_on_exit_codes": [...], "strategy": ...}`` or a strategy name (``"FAILOVER"``);
+    ``max_restarts_on_errors=N`` is short for ``recovery={"max_restarts_on_errors": N}``. The calling
     process may exit as soon as this returns. Raises :class:`~skyward.ConfigError` for bad
     input and :class:`~skyward.SerializationError` for a call that cannot be pickled, before
     anything is recorded.
@@ -111,18 +117,40 @@ def launch(pending: PendingCompute[T], *, nodes: int = 1, provider: Any = None, 
         raise ConfigError("pending", "a @sky.compute call, e.g. sky.jobs.launch(train(cfg))", pending)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ConfigError("nodes", "a number of nodes >= 1", nodes)
-    if isinstance(max_restarts_on_errors, bool) or not isinstance(max_restarts_on_errors, int) \
-            or max_restarts_on_errors < 0:
-        raise ConfigError("max_restarts_on_errors", "a number of restarts >= 0", max_restarts_on_errors)
+    if max_restarts_on_errors is not None:
+        if recovery is not None:
+            raise ConfigError("max_restarts_on_errors", "None when recovery= is given (put it in recovery: "
+                              "{'max_restarts_on_errors': N})", max_restarts_on_errors)
+        if isinstance(max_restarts_on_errors, bool) or not isinstance(max_restarts_on_errors, int) \
+                or max_restarts_on_errors < 0:
+            raise ConfigError("max_restarts_on_errors", "a number of restarts >= 0", max_restarts_on_errors)
+        recovery = {"max_restarts_on_errors": max_restarts_on_errors}
+    restarts = _recovery(recovery)
     from skyward.pool.options import pool_options
 
     pool_options(provider=provider, nodes=nodes, image=image, plugins=plugins)  # (bad input fails here)
     plan = CallPlan(pending.name, pickled_call(pending),
                     dumps_by_value({"provider": provider, "nodes": nodes, "image": image, "plugins": list(plugins)}),
-                    bool(broadcast), nodes, JobRecovery(max_restarts_on_errors=max_restarts_on_errors))
+                    bool(broadcast), nodes, restarts)
     per_node = nodes if broadcast else 1
     job = client.record(plan.name, f"{per_node}x[CPU:{DEFAULT_TASK_CPU_DEMAND:g}]", plan)
     return _handle(client.get(job))
+
+
+def _recovery(value: Any) -> JobRecovery:
+    """``recovery=`` checked as a task file's ``resources.job_recovery`` is; a ConfigError
+    naming the part that is wrong."""
+    if value is None:
+        return JobRecovery()
+    found = Findings("recovery")
+    kept = job_recovery({"job_recovery": value}, found)
+    if found.problems:
+        first = found.problems[0]
+        name = first.field.replace("resources.job_recovery", "recovery")
+        key, given = name.partition(".")[2], {"strategy": value} if isinstance(value, str) else value
+        got = value if not key else given[key] if key in given else f"an unknown key {key!r}"
+        raise ConfigError(name, first.accepted, got, detail=first.detail)
+    return kept or JobRecovery()
 
 
 def get(job_id: int) -> ManagedJob[Any]:

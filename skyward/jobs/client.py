@@ -6,7 +6,7 @@ client may exit or be killed. Listing a job that has not settled restarts a cont
 was killed, so that it takes its jobs up again.
 
 With ``SKYWARD_JOBS_CONTROLLER`` set, each of these asks the controller's node instead
-(:mod:`skyward.jobs.remote`), where the same functions run against the controller there.
+(:mod:`skyward.jobs.remote`; ``aws``: :mod:`skyward.jobs.aws`), where the same functions run against the controller there.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from typing import IO, TYPE_CHECKING
 
 from skyward.errors import ConfigError
-from skyward.jobs import controller, remote
+from skyward.jobs import aws, controller, remote
 from skyward.jobs.store import ACTIVE, CANCELLED, FINAL, RESULT_FILE, SUCCEEDED, JobStore, JobRecord
 
 if TYPE_CHECKING:
@@ -32,6 +32,13 @@ FAILED_CODE, NOT_FINISHED = 100, 101
 #: Seconds a cancel waits for the controller to confirm the job's cluster gone.
 CANCEL_TIMEOUT = 120.0
 _POLL = 0.2  # (seconds between looks at a job's record while waiting on it)
+
+
+def _far(plan: object = None) -> remote.RemoteController | None:
+    """The controller of another machine that ``SKYWARD_JOBS_CONTROLLER`` names (on AWS, or a
+    cluster's node), or None: this machine's. ``plan``: a job being submitted (on AWS, its
+    first submit launches the controller)."""
+    return aws.controller(plan) if aws.chosen() else remote.named()
 
 
 def exit_status(job: JobRecord) -> int:
@@ -54,7 +61,7 @@ def record(name: str, resources: str, plan: object, *, cwd: str | None = None) -
     """Record ``plan`` (a task file's, or a Python call's: :mod:`skyward.jobs.calls`) as a
     managed job and hand it to the controller; its id. ``cwd``: where its relative paths start
     (default: this process's working directory)."""
-    if (far := remote.named()) is not None:
+    if (far := _far(plan)) is not None:
         return int(far.ask("submit", name, resources, cwd or os.getcwd(), stdin=pickle.dumps(plan)))
     controller.ensure()  # (first: a controller that cannot start leaves no job behind)
     job = JobStore().add(name, resources, pickle.dumps(plan), cwd or os.getcwd())
@@ -64,7 +71,7 @@ def record(name: str, resources: str, plan: object, *, cwd: str | None = None) -
 
 def jobs() -> list[JobRecord]:
     """Every managed job, oldest first (a controller is started if one has work and none runs)."""
-    if (far := remote.named()) is not None:
+    if (far := _far()) is not None:
         return list(far.ask("list"))
     found = JobStore().all()
     if any(j.status in ACTIVE or not j.cleaned for j in found):
@@ -74,7 +81,7 @@ def jobs() -> list[JobRecord]:
 
 def get(job_id: int) -> JobRecord:
     """Managed job ``job_id``; :class:`~skyward.ConfigError` naming the ids there are when none."""
-    if (far := remote.named()) is not None:
+    if (far := _far()) is not None:
         return far.ask("get", job_id)  # type: ignore[no-any-return]
     found = JobStore().get(job_id)
     if found is None:
@@ -89,7 +96,7 @@ def cancel(ids: list[int] | None = None, *, name: str | None = None, timeout: fl
     waits until the controller has ended each (its cluster torn down). Returns them as they ended.
     :class:`~skyward.ConfigError` for an unknown id, or one that has finished, before anything
     is cancelled."""
-    if (far := remote.named()) is not None:
+    if (far := _far()) is not None:
         return list(far.ask("cancel", timeout, name or "-", *(ids or ()), timeout=timeout + remote.ASK_TIMEOUT))
     store = JobStore()
     if ids:
@@ -116,7 +123,7 @@ def cancel(ids: list[int] | None = None, *, name: str | None = None, timeout: fl
 def wait(job_id: int, timeout: float | None = None) -> JobRecord:
     """Job ``job_id`` once it has ended (``timeout`` None: however long that takes); a controller
     that dies meanwhile is started again. TimeoutError at ``timeout`` seconds."""
-    if (far := remote.named()) is not None:
+    if (far := _far()) is not None:
         return far.ask("wait", job_id, "none" if timeout is None else timeout,  # type: ignore[no-any-return]
                        timeout=None if timeout is None else timeout + remote.ASK_TIMEOUT)
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -132,7 +139,7 @@ def logs(job_id: int, out: IO[str], *, follow: bool = True, of_controller: bool 
     """Write job ``job_id``'s run output (every attempt's, recoveries included; each node's lines
     as ``[node N] ...``), or with ``of_controller`` the controller's log of it; with ``follow``,
     until it ends. Returns the job as it was last seen."""
-    if (far := remote.named()) is not None:
+    if (far := _far()) is not None:
         return far.ask("logs", job_id, int(follow), int(of_controller), out=out,  # type: ignore[no-any-return]
                        timeout=None if follow else remote.ASK_TIMEOUT)
     job = get(job_id)
@@ -185,7 +192,7 @@ def _follow_file(job: JobRecord, path: os.PathLike[str], out: IO[str], follow: b
 def outcome(job: JobRecord) -> str | None:
     """The text of ``job``'s kept outcome (a Python call's, :data:`~skyward.jobs.store.RESULT_FILE`),
     or None when none was kept."""
-    if (far := remote.named()) is not None:
+    if (far := _far()) is not None:
         return far.ask("outcome", job.id)  # type: ignore[no-any-return]
     kept = job.directory / RESULT_FILE
     return kept.read_text() if kept.exists() else None

@@ -30,13 +30,17 @@ import time
 from skyward.errors import ClusterError
 from skyward.jobs.store import JobStore, folder
 
-__all__ = ["IDLE_SECONDS", "TICK", "ensure", "running", "serve", "stop", "wake"]
+__all__ = ["CLUSTER_USE", "IDLE_SECONDS", "TICK", "ensure", "running", "serve", "stop", "wake"]
 
 #: Seconds between the loop's rounds when nothing wakes it.
 TICK = 1.0
 #: Seconds with no job to watch after which the controller exits (``SKYWARD_JOBS_CONTROLLER_IDLE``
 #: in the environment it starts in changes it).
 IDLE_SECONDS = 600.0
+#: Set (by :mod:`skyward.jobs.remote`) to the folder of the worker of the named cluster the
+#: controller runs on: while it runs, the controller is one of that cluster's running jobs
+#: (a pid file in the folder's ``jobs/controller/``), so the cluster's autostop waits for it.
+CLUSTER_USE = "SKYWARD_JOBS_CLUSTER_DIR"
 #: Start the controller in a session of its own; exit once it holds its lock (0), or with its
 #: status when it ends first (argv: the lock's path, then its command line). Its parent is then
 #: gone: the controller belongs to no client.
@@ -156,6 +160,7 @@ def serve() -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} controller pid {os.getpid()} started", flush=True)
+    in_use = _count_as_a_job(os.environ.pop(CLUSTER_USE, ""))
     store = JobStore()
     def wake_loop() -> None:
         with contextlib.suppress(BlockingIOError):
@@ -177,9 +182,29 @@ def serve() -> int:
             os.read(wake_r, 4096)
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} controller pid {os.getpid()} exits "
           + ("(SIGTERM)" if stopping else f"(no job for {idle:g}s)"), flush=True)
+    if in_use is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(in_use)
     if stopping:  # (at once: a look or teardown in flight is the next controller's to do again)
         os._exit(0)
     return 0
+
+
+def _count_as_a_job(cluster_dir: str) -> str | None:
+    """Write this process's pid where the cluster's worker in ``cluster_dir`` counts running
+    jobs (:func:`skyward.runtime.cluster.running_jobs`); the pid file's path, None without one."""
+    if not cluster_dir:
+        return None
+    place = os.path.join(os.path.expanduser(cluster_dir), "jobs", "controller")
+    try:
+        os.makedirs(place, mode=0o700, exist_ok=True)
+        path = os.path.join(place, "controller.pid")
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+    except OSError as exc:
+        print(f"cannot count as a job of the cluster in {cluster_dir}: {exc}", flush=True)
+        return None
+    return path
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ With the variable unset the controller is a detached process on this machine
    (:mod:`skyward.jobs.answer`), which does there what this machine would do with a local
    controller, and answers with a pickle (a value or the typed error raised there);
 2. the controller runs on that node, started by the first ask that needs it, in a session of its
-   own: it outlives the SSH command, and this machine may shut down;
+   own: it outlives the SSH command, and this machine may shut down; while it runs it counts as
+   a running job of the cluster, so the cluster's autostop waits for it;
 3. its records and logs live on that node, under ``~/.skyward/controllers/<cluster id>``
    (its own skyward home: two controller clusters on one host never mix their jobs), so they
    survive the controller's restart and any client's;
@@ -36,6 +37,7 @@ from typing import IO, Any
 
 from skyward.clusters.state import ClusterRecord, ClusterStore
 from skyward.errors import ClusterError, ConfigError
+from skyward.jobs.controller import CLUSTER_USE
 
 __all__ = ["ANSWER_MARK", "VARIABLE", "RemoteController", "controller_home", "named"]
 
@@ -80,7 +82,9 @@ class RemoteController:
         here, with its type). Output before the answer goes to ``out`` line by line as it comes."""
         from skyward.transport import reach
 
+        cluster_dir = f"{self.record.roots[0]}/c/{self.record.id}" if self.record.roots else ""
         command = (f"SKYWARD_HOME={shlex.quote(controller_home(self.record))} "
+                   f"{CLUSTER_USE}={shlex.quote(cluster_dir)} "
                    + shlex.join([self.record.pythons[0], "-m", "skyward.jobs.answer", verb, *map(str, args)]))
         answer: list[str] = []
         errors: list[str] = []

@@ -140,6 +140,21 @@ def test_a_managed_job_through_a_fault(case: str, remote: Path, test_hosts: list
             client.cancel([job])
 
 
+def test_skyward_jobs_cancel_from_another_process_ends_a_job_on_the_hosts_controller(
+        remote: Path, test_hosts: list[TestHost], wheelhouse: str) -> None:
+    node = test_hosts[1]
+    folder = shared_folder()
+    job = sky.jobs.launch(held(str(folder)), provider=ssh_provider([node], wheelhouse)).id
+    until(lambda: running(job, folder), 60, "the job to run on host 1")
+    assert node.processes("skyward") != []
+    cancelled = subprocess.run([sys.executable, "-m", "skyward.cli", "jobs", "cancel", str(job), "-y"], cwd=ROOT,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                               timeout=180)
+    assert (cancelled.returncode, cancelled.stdout) == (0, f"managed job {job} CANCELLED\n"), cancelled.stderr
+    assert [(j.id, j.status, j.cleaned) for j in client.jobs()] == [(job, "CANCELLED", True)]
+    nothing_left(remote, node)  # (its cluster gone from the controller's records, no process on host 1)
+
+
 def submitted_by_a_killed_client(provider: sky.SSH, folder: Path, tmp_path: Path) -> int:
     """``sky.jobs.launch`` in a program SIGKILLed as soon as it has printed the job's id."""
     (tmp_path / "provider").write_bytes(pickle.dumps(provider))

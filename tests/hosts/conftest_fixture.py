@@ -61,11 +61,31 @@ def wheelhouse() -> str:
     The hosts cannot reach the internet: packages come from here (under /tmp, which the hosts
     share) and are installed with ``no_index=True``.
     """
-    key = hashlib.sha256(json.dumps([WHEELHOUSE_REQUIREMENTS, sys.version_info[:2], platform.machine()])
+    return downloaded_wheels(WHEELHOUSE_REQUIREMENTS)
+
+
+def downloaded_wheels(requirements: tuple[str, ...]) -> str:
+    """A directory of the wheels of ``requirements`` (and their dependencies) under /tmp,
+    downloaded once for this Python and machine, and reused across sessions."""
+    key = hashlib.sha256(json.dumps([requirements, sys.version_info[:2], platform.machine()])
                          .encode()).hexdigest()[:12]
     directory = Path("/tmp/skyward-test-wheelhouse") / key
     if (directory / ".complete").exists():
         return str(directory)
+    staging = directory.with_name(f"{key}.{os.getpid()}.partial")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(staging), *requirements],
+        capture_output=True, text=True, timeout=300,
+    )
+    if proc.returncode != 0:
+        pytest.fail("cannot download the test wheelhouse (needs a package index on this machine):\n"
+                    + proc.stderr[-2000:])
+    (staging / ".complete").touch()
+    try:
+        staging.rename(directory)
+    except OSError:  # another session finished first
+        subprocess.run(["rm", "-rf", str(staging)], check=False)
+    return str(directory)
     staging = directory.with_name(f"{key}.{os.getpid()}.partial")
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(staging),
