@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -102,6 +103,11 @@ class SlurmCluster:
         commands that started them."""
         return [pid for pid in _processes_with_env(f"SLURM_CONF={self.conf}")
                 if b"skyward.worker" in _cmdline(pid)]
+
+    def processes(self, *marks: bytes) -> list[int]:
+        """PIDs of processes of this cluster's job steps whose command line has any of ``marks``."""
+        return [pid for pid in _processes_with_env(f"SLURM_CONF={self.conf}")
+                if any(mark in _cmdline(pid) for mark in marks)]
 
     def wait_workers_gone(self, timeout: float = 15.0) -> list[int]:
         deadline = time.monotonic() + timeout
@@ -215,9 +221,10 @@ PartitionName={URGENT} Nodes={','.join(n for n, _ in hosts)} MaxTime={URGENT_MAX
 """
 
 
-def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str]]) -> SlurmCluster:
+def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str, str]]) -> SlurmCluster:
     """Start a cluster under ``base``: ``hosts`` are (node name, address, network namespace
-    path or ``pid:<pid>`` of a process whose network and UTS namespaces the node joins)."""
+    path or ``pid:<pid>`` of a process whose network and UTS namespaces the node joins, and
+    the directory of the host's ``hosts`` and ``resolv.conf``, or "")."""
     base.mkdir(parents=True, exist_ok=True)
     for d in ("state", "spool", "munge"):
         (base / d).mkdir(exist_ok=True)
@@ -229,9 +236,9 @@ def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str]]) -> Slur
     conf = base / "slurm.conf"
     # (beside slurm.conf, where slurmd looks; each "GPU" a device file that every machine has)
     (base / "gres.conf").write_text(f"Name=gpu File=/dev/tty[0-{GPUS_PER_NODE - 1}]\n")
-    conf.write_text(_conf(base, bridge_ip, [(n, ip) for n, ip, _ in hosts], _free_port(), _free_port(),
+    conf.write_text(_conf(base, bridge_ip, [(n, ip) for n, ip, _, _ in hosts], _free_port(), _free_port(),
                           munge_socket))
-    cluster = SlurmCluster(base, str(conf), [n for n, _, _ in hosts], {n: ip for n, ip, _ in hosts})
+    cluster = SlurmCluster(base, str(conf), [n for n, *_ in hosts], {n: ip for n, ip, *_ in hosts})
     env = cluster.env
     log = open(base / "daemons.log", "ab")  # noqa: SIM115 - the daemons' own stdio, kept while they run
     try:
@@ -242,10 +249,10 @@ def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str]]) -> Slur
         _wait_for(lambda: munge_socket.exists(), 15, "munged's socket", cluster)
         cluster.daemons.append(subprocess.Popen(["slurmctld", "-D", "-i"], stdout=log, stderr=log, env=env,
                                                 start_new_session=True))
-        for name, _ip, netns in hosts:
+        for name, _ip, netns, etc in hosts:
             enter = (["nsenter", f"--target={netns[4:]}", "--net", "--uts"] if netns.startswith("pid:")
                      else ["nsenter", f"--net={netns}"])
-            cluster.slurmd_argv[name] = [*enter, "slurmd", "-D", "-N", name]
+            cluster.slurmd_argv[name] = [*enter, *_own_resolver(etc), "slurmd", "-D", "-N", name]
             cluster.start_slurmd(name)
         cluster.wait_idle()
     except BaseException:
@@ -254,12 +261,25 @@ def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str]]) -> Slur
     return cluster
 
 
+def _own_resolver(etc: str) -> list[str]:
+    """What runs slurmd with the host's ``/etc/hosts`` and ``resolv.conf`` (``etc``: their
+    directory), in a mount namespace copied from this machine's, so that the node's steps see
+    every file as the client does (``/sys`` too) and resolve the nodes' names as on a cluster:
+    its own hostname (gloo binds to the address it resolves to, else to loopback) and no DNS
+    server out of reach (torch's c10d store waited 10 s per lookup there)."""
+    if not etc:
+        return []
+    hosts, resolv = shlex.quote(f"{etc}/hosts"), shlex.quote(f"{etc}/resolv.conf")
+    return ["unshare", "--mount", "--propagation", "slave", "sh", "-c",
+            f'mount --bind {hosts} /etc/hosts && mount --bind {resolv} /etc/resolv.conf && exec "$@"', "sh"]
+
+
 @contextlib.contextmanager
 def serving(test_hosts) -> Iterator[SlurmCluster]:
     """A cluster on ``test_hosts`` (tests/hosts/) while the block runs, this process's Slurm
     commands (the provider's) pointed at it through ``SLURM_CONF``; everything removed after."""
     base = Path(tempfile.mkdtemp(prefix="skyward-slurm-"))
-    cluster = start(base, test_hosts[0].bridge_ip, [(h.name, h.ip, f"pid:{h.sshd_pid}") for h in test_hosts])
+    cluster = start(base, test_hosts[0].bridge_ip, [(h.name, h.ip, f"pid:{h.sshd_pid}", h.dir) for h in test_hosts])
     saved = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = cluster.conf
     try:

@@ -15,6 +15,7 @@ import pytest
 import skyward as sky
 from skyward import events as ev
 from tests import slurm_cluster
+from tests.conftest import free_port
 
 pytestmark = slurm_cluster.needs_slurm
 slurm, nothing_left = slurm_cluster.slurm, slurm_cluster.nothing_left  # (the shared fixtures)
@@ -219,6 +220,23 @@ def test_a_two_node_task_file_runs_on_slurm(slurm, tmp_path, how) -> None:
     assert f"2 node(s) of {where}" in done.stdout
     for rank, node in enumerate(slurm.nodes):
         assert f"rank {rank} of 2 on {node}" in done.stdout + done.stderr
+
+
+def test_skypilots_mingpt_recipe_trains_across_the_allocation_with_torchrun(slurm) -> None:
+    # `skyward launch --infra slurm` on the recipe as it ships (torchrun from the SKYPILOT_*
+    # variables, the head's NodeAddr as MASTER_ADDR), CPU torch and gloo, a few steps.
+    pytest.importorskip("torch")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "skyward.cli", "launch", "--infra", "slurm", "-y",
+                           "examples/mingpt/train.yaml", "--env", "MINGPT_STEPS=3", "--env", f"MINGPT_PORT={free_port()}"],
+                          cwd=root, env={**slurm.env, "PYTHONPATH": str(root)}, capture_output=True, text=True,
+                          timeout=240, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "2 node(s) of the default Slurm partition" in done.stdout
+    assert "mingpt: world of 2 rank(s) on 2 node(s); all_reduce saw ranks [0, 1]" in done.stdout
+    assert "[node 0] mingpt: done: 3 steps across 2 rank(s)" in done.stdout
+    assert "weights identical on every rank" in done.stdout
+    assert slurm.jobs() == [] and slurm.processes(b"torchrun", b"main.py") == []  # (nothing left, at once)
 
 
 @pytest.mark.parametrize(("flags", "accepted"), [
