@@ -5,6 +5,9 @@ After every test Slurm runs no job of ours and no worker is left on any node."""
 
 from __future__ import annotations
 
+import os
+import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +18,7 @@ import pytest
 import skyward as sky
 from skyward import events as ev
 from tests import slurm_cluster
-from tests.conftest import free_port
+from tests.conftest import free_port, interactive_signals, pid_alive
 
 pytestmark = slurm_cluster.needs_slurm
 slurm, nothing_left = slurm_cluster.slurm, slurm_cluster.nothing_left  # (the shared fixtures)
@@ -191,6 +194,49 @@ def test_ctrl_c_while_the_allocation_is_queued_cancels_it(slurm, tmp_path) -> No
             client.kill()
             client.wait()
         slurm.run("scancel", "--name=blocker")
+
+
+#: salloc as Slurm ships it, except that it lingers after the grant, long enough for the
+#: client's Ctrl-C to land before the client has read the job id: it says ``granted`` (and its
+#: pid) on a FIFO, then waits to be killed.
+LINGERING_SALLOC = """#!/bin/sh
+{salloc} "$@"
+echo "granted $$" > {fifo}
+exec sleep 300
+"""
+
+
+def test_ctrl_c_between_the_grant_and_reading_the_job_id_leaves_no_allocation(slurm, tmp_path) -> None:
+    bin_dir, fifo = tmp_path / "bin", tmp_path / "granted"
+    bin_dir.mkdir()
+    os.mkfifo(fifo)
+    (bin_dir / "salloc").write_text(LINGERING_SALLOC.format(salloc=shutil.which("salloc"), fifo=fifo))
+    (bin_dir / "salloc").chmod(0o755)
+    (tmp_path / "client.py").write_text(CLIENT)
+    env = {**slurm.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # (open first: the salloc's echo does not block)
+    client = subprocess.Popen([sys.executable, str(tmp_path / "client.py")], env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=interactive_signals)
+    lingering = 0
+    try:
+        assert select.select([reader], [], [], 60)[0], "salloc never said it was granted"
+        said = os.read(reader, 100).decode().split()
+        assert said[0] == "granted", said
+        lingering = int(said[1])
+        assert [line.split()[2] for line in slurm.jobs()] == ["RUNNING"]  # (granted: the window is open)
+        client.send_signal(signal.SIGINT)
+        rest = client.stderr.read()
+        assert client.wait(60) != 0, rest
+        assert slurm.jobs() == [], rest  # cancelled before the client exited
+    finally:
+        os.close(reader)
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+        if lingering and pid_alive(lingering):
+            os.kill(lingering, signal.SIGKILL)
 
 
 TASK = """\
