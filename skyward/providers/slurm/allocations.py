@@ -129,20 +129,27 @@ class Allocations:
     def refused(self, spec: PoolSpec, said: str) -> Exception:
         """The error for a request Slurm refused at submission, naming what it refused."""
         lower = said.lower()
+        if "account" in lower:  # ("Invalid account or account/partition combination specified")
+            return ConfigError("account", f"an account you may charge ({self._associated('account')})",
+                               self.account, detail=f"Slurm said: {said}")
+        if "qos" in lower:
+            return ConfigError("qos", f"a QOS your account may use ({self._associated('qos')})", self.qos,
+                               detail=f"Slurm said: {said}")
         if "partition" in lower:
             return ConfigError("partition", f"one of the cluster's partitions ({', '.join(self.partitions())})",
                                self.partition, detail=f"Slurm said: {said}")
-        if "account" in lower:
-            return ConfigError("account", "an account you may charge (see `sacctmgr show assoc user=$USER`)",
-                               self.account, detail=f"Slurm said: {said}")
-        if "qos" in lower:
-            return ConfigError("qos", "a QOS your account may use (see `sacctmgr show assoc user=$USER`)",
-                               self.qos, detail=f"Slurm said: {said}")
         if "node count" in lower or "node configuration" in lower:
             return self.too_many(spec, self.partition_nodes(), f"Slurm said: {said}")
         if "time limit" in lower:
             return ConfigError("time", "a time limit within the partition's", self.time, detail=f"Slurm said: {said}")
         return ProvisionError(f"sbatch refused the allocation: {said}", provider=self.name)
+
+    def _associated(self, column: str) -> str:
+        """The accounts (or QOS) of the user's associations, from Slurm's accounting database."""
+        listed = self.commands.run(["sh", "-c", f'sacctmgr -n -P show assoc user="$(id -un)" format={column}'],
+                                   timeout=30)
+        names = sorted({n for n in listed.stdout.replace("\n", ",").split(",") if n.strip()})
+        return ", ".join(names) if listed.returncode == 0 and names else "see `sacctmgr show assoc user=$USER`"
 
     def too_many(self, spec: PoolSpec, total: int, why: str) -> ConfigError:
         where = f"partition {self.partition}" if self.partition else "the default partition"
