@@ -274,7 +274,8 @@ def test_skypilots_mingpt_recipe_trains_across_the_allocation_with_torchrun(slur
     pytest.importorskip("torch")
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-m", "skyward.cli", "launch", "--infra", "slurm", "-y",
-                           "examples/mingpt/train.yaml", "--env", "MINGPT_STEPS=3", "--env", f"MINGPT_PORT={free_port()}"],
+                           "examples/mingpt/train.yaml", "--env", "MINGPT_STEPS=3",
+                           "--env", f"MINGPT_PORT={free_port()}"],
                           cwd=root, env={**slurm.env, "PYTHONPATH": str(root)}, capture_output=True, text=True,
                           timeout=240, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -118,7 +118,10 @@ class Allocations:
         with _ONE_REQUEST:
             others = {job for job, thread in self._asked.items() if thread != me} | set(self._held)
             mine = {job for job, thread in self._asked.items() if thread == me}
-            out = self.commands.run(["squeue", "-h", "--me", f"--name=skyward-{spec.pool_id}", "-o", "%i"]).stdout
+            try:
+                out = self.commands.run(["squeue", "-h", "--me", f"--name=skyward-{spec.pool_id}", "-o", "%i"]).stdout
+            except (ConfigError, ProvisionError):  # (Slurm out of reach: the error that brought us here says so)
+                out = ""
             strays = set(out.split()) - others
         for job in sorted(mine | strays):
             self._asked.pop(job, None)
