@@ -80,7 +80,7 @@ def measure(quick: bool) -> dict:
         testhosts.down(prefix=slot.prefix)
         hosts = testhosts.up(2, prefix=slot.prefix, subnet=slot.subnet)
         try:
-            with slurm_cluster.running(hosts) as cluster:
+            with slurm_cluster.serving(hosts) as cluster:
                 pool_start()  # (first use: not measured)
                 starts, floors = [], []
                 for _ in range(runs):  # interleaved, so that both see the same machine

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -103,6 +104,11 @@ class SlurmCluster:
         return [pid for pid in _processes_with_env(f"SLURM_CONF={self.conf}")
                 if b"skyward.worker" in _cmdline(pid)]
 
+    def processes(self, *marks: bytes) -> list[int]:
+        """PIDs of processes of this cluster's job steps whose command line has any of ``marks``."""
+        return [pid for pid in _processes_with_env(f"SLURM_CONF={self.conf}")
+                if any(mark in _cmdline(pid) for mark in marks)]
+
     def wait_workers_gone(self, timeout: float = 15.0) -> list[int]:
         deadline = time.monotonic() + timeout
         while (left := self.workers()) and time.monotonic() < deadline:
@@ -173,7 +179,7 @@ def _processes_with_env(entry: str) -> list[int]:
 
 
 def _conf(base: Path, bridge_ip: str, hosts: list[tuple[str, str]], ctl_port: int, slurmd_port: int,
-          munge_socket: Path) -> str:
+          munge_socket: Path, accounting: str) -> str:
     node_lines = "\n".join(f"NodeName={name} NodeAddr={ip} CPUs={CPUS_PER_NODE} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
                            for name, ip in hosts)
     return f"""\
@@ -198,7 +204,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+{accounting}
 MpiDefault=none
 GresTypes=gpu
 PreemptType=preempt/partition_prio
@@ -215,9 +221,11 @@ PartitionName={URGENT} Nodes={','.join(n for n, _ in hosts)} MaxTime={URGENT_MAX
 """
 
 
-def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str]]) -> SlurmCluster:
+def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str, str]], accounting: bool = False) -> SlurmCluster:
     """Start a cluster under ``base``: ``hosts`` are (node name, address, network namespace
-    path or ``pid:<pid>`` of a process whose network and UTS namespaces the node joins)."""
+    path or ``pid:<pid>`` of a process whose network and UTS namespaces the node joins, and
+    the directory of the host's ``hosts`` and ``resolv.conf``, or ""). ``accounting``: with
+    Slurm's accounting database (see :func:`_serve_accounting`)."""
     base.mkdir(parents=True, exist_ok=True)
     for d in ("state", "spool", "munge"):
         (base / d).mkdir(exist_ok=True)
@@ -229,9 +237,13 @@ def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str]]) -> Slur
     conf = base / "slurm.conf"
     # (beside slurm.conf, where slurmd looks; each "GPU" a device file that every machine has)
     (base / "gres.conf").write_text(f"Name=gpu File=/dev/tty[0-{GPUS_PER_NODE - 1}]\n")
-    conf.write_text(_conf(base, bridge_ip, [(n, ip) for n, ip, _ in hosts], _free_port(), _free_port(),
-                          munge_socket))
-    cluster = SlurmCluster(base, str(conf), [n for n, _, _ in hosts], {n: ip for n, ip, _ in hosts})
+    dbd_port = _free_port()
+    enforced = ("AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\n"
+                f"AccountingStoragePort={dbd_port}\nAccountingStorageEnforce=associations,limits,qos\n"
+                f"AccountingStoragePass={munge_socket}")  # (the munge socket of the talks to slurmdbd)
+    conf.write_text(_conf(base, bridge_ip, [(n, ip) for n, ip, _, _ in hosts], _free_port(), _free_port(),
+                          munge_socket, enforced if accounting else "AccountingStorageType=accounting_storage/none"))
+    cluster = SlurmCluster(base, str(conf), [n for n, *_ in hosts], {n: ip for n, ip, *_ in hosts})
     env = cluster.env
     log = open(base / "daemons.log", "ab")  # noqa: SIM115 - the daemons' own stdio, kept while they run
     try:
@@ -240,12 +252,14 @@ def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str]]) -> Slur
              f"--pid-file={base}/munge/munged.pid", f"--seed-file={base}/munge/munged.seed",
              f"--log-file={base}/munge.log"], stdout=log, stderr=log, env=env, start_new_session=True))
         _wait_for(lambda: munge_socket.exists(), 15, "munged's socket", cluster)
+        if accounting:
+            _serve_accounting(cluster, munge_socket, dbd_port, log)
         cluster.daemons.append(subprocess.Popen(["slurmctld", "-D", "-i"], stdout=log, stderr=log, env=env,
                                                 start_new_session=True))
-        for name, _ip, netns in hosts:
+        for name, _ip, netns, etc in hosts:
             enter = (["nsenter", f"--target={netns[4:]}", "--net", "--uts"] if netns.startswith("pid:")
                      else ["nsenter", f"--net={netns}"])
-            cluster.slurmd_argv[name] = [*enter, "slurmd", "-D", "-N", name]
+            cluster.slurmd_argv[name] = [*enter, *_own_resolver(etc), "slurmd", "-D", "-N", name]
             cluster.start_slurmd(name)
         cluster.wait_idle()
     except BaseException:
@@ -254,12 +268,88 @@ def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str]]) -> Slur
     return cluster
 
 
+#: The accounts and QOS of the accounting cluster's user (root); the first is the default.
+ACCOUNTS = ("research", "teaching")
+QOS = ("normal", "high")
+
+
+def _serve_accounting(cluster: SlurmCluster, munge_socket: Path, dbd_port: int, log) -> None:
+    """Slurm's accounting database: a MariaDB server of the cluster's own (its data, socket and
+    port private), ``slurmdbd`` on ``dbd_port``, the cluster registered, and this user's
+    associations: :data:`ACCOUNTS` and :data:`QOS`. Slurm's 22.05 slurmdbd stores only in MySQL
+    or MariaDB (accounting_storage/mysql is its one storage plugin)."""
+    base, db_port = cluster.base, _free_port()
+    done = subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={base}/db", "--user=root",
+                           "--auth-root-authentication-method=normal", "--skip-test-db"],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"mariadb-install-db failed: {done.stdout}{done.stderr}")
+    cluster.daemons.append(subprocess.Popen(
+        ["mariadbd", "--no-defaults", f"--datadir={base}/db", f"--socket={base}/db.sock", f"--port={db_port}",
+         "--bind-address=127.0.0.1", "--user=root", f"--pid-file={base}/db.pid", f"--log-error={base}/db.log",
+         "--skip-log-bin", "--innodb-buffer-pool-size=32M"], stdout=log, stderr=log, env=cluster.env,
+        start_new_session=True))
+    _wait_for(lambda: (base / "db.sock").exists(), 60, "mariadbd's socket", cluster)
+    grant = "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm'; GRANT ALL ON *.* TO 'slurm'@'127.0.0.1'"
+    subprocess.run(["mariadb", "--no-defaults", f"--socket={base}/db.sock", "-u", "root", "-e", grant],
+                   check=True, capture_output=True, timeout=60)
+    dbd_conf = base / "slurmdbd.conf"  # (beside slurm.conf, where slurmdbd looks)
+    dbd_conf.write_text(f"""\
+AuthType=auth/munge
+AuthInfo=socket={munge_socket}
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={dbd_port}
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={db_port}
+StorageUser=slurm
+StoragePass=slurm
+StorageLoc=slurm_acct
+LogFile={base}/slurmdbd.log
+PidFile={base}/slurmdbd.pid
+""")
+    os.chmod(dbd_conf, 0o600)
+    cluster.daemons.append(subprocess.Popen(["slurmdbd", "-D"], stdout=log, stderr=log, env=cluster.env,
+                                            start_new_session=True))
+    _wait_for(lambda: cluster.run("sacctmgr", "-n", "show", "cluster").returncode == 0, 60, "slurmdbd", cluster)
+    name = next(line.split("=", 1)[1] for line in Path(cluster.conf).read_text().splitlines()
+                if line.startswith("ClusterName="))
+    for argv in (["add", "cluster", name], ["add", "account", ",".join(ACCOUNTS), f"Cluster={name}"],
+                 ["add", "qos", ",".join(QOS[1:])],
+                 ["add", "user", "root", f"Account={','.join(ACCOUNTS)}", f"DefaultAccount={ACCOUNTS[0]}",
+                  f"Cluster={name}"],
+                 ["modify", "user", "root", "set", f"QOS={','.join(QOS)}", f"DefaultQOS={QOS[0]}"]):
+        done = cluster.run("sacctmgr", "-i", *argv)
+        if done.returncode != 0:
+            raise RuntimeError(f"sacctmgr {' '.join(argv)} failed: {done.stdout}{done.stderr}\n{cluster.logs()}")
+
+
+def _own_resolver(etc: str) -> list[str]:
+    """What runs slurmd with the host's ``/etc/hosts`` and ``resolv.conf`` (``etc``: their
+    directory), in a mount namespace copied from this machine's, so that the node's steps see
+    every file as the client does (``/sys`` too) and resolve the nodes' names as on a cluster:
+    its own hostname (gloo binds to the address it resolves to, else to loopback) and no DNS
+    server out of reach (torch's c10d store waited 10 s per lookup there)."""
+    if not etc:
+        return []
+    hosts, resolv = shlex.quote(f"{etc}/hosts"), shlex.quote(f"{etc}/resolv.conf")
+    return ["unshare", "--mount", "--propagation", "slave", "sh", "-c",
+            f'mount --bind {hosts} /etc/hosts && mount --bind {resolv} /etc/resolv.conf && exec "$@"', "sh"]
+
+
 @contextlib.contextmanager
-def serving(test_hosts) -> Iterator[SlurmCluster]:
+def serving(test_hosts, accounting: bool = False) -> Iterator[SlurmCluster]:
     """A cluster on ``test_hosts`` (tests/hosts/) while the block runs, this process's Slurm
     commands (the provider's) pointed at it through ``SLURM_CONF``; everything removed after."""
     base = Path(tempfile.mkdtemp(prefix="skyward-slurm-"))
-    cluster = start(base, test_hosts[0].bridge_ip, [(h.name, h.ip, f"pid:{h.sshd_pid}") for h in test_hosts])
+    try:
+        cluster = start(base, test_hosts[0].bridge_ip,
+                        [(h.name, h.ip, f"pid:{h.sshd_pid}", h.dir) for h in test_hosts], accounting)
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
     saved = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = cluster.conf
     try:
@@ -284,6 +374,9 @@ def _wait_for(check, timeout: float, what: str, cluster: SlurmCluster) -> None:
 # -- what every Slurm test file uses (imported there by name) -------------------------------------
 needs_slurm = pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.which("munged") is None,
                                  reason="Slurm's packages (slurmctld, slurmd, slurm-client, munge) are not installed")
+needs_accounting = pytest.mark.skipif(any(shutil.which(c) is None for c in ("slurmctld", "munged", "slurmdbd",
+                                                                          "mariadbd", "mariadb-install-db")),
+                                      reason="Slurm's packages with slurmdbd and mariadb-server are not installed")
 
 
 @pytest.fixture(scope="module")

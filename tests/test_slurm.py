@@ -5,6 +5,9 @@ After every test Slurm runs no job of ours and no worker is left on any node."""
 
 from __future__ import annotations
 
+import os
+import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +18,7 @@ import pytest
 import skyward as sky
 from skyward import events as ev
 from tests import slurm_cluster
+from tests.conftest import free_port, interactive_signals, pid_alive
 
 pytestmark = slurm_cluster.needs_slurm
 slurm, nothing_left = slurm_cluster.slurm, slurm_cluster.nothing_left  # (the shared fixtures)
@@ -192,6 +196,49 @@ def test_ctrl_c_while_the_allocation_is_queued_cancels_it(slurm, tmp_path) -> No
         slurm.run("scancel", "--name=blocker")
 
 
+#: salloc as Slurm ships it, except that it lingers after the grant, long enough for the
+#: client's Ctrl-C to land before the client has read the job id: it says ``granted`` (and its
+#: pid) on a FIFO, then waits to be killed.
+LINGERING_SALLOC = """#!/bin/sh
+{salloc} "$@"
+echo "granted $$" > {fifo}
+exec sleep 300
+"""
+
+
+def test_ctrl_c_between_the_grant_and_reading_the_job_id_leaves_no_allocation(slurm, tmp_path) -> None:
+    bin_dir, fifo = tmp_path / "bin", tmp_path / "granted"
+    bin_dir.mkdir()
+    os.mkfifo(fifo)
+    (bin_dir / "salloc").write_text(LINGERING_SALLOC.format(salloc=shutil.which("salloc"), fifo=fifo))
+    (bin_dir / "salloc").chmod(0o755)
+    (tmp_path / "client.py").write_text(CLIENT)
+    env = {**slurm.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # (open first: the salloc's echo does not block)
+    client = subprocess.Popen([sys.executable, str(tmp_path / "client.py")], env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=interactive_signals)
+    lingering = 0
+    try:
+        assert select.select([reader], [], [], 60)[0], "salloc never said it was granted"
+        said = os.read(reader, 100).decode().split()
+        assert said[0] == "granted", said
+        lingering = int(said[1])
+        assert [line.split()[2] for line in slurm.jobs()] == ["RUNNING"]  # (granted: the window is open)
+        client.send_signal(signal.SIGINT)
+        rest = client.stderr.read()
+        assert client.wait(60) != 0, rest
+        assert slurm.jobs() == [], rest  # cancelled before the client exited
+    finally:
+        os.close(reader)
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+        if lingering and pid_alive(lingering):
+            os.kill(lingering, signal.SIGKILL)
+
+
 TASK = """\
 name: ranks
 num_nodes: 2
@@ -219,6 +266,24 @@ def test_a_two_node_task_file_runs_on_slurm(slurm, tmp_path, how) -> None:
     assert f"2 node(s) of {where}" in done.stdout
     for rank, node in enumerate(slurm.nodes):
         assert f"rank {rank} of 2 on {node}" in done.stdout + done.stderr
+
+
+def test_skypilots_mingpt_recipe_trains_across_the_allocation_with_torchrun(slurm) -> None:
+    # `skyward launch --infra slurm` on the recipe as it ships (torchrun from the SKYPILOT_*
+    # variables, the head's NodeAddr as MASTER_ADDR), CPU torch and gloo, a few steps.
+    pytest.importorskip("torch")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "skyward.cli", "launch", "--infra", "slurm", "-y",
+                           "examples/mingpt/train.yaml", "--env", "MINGPT_STEPS=3",
+                           "--env", f"MINGPT_PORT={free_port()}"],
+                          cwd=root, env={**slurm.env, "PYTHONPATH": str(root)}, capture_output=True, text=True,
+                          timeout=240, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "2 node(s) of the default Slurm partition" in done.stdout
+    assert "mingpt: world of 2 rank(s) on 2 node(s); all_reduce saw ranks [0, 1]" in done.stdout
+    assert "[node 0] mingpt: done: 3 steps across 2 rank(s)" in done.stdout
+    assert "weights identical on every rank" in done.stdout
+    assert slurm.jobs() == [] and slurm.processes(b"torchrun", b"main.py") == []  # (nothing left, at once)
 
 
 @pytest.mark.parametrize(("flags", "accepted"), [

@@ -99,6 +99,25 @@ def test_an_allocation_slurm_ended_shows_stopped_and_the_next_pool_gets_a_new_on
         pool.down()
 
 
+def test_stop_releases_the_allocation_keeps_the_record_and_start_asks_slurm_again(slurm, own_home) -> None:
+    with sky.ComputePool(provider=sky.Slurm(partition=slurm.partition, time="20:00"), nodes=2, name="paused",
+                         console=False) as pool:
+        before = node_and_pid() @ pool
+    [job] = job_ids(slurm)
+    stopped = skyward("stop", "paused")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert slurm.jobs() == [] and slurm.wait_workers_gone() == []  # released, confirmed before `stop` returned
+    assert [c.status for c in manage.status(["paused"])] == ["STOPPED"]  # the record stays
+    started = skyward("start", "paused")
+    assert started.returncode == 0, started.stdout + started.stderr
+    [again] = slurm.run("squeue", "-h", "-o", "%i %P %D %l").stdout.split("\n")[:1]
+    assert again.split()[0] != job and again.split()[1:] == [slurm.partition, "2", "20:00"]  # the same request
+    with sky.ComputePool(name="paused", console=False) as pool:
+        after = node_and_pid() @ pool
+        assert [node for node, _ in after] == slurm.nodes and {p for _, p in after}.isdisjoint(p for _, p in before)
+    assert manage.down("paused") == []
+
+
 def test_autostop_releases_the_allocation(slurm, own_home) -> None:
     with sky.ComputePool(provider=sky.Slurm(partition=slurm.partition), nodes=1, name="idle", idle_minutes=0.02,
                          console=False) as pool:

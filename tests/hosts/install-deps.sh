@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the system packages the SSH test-host harness (tests/hosts/testhosts.py)
-# and the Slurm test cluster (tests/slurm_cluster.py) need. Idempotent: only missing packages are installed, and `apt-get update`
+# and the Slurm test cluster (tests/slurm_cluster.py, with its accounting database) need. Idempotent: only missing packages are installed, and `apt-get update`
 # runs once, only when something is missing. Run as root on Debian/Ubuntu.
 set -euo pipefail
 
@@ -35,6 +35,10 @@ needs=(
     "slurmd:slurmd"
     "slurm-client:sbatch srun salloc squeue scancel scontrol sinfo"
     "munge:munged"
+    # Slurm's accounting database for tests/test_slurm_accounts.py (accounts and QOS): slurmdbd
+    # stores only in MySQL/MariaDB; the cluster fixture runs its own mariadbd, not the service.
+    "slurmdbd:slurmdbd"
+    "mariadb-server:mariadbd mariadb-install-db"
 )
 
 missing=()

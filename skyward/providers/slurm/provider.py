@@ -7,7 +7,8 @@ value and what Slurm said, before anything waits. Then ``squeue`` is asked until
 while it is pending each change of Slurm's reason (``Resources``, ``Priority``...) and of its
 place in the queue is reported to the console; the wait is bounded by the pool's
 ``start_timeout``. Whatever ends the wait early (the timeout, Ctrl-C, an error), the job is
-cancelled before the exception leaves.
+cancelled before the exception leaves, and so is one Slurm granted to a request cut short before
+its job id was read (:mod:`~skyward.providers.slurm.allocations`).
 
 Reach: each node's :class:`~skyward.machine.Instance` carries the command that starts a process
 on it inside the allocation (``srun --jobid=J --overlap -N1 -n1 -w NODE``): the pool starts its
@@ -43,38 +44,27 @@ Release: ``scancel`` the job, then wait until Slurm no longer runs it. A node re
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from skyward._retry import Backoff
 from skyward.errors import CapacityError, ConfigError, ProvisionError, SlurmTimeLimit, WorkerLost
 from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider
 from skyward.providers.slurm import limits
+from skyward.providers.slurm.allocations import ENDED, POLL, Allocations, looks
 from skyward.providers.slurm.commands import SlurmCommands, login_host
 
 if TYPE_CHECKING:
     from skyward.providers.ssh import SSH
 
 __all__ = ["Slurm"]
-#: Job states after which an allocation will never run (squeue's long names).
-ENDED = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-                   "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
-#: Seconds between two looks at the queue while the allocation waits: from FIRST_LOOK, growing
-#: to POLL. An idle cluster grants a job at its next scheduling pass, well under a second after
-#: submission (a pool's start waited half a second more at a constant 0.5 s, measured with
-#: bench/slurm.py); a long wait in the queue is asked about twice a second at most.
-FIRST_LOOK = 0.05
-POLL = 0.5
 #: Seconds a lost worker's job may take to show how it ended (not COMPLETING any more).
 SETTLE = 10.0
 
 
-class Slurm(Provider):
+class Slurm(Allocations, Provider):
     """Run a pool inside a Slurm allocation: one job of ``nodes`` nodes, a worker per node (or
     ``processes_per_node`` of them) started as job steps with ``srun``.
 
@@ -119,39 +109,21 @@ class Slurm(Provider):
         self.constraint = constraint
         self.extra_args = tuple(extra_args)
         self._held: dict[str, set[str]] = {}  # job id -> the ids of the pool's instances in it
+        self._asked: dict[str, int] = {}  # job id -> the thread that waits for it (not held yet)
         self._wait = 3600.0  # how long an acquired allocation may pend: the pool's start_timeout
         self._spec: PoolSpec | None = None  # what provision() was asked for
         address = None if self.ssh is None else self.ssh.address(0)
         shown = login if isinstance(login, str) or address is None else f"{address.user}@{address.host}"
         self.commands = SlurmCommands(address, shown)
 
+    def __setstate__(self, state: dict) -> None:  # (a cluster's record pickled before _asked existed)
+        self.__dict__.update({"_asked": {}, **state})
+
     def validate(self, spec: PoolSpec) -> None:
         if spec.cluster is not None and self.ssh is not None:  # (a cluster's steps start on this machine)
             raise ConfigError("login", "None with a named cluster on sky.Slurm() (a cluster's workers are started "
                               "from the login node itself)", self.commands.shown)
         self.commands.reachable()
-
-    # -- plan: the request, without I/O --------------------------------------------------------
-    def sbatch_argv(self, spec: PoolSpec) -> list[str]:
-        """The ``sbatch`` command that asks for ``spec``'s allocation."""
-        argv = ["sbatch", "--parsable", *self._request(spec), "--output=/dev/null", "--error=/dev/null",
-                "--no-requeue"]  # (a failed node would otherwise put the allocation back in the queue)
-        # The batch script only holds the allocation: the workers are steps started beside it.
-        return [*argv, *self.extra_args, "--wrap=exec sleep infinity"]
-
-    def salloc_argv(self, spec: PoolSpec) -> list[str]:
-        """The ``salloc`` command that takes ``spec``'s allocation at once, or fails leaving
-        nothing queued (an allocation without a batch script; never requeued)."""
-        return ["salloc", "--no-shell", "--immediate", *self._request(spec), *self.extra_args]
-
-    def _request(self, spec: PoolSpec) -> list[str]:
-        argv = [f"--job-name=skyward-{spec.pool_id}", f"--nodes={spec.nodes}", f"--time={self.time}"]
-        for option, value in (("partition", self.partition), ("account", self.account), ("qos", self.qos),
-                              ("constraint", self.constraint)):
-            if value is not None:
-                argv.append(f"--{option}={value}")
-        gpus = getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0
-        return [*argv, f"--gres=gpu:{gpus}"] if gpus else argv
 
     @staticmethod
     def step_argv(job: str, node: str) -> tuple[str, ...]:
@@ -168,7 +140,7 @@ class Slurm(Provider):
         # Slurm accepts a job wider than its partition and lets it pend for ever: refuse it here.
         total = self.partition_nodes()
         if total and spec.nodes > total:
-            raise self._too_many(spec, total, f"sinfo counts {total} nodes in the partition")
+            raise self.too_many(spec, total, f"sinfo counts {total} nodes in the partition")
         # ... and one asking for more time or GPUs than the partition gives.
         limits.check(self.commands, self.partition, self.time,
                          getattr(spec.accelerator, "count", 0) if spec.accelerator is not None else 0)
@@ -179,14 +151,14 @@ class Slurm(Provider):
     def _allocate(self, spec: PoolSpec, numbers: list[int], report: Callable[[str], None],
                   timeout: float) -> list[Instance]:
         """One allocation of ``len(numbers)`` nodes, described as the pool's nodes ``numbers``."""
-        job = self._submit(dataclasses.replace(spec, nodes=len(numbers)))
-        try:
+        try:  # (whatever cuts it short, a Ctrl-C in salloc included, leaves no allocation)
+            job = self.submit(dataclasses.replace(spec, nodes=len(numbers)))
             nodes = self._wait_running(job, report, timeout)
             instances = self._describe(spec, job, nodes, numbers)
+            self.held(job, {inst.id for inst in instances})
         except BaseException:
-            self._cancel(job)
+            self.let_go(spec)
             raise
-        self._held[job] = {inst.id for inst in instances}
         return instances
 
     can_acquire = True
@@ -203,65 +175,12 @@ class Slurm(Provider):
             raise
         return acquired
 
-    def _submit(self, spec: PoolSpec) -> str:
-        # An idle cluster grants salloc's request as it is made; sbatch's waits for the next
-        # scheduling pass (2 s on the test cluster: most of a pool's start, bench/slurm.py).
-        # salloc --immediate fails, leaving nothing queued, when the nodes are busy: then the
-        # job queues with sbatch, and any refusal is sbatch's.
-        granted = self.commands.run(self.salloc_argv(spec))
-        found = re.search(r"Granted job allocation (\d+)", granted.stderr + granted.stdout)
-        if granted.returncode == 0 and found:
-            return found.group(1)
-        result = self.commands.run(self.sbatch_argv(spec))
-        if result.returncode == 0:
-            return result.stdout.strip().split(";")[0]
-        raise self._refused(spec, result.said())
-
-    def _refused(self, spec: PoolSpec, said: str) -> Exception:
-        """The error for a request Slurm refused at submission, naming what it refused."""
-        lower = said.lower()
-        if "partition" in lower:
-            return ConfigError("partition", f"one of the cluster's partitions ({', '.join(self.partitions())})",
-                               self.partition, detail=f"Slurm said: {said}")
-        if "account" in lower:
-            return ConfigError("account", "an account you may charge (see `sacctmgr show assoc user=$USER`)",
-                               self.account, detail=f"Slurm said: {said}")
-        if "qos" in lower:
-            return ConfigError("qos", "a QOS your account may use (see `sacctmgr show assoc user=$USER`)",
-                               self.qos, detail=f"Slurm said: {said}")
-        if "node count" in lower or "node configuration" in lower:
-            return self._too_many(spec, self.partition_nodes(), f"Slurm said: {said}")
-        if "time limit" in lower:
-            return ConfigError("time", "a time limit within the partition's", self.time, detail=f"Slurm said: {said}")
-        return ProvisionError(f"sbatch refused the allocation: {said}", provider=self.name)
-
-    def _too_many(self, spec: PoolSpec, total: int, why: str) -> ConfigError:
-        where = f"partition {self.partition}" if self.partition else "the default partition"
-        accepted = f"at most {total} (the nodes of {where})" if total else f"fewer nodes ({where})"
-        return ConfigError("nodes", accepted, spec.nodes, detail=why)
-
-    def partitions(self) -> list[str]:
-        """The cluster's partition names (the default one marked ``*`` by sinfo, unmarked here)."""
-        out = self.commands.run(["sinfo", "-h", "-o", "%R"]).stdout
-        return sorted({line.strip() for line in out.splitlines() if line.strip()})
-
-    def partition_nodes(self) -> int:
-        """How many nodes the partition asked for (or the default one) has; 0 if unknown."""
-        argv = ["sinfo", "-h", "-o", "%D %P"] + ([f"--partition={self.partition}"] if self.partition else [])
-        total = 0
-        for line in self.commands.run(argv).stdout.splitlines():
-            count, _, name = line.partition(" ")
-            if self.partition or name.endswith("*"):
-                with contextlib.suppress(ValueError):
-                    total += int(count)
-        return total
-
     def _wait_running(self, job: str, report: Callable[[str], None], timeout: float) -> list[str]:
         """Wait until ``job`` runs; its node names. Reports the pending reason as it changes."""
         deadline = time.monotonic() + timeout
         said = ""
         reason = ""
-        pauses = _looks()
+        pauses = looks()
         while True:
             result = self.commands.run(["squeue", "-h", f"--jobs={job}", "-o", "%T|%r|%N"])
             state, _, rest = result.stdout.strip().partition("|")
@@ -354,7 +273,7 @@ class Slurm(Provider):
         jobs = sorted({job_of(inst) for inst in instances})
         for job in jobs:
             self._held.pop(job, None)
-            self._cancel(job)
+            self.cancel(job)
         if not self._held:  # (the next pool opens the login connection again)
             self.commands.close()
 
@@ -368,20 +287,6 @@ class Slurm(Provider):
             if not held:
                 self.terminate([inst])
 
-    def _cancel(self, job: str, timeout: float = 60.0) -> None:
-        """Cancel ``job`` and wait until Slurm no longer runs it; raise if it still does."""
-        self.commands.run(["scancel", "--quiet", job])
-        deadline = time.monotonic() + timeout
-        pauses = _looks()
-        while True:
-            result = self.commands.run(["squeue", "-h", f"--jobs={job}", "-o", "%T"])
-            state = result.stdout.strip()
-            if not state or state in ENDED:
-                return
-            if time.monotonic() >= deadline:
-                raise ProvisionError(f"Slurm job {job} still {state} {timeout:g}s after scancel", provider=self.name)
-            time.sleep(next(pauses))
-
     def __repr__(self) -> str:
         shown = [f"{k}={v!r}" for k, v in (("partition", self.partition), ("account", self.account),
                                            ("qos", self.qos), ("constraint", self.constraint)) if v is not None]
@@ -392,9 +297,4 @@ class Slurm(Provider):
 def job_of(instance: Instance) -> str:
     """The Slurm job id an instance of this provider belongs to."""
     return instance.id.split("-")[1]
-
-
-def _looks() -> Iterator[float]:
-    """The pauses between looks at a job: FIRST_LOOK, growing to POLL."""
-    return Backoff(delay=FIRST_LOOK, factor=1.5, max_delay=POLL).pauses()
 
