@@ -152,6 +152,7 @@ with sky.ComputePool(name=sys.argv[1], console=False) as pool:
 
 
 @hosts_needed
+@pytest.mark.timeout(300)  # (50 s on a quiet machine; a loaded one took over 120)
 def test_a_named_aws_cluster_is_attached_stopped_started_and_ended_from_other_processes(aws, cluster_on_hosts):  # noqa: F811
     hosts = cluster_on_hosts["hosts"]
     cluster = name()
