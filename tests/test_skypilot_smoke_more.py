@@ -6,11 +6,16 @@ with a bound; docs/cli.md lists every case and what became of it."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
-from tests.test_cluster_cli import home, lines, sky, task  # noqa: F401  (home: a fixture)
-from tests.test_skypilot_smoke import MINIMAL, Where, cluster_status, state, where  # noqa: F401  (where: a fixture)
+from tests.conftest import wait_gone
+from tests.test_cluster_cli import ROOT, home, lines, sky, task  # noqa: F401  (home: a fixture)
+from tests.test_cluster_jobs import until
+from tests.test_skypilot_smoke import MINIMAL, Where, cluster_status, queue_states, state, where  # noqa: F401  (where: a fixture)
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -58,3 +63,95 @@ def test_minimal_with_git_workdir(home: str, tmp_path: Path, where: Where) -> No
                     *(["--git-ref", ref] if ref else []), "minimal.yaml", cwd=tmp_path)
         assert moved.returncode == 0, (command, ref, moved.stderr)
         at(expected)
+
+
+COUNT = 'for i in $(seq 1 100000); do echo "Repeat $i"; sleep 1; done'
+
+
+def followers(home: str) -> list[int]:
+    """The node-side processes that follow a job's log for ``skyward logs`` on this test's Local
+    clusters (their command line names the cluster's folder under the test's SKYWARD_HOME)."""
+    found = subprocess.run(["pgrep", "-f", f"{home}/.* follow "], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def following(home: str, tmp_path: Path, cluster: str) -> tuple[subprocess.Popen[str], list[int]]:
+    """``skyward logs CLUSTER`` running, once it has printed a line of the job; and its followers."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    logs = subprocess.Popen([sys.executable, "-m", "skyward.cli", "logs", cluster], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert logs.stdout is not None and "Repeat" in logs.stdout.readline()
+    tools = followers(home)
+    assert tools, "no process follows the job's log"
+    return logs, tools
+
+
+def test_cancel_logs_request(home: str, tmp_path: Path) -> None:
+    """SkyPilot's test_cancel_logs_request (``launch -d`` for its ``--async``): ``logs`` of a job
+    that prints forever, ended by SIGTERM, leaves no process behind that followed the log."""
+    assert sky("launch", "-y", "-d", "-c", "cl", COUNT, cwd=tmp_path).returncode == 0
+    assert cluster_status(tmp_path, "cl") == "UP"
+    logs, tools = following(home, tmp_path, "cl")
+    logs.terminate()
+    assert logs.wait(60) != 0
+    assert wait_gone(tools, 60) == [], "a process that followed the log outlived `skyward logs`"
+    assert state(tmp_path, "cl", 1) == (101, "Job 1: RUNNING")  # (the job itself goes on)
+
+
+def test_cancel_logs_does_not_break_process_pool(home: str, tmp_path: Path) -> None:
+    """SkyPilot's test_cancel_logs_does_not_break_process_pool: ``logs`` of one cluster's job is
+    killed (SIGKILL) while a second cluster launches; the launch prints its job's line and
+    succeeds, and what followed the log does not outlive the killed ``logs``."""
+    assert sky("launch", "-y", "-d", "-c", "cp-1", COUNT, cwd=tmp_path).returncode == 0
+    logs, tools = following(home, tmp_path, "cp-1")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    launch = subprocess.Popen([sys.executable, "-m", "skyward.cli", "launch", "-y", "-c", "cp-2", "echo hi"],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logs.kill()
+    out, err = launch.communicate(timeout=180)
+    assert launch.returncode == 0, err
+    assert lines(out, "hi") == ["[node 0] hi"] and "Traceback" not in err
+    assert wait_gone(tools, 60) == [], "a process that followed the log outlived the killed `skyward logs`"
+
+
+SLEEPER = """\
+resources:
+  cpus: @CPUS@
+run: |
+  echo "job $SKYPILOT_TASK_ID"
+  sleep 100000000
+"""
+
+
+def test_large_job_queue(home: str, tmp_path: Path) -> None:
+    """SkyPilot's test_large_job_queue, scaled from 75 jobs that each take half a CPU of 8 (16 at
+    once) to 7 jobs that each take half the node's CPUs (2 at once, on any machine; our
+    ``resources.cpus`` counts whole CPUs): with the first 2 cancelled, the next 2 run and the last
+    3 wait, in submission order; after cancelling two waiting jobs and a running one, the first
+    job still waiting runs."""
+    assert sky("launch", "-y", "-c", "lq", cwd=tmp_path).returncode == 0  # (a cluster, no job)
+    task(tmp_path, SLEEPER, "job.yaml", **{"@CPUS@": str(len(os.sched_getaffinity(0)) // 2)})
+    for n in range(1, 8):
+        assert sky("exec", "lq", "-n", f"lq-{n}", "-d", "job.yaml", cwd=tmp_path).returncode == 0
+    assert sky("cancel", "-y", "lq", "1", "2", cwd=tmp_path).returncode == 0
+    want = {f"lq-{n}": "CANCELLED" if n <= 2 else "RUNNING" if n <= 4 else "PENDING" for n in range(1, 8)}
+    until(lambda: queue_states(tmp_path, "lq") == want, 60, "jobs 3-4 RUNNING and 5-7 PENDING")
+    assert sky("cancel", "-y", "lq", "5", "7", "3", cwd=tmp_path).returncode == 0
+    want.update({"lq-5": "CANCELLED", "lq-7": "CANCELLED", "lq-3": "CANCELLED", "lq-6": "RUNNING"})
+    until(lambda: queue_states(tmp_path, "lq") == want, 60, "job 6 to run in the place job 3 left")
+
+
+def test_fast_large_job_queue(home: str, tmp_path: Path) -> None:
+    """SkyPilot's test_fast_large_job_queue, scaled from 32 detached jobs to 16: each is
+    scheduled as soon as it is submitted, and all succeed (``queue -a``: without it our queue
+    shows the 10 most recent finished jobs, where SkyPilot's shows every one)."""
+    assert sky("launch", "-y", "-c", "fq", cwd=tmp_path).returncode == 0
+    for n in range(1, 17):
+        assert sky("exec", "fq", "-n", f"fq-{n}", "-d", f"echo {n}", cwd=tmp_path).returncode == 0
+
+    def states() -> dict[str, str]:
+        listed = sky("queue", "fq", "-a", "--json", cwd=tmp_path)
+        return {j["name"]: j["status"] for j in json.loads(listed.stdout)["fq"]}
+
+    want = {f"fq-{n}": "SUCCEEDED" for n in range(1, 17)}
+    until(lambda: states() == want, 60, "every job to succeed")
