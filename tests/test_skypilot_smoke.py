@@ -153,10 +153,9 @@ def test_launch_fast(home: str, tmp_path: Path, where: Where) -> None:
     assert cluster_status(tmp_path, "fast") == "UP"
 
 
-def test_stale_job(home: str, tmp_path: Path, where: Where) -> None:
+def test_stale_job(home: str, tmp_path: Path) -> None:
     """SkyPilot's test_stale_job: a job still running when the cluster is stopped is FAILED_DRIVER
     after ``start`` (``logs --status``: 100), and job 1 kept SUCCEEDED."""
-    where.up("stale")
     assert sky("launch", "-y", "-c", "stale", "echo hi", cwd=tmp_path).returncode == 0
     running = sky("exec", "stale", "-d", "echo start; sleep 10000", cwd=tmp_path)
     assert running.returncode == 0 and job_id(running.stdout) == 2
