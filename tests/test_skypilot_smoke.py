@@ -135,12 +135,15 @@ def test_minimal(home: str, tmp_path: Path, where: Where) -> None:
     assert report.returncode == 0 and "mini" in report.stdout and "total" in report.stdout
 
 
-def test_launch_fast(home: str, tmp_path: Path) -> None:
+def test_launch_fast(home: str, tmp_path: Path, where: Where) -> None:
     """SkyPilot's test_launch_fast: a second ``launch --fast`` reuses the cluster without running
     setup again, the job succeeds, and the cluster is UP."""
     task(tmp_path, MINIMAL, "minimal.yaml")
+    where.up("fast")
     first = sky("launch", "-y", "-c", "fast", "--fast", "minimal.yaml", cwd=tmp_path)
-    assert first.returncode == 0 and lines(first.stdout, "running setup") == ["[node 0] running setup"]
+    nodes = 2 if where.provider == "ssh" else 1  # (setup runs on every node of the cluster)
+    assert first.returncode == 0, first.stderr
+    assert lines(first.stdout, "running setup") == [f"[node {n}] running setup" for n in range(nodes)]
     assert state(tmp_path, "fast", 1)[0] == 0
     second = sky("launch", "-y", "-c", "fast", "--fast", "minimal.yaml", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
@@ -180,11 +183,18 @@ def test_env_check(home: str, tmp_path: Path, where: Where) -> None:
     assert lines(ran.stdout, "env ok") == [f"[node 0] env ok on 0, FROM_SETUP={read}",
                                            f"[node 1] env ok on 1, FROM_SETUP={read}"]
     assert state(tmp_path, "envs", 1) == (0, "Job 1: SUCCEEDED")
+    # Its second part: a task with a setup and no run is a job of its own, and succeeds.
+    task(tmp_path, 'setup: echo "hello world"\n', "only_setup.yaml")
+    only = sky("launch", "-y", "-c", "envs", "only_setup.yaml", cwd=tmp_path)
+    assert only.returncode == 0, only.stderr
+    assert state(tmp_path, "envs", 2) == (0, "Job 2: SUCCEEDED")
+    assert "hello world" in sky("logs", "envs", "2", cwd=tmp_path).stdout
 
 
-def test_cli_logs(home: str, tmp_path: Path) -> None:
+def test_cli_logs(home: str, tmp_path: Path, where: Where) -> None:
     """SkyPilot's test_cli_logs: four jobs on a two-node cluster; ``logs ID --status``, ``logs 1``
     shows job 1's output and ``logs`` alone the latest job's."""
+    where.up("logs")
     stamp = str(time.time())
     assert sky("launch", "-y", "-c", "logs", "--num-nodes", "2", f"echo {stamp} 1", cwd=tmp_path).returncode == 0
     for n in (2, 3, 4):
@@ -195,9 +205,10 @@ def test_cli_logs(home: str, tmp_path: Path) -> None:
     assert latest.returncode == 0 and f"{stamp} 4" in latest.stdout and f"{stamp} 3" not in latest.stdout
 
 
-def test_cli_exit_codes(home: str, tmp_path: Path) -> None:
+def test_cli_exit_codes(home: str, tmp_path: Path, where: Where) -> None:
     """SkyPilot's test_cli_exit_codes: a successful job exits 0 and ``logs`` of it too; a failed
     job is FAILED, and ``exec`` of it and ``logs`` of it exit 100."""
+    where.up("codes")
     ok = sky("launch", "-y", "-c", "codes", "echo success", cwd=tmp_path)
     assert ok.returncode == 0 and lines(ok.stdout, "success") == ["[node 0] success"]
     assert "SUCCEEDED" in state(tmp_path, "codes", 1)[1]
@@ -313,9 +324,10 @@ def test_cancel(home: str, tmp_path: Path, where: Where) -> None:
     assert state(tmp_path, "cx", 3)[0] == 0
 
 
-def test_inline_env_and_env_file(home: str, tmp_path: Path) -> None:
+def test_inline_env_and_env_file(home: str, tmp_path: Path, where: Where) -> None:
     """SkyPilot's test_inline_env and test_inline_env_file: ``launch --env`` and ``exec --env`` /
     ``exec --env-file`` reach a command, alongside SkyPilot's node variables."""
+    where.up("ie")
     ran = sky("launch", "-y", "-c", "ie", "--env", "TEST_ENV=hello world", "--",
               ENV_TEST.replace("@VAR@", "TEST_ENV"), cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr

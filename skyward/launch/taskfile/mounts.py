@@ -200,9 +200,19 @@ def _storage(entry: Mapping[str, Any], dest: str, envs: Mapping[str, str], found
 
 
 def clone_command(url: str, ref: str | None, dest: str) -> str:
-    """Shell code cloning ``url`` into ``dest`` on a node (``~`` is the node's home), at ``ref``."""
+    """Shell code cloning ``url`` into ``dest`` on a node (``~`` is the node's home), at ``ref``
+    (the default branch when None). A clone already there (a named cluster's, from an earlier
+    ``--git-url``) is fetched again and moved to ``ref``, as SkyPilot's re-launch and exec do:
+    a branch to the remote's tip, a tag or a commit detached."""
     where = dest.replace("~", "$HOME", 1) if dest.startswith("~") else shlex.quote(dest)
-    command = f"git clone --quiet {shlex.quote(url)} \"{where}\""
+    repo, want = f"git -C \"{where}\"", shlex.quote(ref or "")
+    fresh = f"git clone --quiet {shlex.quote(url)} \"{where}\""
     if ref:
-        command += f" && git -C \"{where}\" checkout --quiet {shlex.quote(ref)}"
-    return command
+        fresh += f" && {repo} checkout --quiet {want}"
+    again = (f"{repo} remote set-url origin {shlex.quote(url)} && {repo} fetch --quiet --force --tags --prune origin"
+             f" && r={want} && if [ -z \"$r\" ]; then {repo} remote set-head origin --auto >/dev/null"
+             f" && r=$({repo} symbolic-ref --short refs/remotes/origin/HEAD) && r=${{r#origin/}}; fi"
+             f" && if {repo} rev-parse --verify --quiet \"refs/remotes/origin/$r\" >/dev/null;"
+             f" then {repo} checkout --quiet --force -B \"$r\" \"origin/$r\";"
+             f" else {repo} checkout --quiet --force --detach \"$r\"; fi")
+    return f"if [ -d \"{where}/.git\" ]; then {again}; else {fresh}; fi"
