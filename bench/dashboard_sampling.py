@@ -136,9 +136,17 @@ def section(r: dict, quick: bool) -> str:
         f"| load average (1 min) at the window's end | {b['load']:.2f} | {w['load']:.2f} | {a['load']:.2f} |",
         "",
         f"**Sampling costs each node {pct(cost)} of a core** (the page watching, less the mean of the two "
-        f"windows without: {pct(base / n)} per node, the workers' heartbeat), "
-        f"{node(w) / base if base else float('inf'):.1f}× the nodes' CPU without a page. "
+        f"windows without: {pct(base / n)} per node, the workers' heartbeat; one clock tick of one worker "
+        f"in a window is {pct(1 / os.sysconf('SC_CLK_TCK') / w['wall'])}), "
+        f"{node(w) / base if base else float('inf'):.2f}× the nodes' CPU without a page. "
         f"A poll of all {n} nodes took {polls[len(polls) // 2]:.2f} s (median of {len(polls)}).",
+        "",
+        "Each node's first worker, already running, answers the page's look on its control socket (its",
+        "CPU since the last look, its memory, its GPUs where `nvidia-smi` exists, and its part of the",
+        "job queue: one ask); on Local the server asks the sockets itself. Before, each poll ran three",
+        "commands per node (the status ask and the job queue read, each a short Python, and an `sh`",
+        "sample): this script measured 1.51 % per node then (2026-11-28, 8 nodes, load 0.4 to 1.9),",
+        "5.2× the nodes' CPU without a page, and a poll of the 8 nodes took 0.92 s.",
     ])
 
 

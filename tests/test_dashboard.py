@@ -476,6 +476,43 @@ def test_a_cluster_page_shows_its_timeline_its_cost_and_no_gpu(board: Board) -> 
             manage.down("ev")
 
 
+def test_a_spot_notice_a_node_hears_is_on_its_clusters_timeline(board: Board, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spot node's worker hears the interruption notice (a stand-in metadata service, as on
+    EC2); the cluster's page puts it on the timeline once, with the node and when it goes."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    import skyward as sky
+    from skyward.worker.preemption import ENDPOINT_VAR
+    from tests.hosts import imds
+    from tests.spot_local import SpotLocal
+
+    with imds.on_loopback() as metadata:
+        monkeypatch.setenv(ENDPOINT_VAR, metadata.endpoint)  # (the workers' environment)
+        with sky.ComputePool(SpotLocal(), nodes=1, name="spot", console=False):
+            pass
+        driver = browser(board.work)
+        try:
+            at = metadata.interrupt("terminate")
+            driver.get(f"{board.url}/?token={board.token}")
+            driver.get(f"{board.url}/clusters/spot")
+            said = (f"node 0: spot interruption notice: the machine will terminate at "
+                    f"{at:%Y-%m-%d %H:%M:%S} UTC")
+
+            def preempts() -> list[str]:
+                return driver.execute_script(
+                    "return [...document.querySelectorAll('#events li')].filter(li => "
+                    "li.children[1].textContent === 'preempt').map(li => li.children[2].textContent);")
+
+            WebDriverWait(driver, 30).until(lambda d: preempts())
+            assert preempts() == [said]
+            for _ in range(2):  # (more looks at the node, which still has the notice: not written again)
+                assert ask(board, "GET", "/api/clusters/spot", token=board.token)[0] == 200
+            assert [e.text for e in manage.ClusterStore().events("spot") if e.kind == "preempt"] == [said]
+        finally:
+            driver.quit()
+            assert manage.down("spot") == []
+
+
 def test_cost_so_far_and_this_month_come_from_the_price_the_record_keeps(board: Board) -> None:
     """A real cluster given a known price in its record: its cost so far, a job's cost, and this
     month's total, which keeps it once the cluster is ended."""

@@ -2,7 +2,8 @@
 
 The dashboard asks a node's first worker ``look NODE`` on its control socket
 (:meth:`skyward.worker.resident.Resident.answer`) and gets one JSON line: the node's CPU %,
-memory, GPUs where ``nvidia-smi`` exists, and its part of the cluster's job queue. The worker
+memory, GPUs where ``nvidia-smi`` exists, its part of the cluster's job queue and the spot
+notices its worker heard. The worker
 already runs, so a look starts no process (but ``nvidia-smi`` where there is one) and costs the
 node a few reads of ``/proc`` and of the queue's database; nothing is read between asks: no
 page, no cost.
@@ -15,7 +16,10 @@ Guarantees:
 2. ``gpus`` is None where the node has no ``nvidia-smi``, [] where it failed, else per GPU
    ``util`` (%), ``memory_used`` and ``memory_total`` (MiB) from its documented ``--query-gpu``
    CSV.
-3. Nothing raises for a figure that cannot be read: the look says ``error`` instead.
+3. ``notices``: the spot preemption notices this worker has heard (a spot node's worker
+   watches for them: :mod:`skyward.worker.preemption`), each ``kind``, ``action`` and ``at``
+   (seconds since the epoch); kept by the worker, so every look says them again.
+4. Nothing raises for a figure that cannot be read: the look says ``error`` instead.
 """
 
 from __future__ import annotations
@@ -100,12 +104,14 @@ class NodeLook:
     def look(self, base: str, node: int) -> dict[str, Any]:
         """The node's figures and its part of the job queue in folder ``base``
         (:func:`skyward.runtime.jobtool.rows`)."""
-        from skyward.runtime import jobqueue, jobtool
+        from skyward.runtime import jobqueue, jobtool, preemption
 
         try:
             used, total = _memory()
             queued = os.path.exists(os.path.join(base, jobqueue.DATABASE))  # (no queue yet: no job)
             return {"cpu": self.cpu(), "memory_used": used, "memory_total": total, "gpus": _gpus(),
-                    "rows": jobtool.rows(base, node) if queued else []}
+                    "rows": jobtool.rows(base, node) if queued else [],
+                    "notices": [{"kind": n.kind, "action": n.action, "at": n.at.timestamp()}
+                                for n in preemption.notices()]}
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"[:300]}
