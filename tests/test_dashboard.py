@@ -476,38 +476,49 @@ def test_a_cluster_page_shows_its_timeline_its_cost_and_no_gpu(board: Board) -> 
             manage.down("ev")
 
 
-def test_a_spot_notice_a_node_hears_is_on_its_clusters_timeline(board: Board, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A spot node's worker hears the interruption notice (a stand-in metadata service, as on
-    EC2); the cluster's page puts it on the timeline once, with the node and when it goes."""
+def test_spot_notices_a_node_hears_are_on_its_clusters_timeline_once(board: Board,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spot node's worker hears the notices (a stand-in metadata service, as on EC2): the
+    interruption notice while a client is attached, which writes it on the timeline at once;
+    the rebalance recommendation once that client has gone, which the cluster page's look
+    writes. Each shows once on the page, with the node and its time, however often looked at."""
     from selenium.webdriver.support.ui import WebDriverWait
 
     import skyward as sky
+    from skyward import events as ev
     from skyward.worker.preemption import ENDPOINT_VAR
     from tests.hosts import imds
     from tests.spot_local import SpotLocal
 
+    def preempt_events() -> list[str]:
+        return [e.text for e in manage.ClusterStore().events("spot") if e.kind == "preempt"]
+
+    heard: list[ev.Event] = []
     with imds.on_loopback() as metadata:
         monkeypatch.setenv(ENDPOINT_VAR, metadata.endpoint)  # (the workers' environment)
-        with sky.ComputePool(SpotLocal(), nodes=1, name="spot", console=False):
-            pass
+        with sky.ComputePool(SpotLocal(), nodes=1, name="spot", console=False, on_event=heard.append):
+            at = metadata.interrupt("terminate")
+            wait_for(lambda: any(isinstance(e, ev.NodePreempting) for e in heard), 30, "the client told")
+            interruption = f"node 0: spot interruption notice: the machine will terminate at {at:%Y-%m-%d %H:%M:%S} UTC"
+            wait_for(lambda: preempt_events() == [interruption], 10, "the interruption on the timeline")
+        issued = metadata.rebalance()
+        rebalance = (f"node 0: spot rebalance recommendation at {issued:%Y-%m-%d %H:%M:%S} UTC: the machine is at "
+                     "elevated risk of interruption")
         driver = browser(board.work)
         try:
-            at = metadata.interrupt("terminate")
             driver.get(f"{board.url}/?token={board.token}")
             driver.get(f"{board.url}/clusters/spot")
-            said = (f"node 0: spot interruption notice: the machine will terminate at "
-                    f"{at:%Y-%m-%d %H:%M:%S} UTC")
 
-            def preempts() -> list[str]:
+            def preempts() -> list[str]:  # newest first
                 return driver.execute_script(
                     "return [...document.querySelectorAll('#events li')].filter(li => "
                     "li.children[1].textContent === 'preempt').map(li => li.children[2].textContent);")
 
-            WebDriverWait(driver, 30).until(lambda d: preempts())
-            assert preempts() == [said]
-            for _ in range(2):  # (more looks at the node, which still has the notice: not written again)
+            WebDriverWait(driver, 30).until(lambda d: len(preempts()) == 2)
+            assert preempts() == [rebalance, interruption]
+            for _ in range(2):  # (more looks at the node, which still has both: neither written again)
                 assert ask(board, "GET", "/api/clusters/spot", token=board.token)[0] == 200
-            assert [e.text for e in manage.ClusterStore().events("spot") if e.kind == "preempt"] == [said]
+            assert preempt_events() == [interruption, rebalance]
         finally:
             driver.quit()
             assert manage.down("spot") == []

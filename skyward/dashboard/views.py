@@ -26,13 +26,12 @@ import json
 import shlex
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from skyward.clusters import control, jobs, manage
 from skyward.dashboard import costs
-from skyward.clusters.state import INIT, UP, ClusterStore, note
+from skyward.clusters.state import INIT, UP, ClusterStore, note_preemption
 from skyward.errors import SkywardError
 from skyward.runtime import nodelook
 
@@ -100,8 +99,9 @@ def cluster(name: str) -> dict[str, Any]:
             samples = list(pool.map(lambda inst: _look(record, inst) if answering is None or answering[inst.node]
                                     else {"state": "lost", "why": "its worker does not answer"}, record.instances))
     rows = [sample.pop("rows", None) for sample in samples]
-    heard = [(inst.node, sample.pop("notices", [])) for inst, sample in zip(record.instances, samples, strict=True)]
-    safely(lambda: _note_notices(name, heard))
+    for inst, sample in zip(record.instances, samples, strict=True):  # (the spot notices each node heard)
+        for n in sample.pop("notices", []):
+            note_preemption(name, inst.node, n["kind"], n["action"], n["at"])
     nodes = [{"node": inst.node, "host": inst.ssh.host if inst.ssh else "this machine",
               "price_per_hour": inst.price_per_hour, **sample} for inst, sample in zip(record.instances, samples,
                                                                                        strict=True)]
@@ -110,25 +110,6 @@ def cluster(name: str) -> dict[str, Any]:
         parts = [r for r in rows if r is not None]
         queue = safely(lambda: _newest_first(record, jobs.merged(parts) if len(parts) == len(rows) else None))
     return {**shown.as_dict(), "autostop": record.autostop, "nodes": nodes, "jobs": queue, "events": _events(name)}
-
-
-def _note_notices(name: str, heard: list[tuple[int, list[dict[str, Any]]]]) -> None:
-    """Put each spot notice a node's worker heard on cluster ``name``'s timeline, once: the first
-    look that sees it writes it (the worker says it again at every look)."""
-    said = [f"node {node}: spot {n['kind']} " + (
-            f"notice: the machine will {n['action']} at {_utc(n['at'])}" if n["kind"] == "interruption" else
-            f"recommendation at {_utc(n['at'])}: the machine is at elevated risk of interruption")
-            for node, notices in heard for n in notices]
-    if not said:
-        return
-    known = {e.text for e in ClusterStore().events(name) if e.kind == "preempt"}
-    for text in said:
-        if text not in known:
-            note(name, "preempt", text)
-
-
-def _utc(at: float) -> str:
-    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _events(name: str) -> list[dict[str, Any]]:
