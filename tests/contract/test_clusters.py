@@ -394,7 +394,7 @@ def test_each_node_is_looked_at_by_its_own_worker_in_one_ask(shape: dict) -> Non
         for inst in record.instances:
             said = control.ask_node(reach(inst), record.pythons[inst.node],
                                     [(f"look {inst.node}", record.socket(inst.node * record.processes))])
-            assert set(json.loads(said[0])) == {"cpu", "memory_used", "memory_total", "gpus", "rows"}, said
+            assert set(json.loads(said[0])) == {"cpu", "memory_used", "memory_total", "gpus", "rows", "notices"}, said
         shown = views.cluster(cluster)
         assert [n["state"] for n in shown["nodes"]] == ["up"] * NODES, shown["nodes"]
         assert all(0 <= n["cpu"] <= 100 and 0 < n["memory_used"] < n["memory_total"] for n in shown["nodes"])
