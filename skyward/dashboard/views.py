@@ -44,8 +44,9 @@ __all__ = ["ACTIONS", "SAMPLE", "act", "cluster", "clusters", "done", "job_log",
 T = TypeVar("T")
 #: Seconds a node has to answer a sample before it shows as unreachable.
 SAMPLE_TIMEOUT = 10.0
-#: Run with ``sh`` on a node whose worker is of an older skyward (it has no look): its CPU counters 0.3 s apart, its memory and, where ``nvidia-smi`` exists, each GPU's
-#: utilisation and memory (its documented ``--query-gpu`` CSV); :func:`parse_sample` reads it.
+#: Run with ``sh`` on a node whose worker is of an older skyward (it has no look): its CPU
+#: counters 0.3 s apart, its memory and, where ``nvidia-smi`` exists, each GPU's utilisation and
+#: memory (its documented ``--query-gpu`` CSV); :func:`parse_sample` reads it.
 SAMPLE = ("read -r a </proc/stat; sleep 0.3; read -r b </proc/stat; echo \"$a\"; echo \"$b\"; "
           "grep -E '^(MemTotal|MemAvailable):' /proc/meminfo; "
           "if command -v nvidia-smi >/dev/null 2>&1; then echo gpus; "
