@@ -9,9 +9,9 @@ its chromedriver). Measured:
   (every node sampled on the cluster page, the first log lines on the job page), both from the
   start of the navigation (``performance.now()``);
 * with the cluster page open (it asks every 3 s: every node sampled), for WINDOW seconds: the
-  server's CPU, the node-side commands' CPU (the status ask, the job queue read and the sample;
-  on Local the server's child processes: on a real cluster each node runs its own), and the cluster's workers' CPU, against the same window with
-  no page open (the workers are not asked to do anything for a sample: the figure says so).
+  server's CPU, the CPU of commands run for the nodes (on Local the server's child processes:
+  none since a node's first worker answers the look itself) and the cluster's workers' CPU,
+  against the same window with no page open.
 
 ::
 
@@ -180,16 +180,16 @@ def section(r: dict, quick: bool) -> str:
         f"| job page: first paint / first log lines shown | {ms(r['job_page'])} |",
         f"| server CPU: no page open / cluster page open / job page following | {pct(r['idle']['server'])} / "
         f"{pct(r['watched']['server'])} / {pct(r['following']['server'])} |",
-        f"| node-side commands of the cluster page's polls (status ask, job queue, sample), per node | "
+        f"| commands run for the nodes by the cluster page's polls, per node | "
         f"{pct(r['watched']['samples'] / n)} (all {n}: {pct(r['watched']['samples'])}) |",
         f"| the workers' own CPU, per worker: no page open / cluster page open | "
         f"{pct(r['idle']['workers'] / n)} / {pct(r['watched']['workers'] / n)} |",
         "",
-        "While the cluster page is open it polls every 3 s; each poll runs three short commands per",
-        "node: the workers' status ask and the job queue read (each a short Python, most of the",
-        "figure) and the sample (`sh` reading `/proc` twice 0.3 s apart). The workers are not asked",
-        "to do anything for it, so their own CPU does not change. On Local every node's commands run",
-        f"on this one machine ({n} nodes' at once); on a real cluster each node runs its own.",
+        "While the cluster page is open it polls every 3 s; each poll asks every worker whether it is",
+        "up and each node's first worker for a look (its CPU since the last look, memory, GPUs, its part",
+        "of the job queue), on their control sockets: on Local from the server's own process, no",
+        "command started. The workers' own CPU is their heartbeat and their answers to those asks (the",
+        "job's printing processes are not theirs).",
     ])
 
 

@@ -274,6 +274,41 @@ def pools(board: Board) -> list[dict]:
     return json.loads(text)
 
 
+def test_a_node_is_looked_at_by_its_worker_and_only_when_a_cluster_page_asks(board: Board, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cluster's own workers read their nodes (GPUs with the nvidia-smi on *their* PATH: a
+    stand-in here that counts its runs and prints the documented CSV), and only when a cluster's
+    page asks: the clusters list and ``skyward status`` ask nothing of the kind; each ask of the
+    cluster page looks once at each node, its job queue with it."""
+    import skyward as sky
+
+    calls = tmp_path / "calls"
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f'#!/bin/sh\necho run >> "{calls}"\necho "87, 30512, 81559"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")  # (the workers' PATH, not the server's)
+    with sky.ComputePool(sky.Local(), nodes=2, name="look", console=False):
+        pass
+    try:
+        for _ in range(2):
+            assert ask(board, "GET", "/api/clusters", token=board.token)[0] == 200
+        assert [s.status for s in manage.status(["look"])] == ["UP"]
+        assert not calls.exists(), "a node was sampled with no cluster page asking"
+        code, body = ask(board, "GET", "/api/clusters/look", token=board.token)
+        assert code == 200, body
+        nodes = json.loads(body)["nodes"]
+        assert [n["gpus"] for n in nodes] == [[{"util": 87.0, "memory_used": 30512.0, "memory_total": 81559.0}]] * 2
+        assert all(0.0 <= n["cpu"] <= 100.0 and 0 < n["memory_used"] < n["memory_total"] for n in nodes), nodes
+        assert calls.read_text().splitlines() == ["run", "run"]
+        code, body = ask(board, "GET", "/api/clusters/dash", token=board.token)  # (its ticker job runs)
+        assert code == 200, body
+        assert [{k: v for k, v in j.items() if k != "cost"} for j in json.loads(body)["jobs"]] == [
+            j.as_dict() for j in reversed(jobs.jobs("dash"))] != []
+    finally:
+        manage.down("look")
+
+
 def test_a_pool_that_opts_in_is_shown_live_and_gone_once_it_ends(board: Board) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -439,6 +474,54 @@ def test_a_cluster_page_shows_its_timeline_its_cost_and_no_gpu(board: Board) -> 
         driver.quit()
         if manage.ClusterStore().get("ev") is not None:
             manage.down("ev")
+
+
+def test_spot_notices_a_node_hears_are_on_its_clusters_timeline_once(board: Board,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spot node's worker hears the notices (a stand-in metadata service, as on EC2): the
+    interruption notice while a client is attached, which writes it on the timeline at once;
+    the rebalance recommendation once that client has gone, which the cluster page's look
+    writes. Each shows once on the page, with the node and its time, however often looked at."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    import skyward as sky
+    from skyward import events as ev
+    from skyward.worker.preemption import ENDPOINT_VAR
+    from tests.hosts import imds
+    from tests.spot_local import SpotLocal
+
+    def preempt_events() -> list[str]:
+        return [e.text for e in manage.ClusterStore().events("spot") if e.kind == "preempt"]
+
+    heard: list[ev.Event] = []
+    with imds.on_loopback() as metadata:
+        monkeypatch.setenv(ENDPOINT_VAR, metadata.endpoint)  # (the workers' environment)
+        with sky.ComputePool(SpotLocal(), nodes=1, name="spot", console=False, on_event=heard.append):
+            at = metadata.interrupt("terminate")
+            wait_for(lambda: any(isinstance(e, ev.NodePreempting) for e in heard), 30, "the client told")
+            interruption = f"node 0: spot interruption notice: the machine will terminate at {at:%Y-%m-%d %H:%M:%S} UTC"
+            wait_for(lambda: preempt_events() == [interruption], 10, "the interruption on the timeline")
+        issued = metadata.rebalance()
+        rebalance = (f"node 0: spot rebalance recommendation at {issued:%Y-%m-%d %H:%M:%S} UTC: the machine is at "
+                     "elevated risk of interruption")
+        driver = browser(board.work)
+        try:
+            driver.get(f"{board.url}/?token={board.token}")
+            driver.get(f"{board.url}/clusters/spot")
+
+            def preempts() -> list[str]:  # newest first
+                return driver.execute_script(
+                    "return [...document.querySelectorAll('#events li')].filter(li => "
+                    "li.children[1].textContent === 'preempt').map(li => li.children[2].textContent);")
+
+            WebDriverWait(driver, 30).until(lambda d: len(preempts()) == 2)
+            assert preempts() == [rebalance, interruption]
+            for _ in range(2):  # (more looks at the node, which still has both: neither written again)
+                assert ask(board, "GET", "/api/clusters/spot", token=board.token)[0] == 200
+            assert preempt_events() == [interruption, rebalance]
+        finally:
+            driver.quit()
+            assert manage.down("spot") == []
 
 
 def test_cost_so_far_and_this_month_come_from_the_price_the_record_keeps(board: Board) -> None:

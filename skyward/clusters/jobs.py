@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from skyward.providers.base import Instance
 
 __all__ = ["LOG_CHUNK", "JobRow", "cancel", "cluster_record", "each_node", "follow_job", "jobs", "log_since", "logs",
-           "run_tool"]
+           "merged", "run_tool"]
 
 #: ``skyward logs --status``'s exit codes (SkyPilot's), also those of a ``launch -c``/``exec``
 #: that followed its job to the end.
@@ -114,17 +114,26 @@ def run_tool(record: ClusterRecord, inst: Instance, *args: str, accept: tuple[in
 def jobs(name: str) -> list[JobRow]:
     """Cluster ``name``'s jobs, oldest first."""
     record = cluster_record(name)
-    parts: dict[int, list[dict[str, Any]]] = {}
+    nodes: list[list[dict[str, Any]]] = []
     lock = threading.Lock()
 
     def ask(inst: Instance) -> None:
         code, out = run_tool(record, inst, "rows")
         found = json.loads(out) if code == 0 else []
         with lock:
-            for row in found:
-                parts.setdefault(row["id"], []).append(row)
+            nodes.append(found)
 
     each_node(record, ask)
+    return merged(nodes)
+
+
+def merged(nodes: list[list[dict[str, Any]]]) -> list[JobRow]:
+    """The cluster's jobs, oldest first, from every node's part of them (what each node's queue
+    says of its part: :func:`skyward.runtime.jobtool.rows`)."""
+    parts: dict[int, list[dict[str, Any]]] = {}
+    for found in nodes:
+        for row in found:
+            parts.setdefault(row["id"], []).append(row)
     return [_merge(rows) for _, rows in sorted(parts.items())]
 
 

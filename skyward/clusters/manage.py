@@ -9,39 +9,16 @@ or disappears when its autostop was a teardown (``down=True``).
 from __future__ import annotations
 
 import contextlib
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from skyward.clusters import control
 from skyward.clusters.nodes import ClusterNodes
 from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, cost_so_far, hold, note
 from skyward.errors import ClusterBusy, ClusterError
-from skyward.runtime.cluster import CONTROL_SUFFIX
 
 __all__ = ["ClusterStatus", "autostop", "down", "start", "status", "stop"]
 
-#: Run with a node's Python: ask each worker's control socket (argv: the line, then the
-#: workers' sockets) and print one word per worker: its answer, or ``down`` when none comes.
-#: Asking is no use of the cluster (it never delays autostop); only a worker from before the
-#: control socket existed is asked on its own socket, and only whether it is up.
-_ASK = ("import socket, sys\n"
-        "ask = sys.argv[1]\n"
-        "for p in sys.argv[2:]:\n"
-        "    s = socket.socket(socket.AF_UNIX)\n"
-        "    s.settimeout(5)\n"
-        "    try:\n"
-        "        try:\n"
-        f"            s.connect(p + {CONTROL_SUFFIX!r})\n"
-        "        except FileNotFoundError:\n"
-        "            s.connect(p)\n"
-        "            print('up' if ask == 'status' else 'old')\n"
-        "            continue\n"
-        "        s.sendall(ask.encode() + b'\\n')\n"
-        "        print((s.makefile('rb').readline().decode().split() or ['down'])[0])\n"
-        "    except OSError:\n"
-        "        print('down')\n"
-        "    finally:\n"
-        "        s.close()\n")
 _ANSWERS = ("up", "ok", "old", "error", "down")
 
 
@@ -108,15 +85,13 @@ def ask_workers(record: ClusterRecord, line: str) -> list[str]:
         ranks = range(inst.node * record.processes, (inst.node + 1) * record.processes)
         transport = reach(inst)
         try:
-            python = record.pythons[inst.node]
-            command = shlex.join([python, "-I", "-c", _ASK, line, *(record.socket(r) for r in ranks)])
-            result = transport.run(command, timeout=30.0)
+            said = control.ask_node(transport, record.pythons[inst.node], [(line, record.socket(r)) for r in ranks])
         except Exception as exc:
             raise ConnectionError(f"cannot reach node {inst.node} ({getattr(transport, 'host', '?')}): {exc}") from exc
         finally:
             with contextlib.suppress(Exception):
                 transport.close()
-        words = [w for w in result.stdout.split() if w in _ANSWERS]
+        words = [w for w in ((a.split() or ["down"])[0] for a in said) if w in _ANSWERS]
         answers += words + ["down"] * (len(ranks) - len(words))
     return answers
 

@@ -21,9 +21,11 @@ import sys
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from skyward import events as ev
 from skyward.clusters import spawned
 from skyward.clusters.nodes import ClusterNodes, NotRunning
-from skyward.clusters.state import INIT, STOPPED, UP, ClusterRecord, ClusterStore, check_name, hold, note
+from skyward.clusters.state import (INIT, STOPPED, UP, ClusterRecord, ClusterStore, check_name, hold, note,
+                                    note_preemption)
 from skyward.errors import ClusterError, ConfigError
 
 if TYPE_CHECKING:
@@ -130,6 +132,7 @@ class ClusterSession:
         """Hold the cluster, then attach to its workers or create it; the pool's nodes are
         ready afterwards. On failure, whatever this call started is ended."""
         self._lock.enter_context(hold(self.name))
+        pool.subscribe(self._heard)  # (from the start: a notice heard before is told at the attach)
         record = self.store.get(self.name)
         if record is not None:
             check_shape(record, {"provider": pool.provider, "nodes": pool.nodes, "accelerator": pool.accelerator,
@@ -180,6 +183,11 @@ class ClusterSession:
         nodes.start_workers(image, pool.start_timeout, heartbeat, provision=False)
         self._save(self._ready(record, nodes, image.content_hash(), image))
         note(self.name, "start", f"started: new workers on its {record.nodes} node(s), as {why} ({_client()})")
+
+    def _heard(self, event: ev.Event) -> None:
+        """A spot notice a node heard goes on the cluster's timeline at once."""
+        if isinstance(event, ev.NodePreempting):
+            note_preemption(self.name, event.node, event.kind, event.action, event.at.timestamp())
 
     def _create(self, pool: ComputePool, image: Image, image_hash: str, heartbeat: tuple[float, float]) -> None:
         record = ClusterRecord(

@@ -36,6 +36,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -235,7 +236,7 @@ class Event:
 
     cluster: str
     at: float
-    kind: str  # launch, node, attach, detach, autostop, stop, start, down, recovery
+    kind: str  # launch, node, attach, detach, autostop, stop, start, down, recovery, preempt
     text: str
     cost: float | None = None  # (a down: what the cluster cost from launch to its end)
     since: float | None = None  # (a down: when that cluster was launched)
@@ -249,6 +250,20 @@ def note(name: str, kind: str, text: str, ended: ClusterRecord | None = None) ->
     what it tells of (an attach, a down)."""
     with contextlib.suppress(sqlite3.Error, OSError):
         ClusterStore().note(name, kind, text, ended)
+
+
+def note_preemption(name: str, node: int, kind: str, action: str | None, at: float) -> None:
+    """Put a spot notice that node ``node`` heard (``kind``, ``action``, ``at`` in seconds since
+    the epoch) on cluster ``name``'s timeline, unless it is there already: the attached client
+    and every cluster page that looks at the node hear the same notice (best effort, as
+    :func:`note`)."""
+    when = datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    text = f"node {node}: spot " + (f"interruption notice: the machine will {action} at {when}"
+                                    if kind == "interruption" else
+                                    f"{kind} recommendation at {when}: the machine is at elevated risk of interruption")
+    with contextlib.suppress(sqlite3.Error, OSError):
+        if all(e.text != text for e in ClusterStore().events(name) if e.kind == "preempt"):
+            note(name, "preempt", text)
 
 
 def cost_so_far(record: ClusterRecord, until: float | None = None) -> float | None:

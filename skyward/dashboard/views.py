@@ -13,23 +13,27 @@ Guarantees:
    no image env, no ``--secret``), a node its index and address, a job its queue row. A log is
    what the job printed, as ``skyward logs`` shows it.
 3. A node is sampled (CPU %, memory, GPUs where ``nvidia-smi`` exists) only when a page asks:
-   one short ``sh`` command over the node's transport (:data:`SAMPLE`; no process of skyward on
-   the node keeps sampling when nobody looks).
+   its first worker, already running, is asked to look (:mod:`skyward.runtime.nodelook`, with
+   the node's part of the job queue, in one ask); nothing on the node keeps sampling when
+   nobody looks. A worker of an older skyward is sampled with one short ``sh`` command
+   (:data:`SAMPLE`) and its queue read as ``skyward queue`` reads it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import shlex
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from skyward.clusters import jobs, manage
+from skyward.clusters import control, jobs, manage
 from skyward.dashboard import costs
-from skyward.clusters.state import INIT, UP, ClusterStore
+from skyward.clusters.state import INIT, UP, ClusterStore, note_preemption
 from skyward.errors import SkywardError
+from skyward.runtime import nodelook
 
 if TYPE_CHECKING:
     from skyward.clusters.state import ClusterRecord
@@ -40,14 +44,13 @@ __all__ = ["ACTIONS", "SAMPLE", "act", "cluster", "clusters", "done", "job_log",
 T = TypeVar("T")
 #: Seconds a node has to answer a sample before it shows as unreachable.
 SAMPLE_TIMEOUT = 10.0
-#: Run with ``sh`` on the node (a few forks of small tools, no Python: a sample costs the node
-#: little): its CPU counters 0.3 s apart, its memory and, where ``nvidia-smi`` exists, each GPU's
-#: utilisation and memory (its documented ``--query-gpu`` CSV); :func:`parse_sample` reads it.
+#: Run with ``sh`` on a node whose worker is of an older skyward (it has no look): its CPU
+#: counters 0.3 s apart, its memory and, where ``nvidia-smi`` exists, each GPU's utilisation and
+#: memory (its documented ``--query-gpu`` CSV); :func:`parse_sample` reads it.
 SAMPLE = ("read -r a </proc/stat; sleep 0.3; read -r b </proc/stat; echo \"$a\"; echo \"$b\"; "
           "grep -E '^(MemTotal|MemAvailable):' /proc/meminfo; "
           "if command -v nvidia-smi >/dev/null 2>&1; then echo gpus; "
-          "nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits "
-          "2>/dev/null || echo gpus-failed; fi")
+          f"nvidia-smi {' '.join(nodelook.GPU_QUERY)} 2>/dev/null || echo gpus-failed; fi")
 
 
 def parse_sample(text: str) -> dict[str, Any]:
@@ -56,19 +59,15 @@ def parse_sample(text: str) -> dict[str, Any]:
     and ``memory_total`` (MiB), None where the node has no ``nvidia-smi``, [] where it failed."""
     lines = text.splitlines()
     a, b = ([int(x) for x in line.split()[1:]] for line in lines[:2])
-    total = sum(b) - sum(a)
-    idle = (b[3] + b[4]) - (a[3] + a[4])
     memory = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in lines[2:4])}
     gpus: list[dict[str, float]] | None = None
     if "gpus" in lines:
         try:
-            gpus = [dict(zip(("util", "memory_used", "memory_total"), (float(x) for x in line.split(",")),
-                             strict=True)) for line in lines[lines.index("gpus") + 1:] if line.strip()]
+            gpus = nodelook.gpu_rows("\n".join(lines[lines.index("gpus") + 1:]))
         except ValueError:  # ("gpus-failed", or a message where figures were due)
             gpus = []
-    return {"cpu": round(100.0 * (1 - idle / total), 1) if total else 0.0,
-            "memory_used": memory["MemTotal"] - memory["MemAvailable"], "memory_total": memory["MemTotal"],
-            "gpus": gpus}
+    return {"cpu": nodelook.busy(a, b), "memory_used": memory["MemTotal"] - memory["MemAvailable"],
+            "memory_total": memory["MemTotal"], "gpus": gpus}
 
 
 def safely(read: Callable[[], T]) -> T | dict[str, str]:
@@ -98,12 +97,19 @@ def cluster(name: str) -> dict[str, Any]:
     answering = _answering(record) if shown.status == INIT and record.workers else None
     if shown.status == UP or answering is not None:
         with ThreadPoolExecutor(max(1, len(record.instances))) as pool:
-            samples = list(pool.map(lambda inst: _sample(record, inst) if answering is None or answering[inst.node]
+            samples = list(pool.map(lambda inst: _look(record, inst) if answering is None or answering[inst.node]
                                     else {"state": "lost", "why": "its worker does not answer"}, record.instances))
+    rows = [sample.pop("rows", None) for sample in samples]
+    for inst, sample in zip(record.instances, samples, strict=True):  # (the spot notices each node heard)
+        for n in sample.pop("notices", []):
+            note_preemption(name, inst.node, n["kind"], n["action"], n["at"])
     nodes = [{"node": inst.node, "host": inst.ssh.host if inst.ssh else "this machine",
               "price_per_hour": inst.price_per_hour, **sample} for inst, sample in zip(record.instances, samples,
                                                                                        strict=True)]
-    queue = safely(lambda: _newest_first(record)) if shown.status == UP else []
+    queue: Any = []
+    if shown.status == UP:  # (every node said its part of the queue with its look: nothing more to ask)
+        parts = [r for r in rows if r is not None]
+        queue = safely(lambda: _newest_first(record, jobs.merged(parts) if len(parts) == len(rows) else None))
     return {**shown.as_dict(), "autostop": record.autostop, "nodes": nodes, "jobs": queue, "events": _events(name)}
 
 
@@ -125,14 +131,40 @@ def _answering(record: ClusterRecord) -> dict[int, bool] | None:
             for inst in record.instances}
 
 
-def _newest_first(record: ClusterRecord) -> list[dict[str, Any]]:
-    """The cluster's jobs, newest first, each with its cost: the cluster's price for as long as
-    it ran (None: no price known)."""
+def _newest_first(record: ClusterRecord, known: list[jobs.JobRow] | None = None) -> list[dict[str, Any]]:
+    """The cluster's jobs (``known``, else asked of its nodes), newest first, each with its cost:
+    the cluster's price for as long as it ran (None: no price known)."""
     return [{**j.as_dict(), "cost": costs.job_cost(record, j.started, j.ended)}
-            for j in reversed(jobs.jobs(record.name))]
+            for j in reversed(jobs.jobs(record.name) if known is None else known)]
 
 
-def _sample(record: ClusterRecord, inst: Instance) -> dict[str, Any]:
+def _look(record: ClusterRecord, inst: Instance) -> dict[str, Any]:
+    """Node ``inst`` as its first worker sees it (:mod:`skyward.runtime.nodelook`), with its part
+    of the job queue (``rows``); a worker of an older skyward, which has no look, is sampled
+    with :data:`SAMPLE` instead (and gives no ``rows``)."""
+    from skyward.transport import reach
+
+    try:
+        transport = reach(inst)
+        try:
+            said = control.ask_node(transport, record.pythons[inst.node],
+                                    [(f"look {inst.node}", record.socket(inst.node * record.processes))])[0]
+        finally:
+            with contextlib.suppress(Exception):
+                transport.close()
+    except Exception as exc:
+        return {"state": "unreachable", "why": f"{type(exc).__name__}: {exc}"[:300]}
+    if said in ("error", "old"):
+        return _sample(inst)
+    if not said.startswith("{"):
+        return {"state": "unreachable", "why": f"its worker does not answer ({said})"}
+    found = json.loads(said)
+    if "error" in found:
+        return {"state": "unreachable", "why": f"its worker could not read the node: {found['error']}"}
+    return {"state": "up", **found}
+
+
+def _sample(inst: Instance) -> dict[str, Any]:
     from skyward.transport import reach
 
     try:

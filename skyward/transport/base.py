@@ -97,6 +97,9 @@ class Transport(ABC):
 
     #: How the user would name the machine in an error message.
     host: str
+    #: Whether the machine is this one, its files and Unix sockets this process's own (a worker's
+    #: control socket is then asked directly, without starting a process there).
+    this_machine: bool = False
 
     def connect(self, *, node: int | None = None) -> None:  # noqa: B027 - optional
         """Open the connection if it is not open (transports that need none do nothing).

@@ -138,6 +138,7 @@ class LocalTransport(Transport):
         #: that one shares (a login node and its compute nodes share the filesystem).
         self.launcher = launcher
         self.host = host
+        self.this_machine = not launcher
 
     def start(self, launch: WorkerLaunch) -> Channel:
         env = dict(os.environ)

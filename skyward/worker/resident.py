@@ -17,8 +17,9 @@ instead:
    tasks it started are cancelled and their late results dropped, never delivered to the next
    client. A new connection while a session is open takes over (the client side lets only one
    client hold a cluster at a time, so the open session is one whose client is gone);
-4. answers ``skyward status`` and ``skyward autostop`` on a second socket, ``SOCKET.ctl``
-   (:meth:`Resident.answer`: one line asked, one answered), without opening a session: looking
+4. answers ``skyward status``, ``skyward autostop`` and the dashboard's looks at its node on a
+   second socket, ``SOCKET.ctl`` (:meth:`Resident.answer`: one line asked, one answered, each in
+   a thread of its own), without opening a session: looking
    at a cluster is no use of it, so it never delays the autostop; ``autostop SECONDS|none``
    there sets the idle limit live (the idle clock starts again from then);
 5. enforces the cluster's autostop itself: after ``autostop`` seconds with no client attached
@@ -35,6 +36,7 @@ session's (:meth:`Resident.inner`); results of a cancelled session's tasks go no
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import select
@@ -48,6 +50,7 @@ from typing import Any
 
 from skyward.runtime.cluster import CLUSTER_DIR, CONTROL_SUFFIX
 from skyward.runtime.jobqueue import jobs_in_use
+from skyward.runtime.nodelook import NodeLook
 from skyward.worker.log import log
 
 #: Task ids on the wire are a session's own; inside the worker they carry the session number
@@ -104,6 +107,7 @@ class Resident:
         self._lock = threading.Lock()
         self.link: Link | None = None
         self._sessions = 0
+        self._look = NodeLook()
         self.detached_since: float | None = time.monotonic()
         directory = os.path.dirname(path)
         os.environ[CLUSTER_DIR] = directory  # (tasks start detached runs under it: jobs_dir)
@@ -136,17 +140,27 @@ class Resident:
                 conn, _ = self._control.accept()
             except OSError:
                 return
-            with contextlib.suppress(OSError), conn:
-                conn.settimeout(2.0)
-                asked = conn.makefile("rb").readline(200).decode("ascii", "replace")
-                conn.sendall(self.answer(asked).encode() + b"\n")
+            # (a look reads the job queue, which may wait on its database: in a thread of its
+            # own, so that a status ask meanwhile is answered at once)
+            threading.Thread(target=self._reply, args=(conn,), name="skyward-resident-ask", daemon=True).start()
+
+    def _reply(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn:
+            conn.settimeout(2.0)
+            asked = conn.makefile("rb").readline(200).decode("ascii", "replace")
+            conn.settimeout(60.0)
+            conn.sendall(self.answer(asked).encode() + b"\n")
 
     def answer(self, asked: str) -> str:
         """The control socket's answer to one line: ``status`` -> ``up``; ``autostop SECONDS``
-        or ``autostop none`` -> ``ok`` (see :meth:`set_autostop`); anything else -> ``error``."""
+        or ``autostop none`` -> ``ok`` (see :meth:`set_autostop`); ``look NODE`` -> the node's
+        figures and its part of the job queue, one JSON line (:mod:`skyward.runtime.nodelook`);
+        anything else -> ``error``. Asking is no use of the cluster: the idle clock goes on."""
         words = asked.split()
         if words == ["status"]:
             return "up"
+        if len(words) == 2 and words[0] == "look" and words[1].isdigit():
+            return json.dumps(self._look.look(os.path.dirname(self.path), int(words[1])), separators=(",", ":"))
         if len(words) == 2 and words[0] == "autostop":
             try:
                 seconds = None if words[1] == "none" else float(words[1])

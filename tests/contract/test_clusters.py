@@ -4,6 +4,7 @@ cancels a departed client's tasks, stops itself when idle, and ends only when as
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -374,3 +375,29 @@ def test_a_cluster_whose_creation_never_got_its_machines_is_created_afresh(home:
         pids = worker_pid() @ pool
     assert len(set(pids)) == 2
     assert manage.status(["half"])[0].status == "UP"
+
+
+def test_each_node_is_looked_at_by_its_own_worker_in_one_ask(shape: dict) -> None:
+    """What a cluster page shows of a node comes from the node's first worker, asked once for
+    its figures and its part of the job queue: over SSH the node's Python asks it for this
+    machine, on Local this process asks it."""
+    from skyward.clusters import control
+    from skyward.dashboard import views
+    from skyward.transport import reach
+
+    cluster = name()
+    with sky.ComputePool(name=cluster, console=False, **shape):
+        pass
+    try:
+        record = manage.ClusterStore().get(cluster)
+        assert record is not None
+        for inst in record.instances:
+            said = control.ask_node(reach(inst), record.pythons[inst.node],
+                                    [(f"look {inst.node}", record.socket(inst.node * record.processes))])
+            assert set(json.loads(said[0])) == {"cpu", "memory_used", "memory_total", "gpus", "rows", "notices"}, said
+        shown = views.cluster(cluster)
+        assert [n["state"] for n in shown["nodes"]] == ["up"] * NODES, shown["nodes"]
+        assert all(0 <= n["cpu"] <= 100 and 0 < n["memory_used"] < n["memory_total"] for n in shown["nodes"])
+        assert shown["jobs"] == []
+    finally:
+        assert manage.down(cluster) == []
