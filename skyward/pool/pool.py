@@ -101,7 +101,7 @@ class ComputePool(PoolCalls):
         start_timeout: seconds to wait for every worker to become ready once its machine is
             prepared (environment builds have their own limit, set on the provider).
         start_parallelism: how many nodes are prepared and have their workers started at once
-            (>= 1; default 32; a worker on this machine counts until it has read its SETUP).
+            (>= 1; default 32).
         console: print task output with a ``[node N]`` prefix (and progress, when supported).
         on_event: a callback receiving every :mod:`skyward.events` event.
         dashboard: show this pool, live, in ``skyward dashboard`` (also: ``SKYWARD_DASHBOARD=1``).
