@@ -12,10 +12,8 @@ import time
 import pytest
 
 import skyward as sky
-from skyward import events as ev
 from skyward.pool.starting import each
 from tests.conftest import skyward_workers, wait_gone
-from tests.faults.test_matrix import wait_for
 
 
 @sky.compute
@@ -109,57 +107,3 @@ def test_nodes_start_start_parallelism_at_a_time_and_the_first_failure_is_raised
         each(step, [(k,) for k in range(3, 9)], 3)
     assert most[0] == 3
     assert sorted(ended) == list(range(9))
-
-
-#: A sitecustomize that holds each worker process at the start of Python (before it can read its
-#: SETUP) until the file ``go`` appears, after leaving a file saying it is there.
-HOLD_THE_BOOT = """
-import os, sys, time
-held = os.environ.get("SKYWARD_TEST_HELD_BOOTS")
-if held and "skyward.worker" in sys.orig_argv:
-    open(os.path.join(held, f"booting-{os.getpid()}"), "w").close()
-    deadline = time.monotonic() + 120
-    while not os.path.exists(os.path.join(held, "go")) and time.monotonic() < deadline:
-        time.sleep(0.01)
-"""
-
-
-def test_workers_on_this_machine_start_python_start_parallelism_at_a_time(tmp_path, monkeypatch):
-    # Unbounded, a 1,000-node start had hundreds of workers starting Python at once on 2 cores:
-    # the client, starved of CPU, left node 0 without a ping for idle_timeout and it gave up.
-    # A worker on this machine now holds its start slot until it is heard.
-    (tmp_path / "sitecustomize.py").write_text(HOLD_THE_BOOT)
-    held = tmp_path / "held"
-    held.mkdir()
-    monkeypatch.syspath_prepend(str(tmp_path))  # (the workers' import path is the client's)
-    monkeypatch.setenv("SKYWARD_TEST_HELD_BOOTS", str(held))
-    starting: list[int] = []
-
-    def on_event(event: ev.Event) -> None:
-        if isinstance(event, ev.NodeStage) and event.stage == "starting":
-            starting.append(event.node)
-
-    pool = sky.ComputePool(nodes=3, start_parallelism=2, console=False, on_event=on_event, start_timeout=120)
-    opened: list[BaseException | None] = []
-    opener = threading.Thread(target=lambda: opened.append(_enter(pool)))
-    opener.start()
-    try:
-        assert wait_for(lambda: len(list(held.glob("booting-*"))) >= 2, 60), "no two workers began to start"
-        assert sorted(starting) == [0, 1], f"nodes started while two were starting Python: {starting}"
-    finally:
-        (held / "go").touch()
-        opener.join(120)
-    assert opened == [None]
-    try:
-        assert sorted(node_number() @ pool) == [0, 1, 2]
-        assert len(list(held.glob("booting-*"))) == 3
-    finally:
-        pool.__exit__(None, None, None)
-
-
-def _enter(pool: sky.ComputePool) -> BaseException | None:
-    try:
-        pool.__enter__()
-    except BaseException as exc:
-        return exc
-    return None

@@ -84,7 +84,7 @@ class NodeConnection:
         self._settled = threading.Event()
         self._ended = threading.Event()  # the stream is over and what that means is handled
         self._stderr_done = threading.Event()  # the worker's stderr is read to its end
-        self.liveness = Liveness(self.node, self._writer, self.channel, lambda: self.alive and not self.closing,
+        self._liveness = Liveness(self.node, self._writer, self.channel, lambda: self.alive and not self.closing,
                                   lambda reason: self._lose(reason, wait_exit=False))
         fd = self.channel.stderr_fd()
         if fd is not None:
@@ -232,7 +232,7 @@ class NodeConnection:
         frame = self._reader.recv()
         if frame is None:
             return False
-        self.liveness.heard_now()
+        self._liveness.heard_now()
         self._handle(*frame)
         return True
 
@@ -306,7 +306,7 @@ class NodeConnection:
                 return
             self.alive = False
             tasks, self._tasks = self._tasks, {}
-        self.liveness.end()
+        self._liveness.end()
         exit_code = exit_status(self.channel, closing=self.closing) if wait_exit else None
         # Let the stderr reader drain what the dying process wrote, for the error message.
         self._stderr_done.wait(0.5)
@@ -330,24 +330,24 @@ class NodeConnection:
     def setup(self, settings: Any, plugins: Payload) -> None:
         """Send the worker its identity, settings and plugins (the first message it reads)."""
         self.send((Kind.SETUP, settings), plugins)
-        self.liveness.arm()
+        self._liveness.arm()
 
     def keepalive(self, lost_after: float) -> None:
         """Have the worker pinged (its dead man's switch) and declare it lost after
         ``lost_after`` seconds without a frame from it (:mod:`skyward.pool.liveness`). Never
         blocks, so a dead or slow link delays nothing of the other connections."""
-        self.liveness.check(lost_after)
+        self._liveness.check(lost_after)
 
     @property
     def went_silent(self) -> bool:
         """The worker was declared lost for silence (its host may be unreachable)."""
-        return self.liveness.went_silent
+        return self._liveness.went_silent
 
     def begin_stop(self, *, graceful: bool) -> None:
         """Stop serving: from now on the end of the stream is expected (not a loss); a graceful
         stop asks the worker to finish (SHUTDOWN: plugins' exits run, BYE comes back)."""
         self.closing = True
-        self.liveness.end()
+        self._liveness.end()
         self.listen()
         if self.alive and graceful:
             with contextlib.suppress(OSError, ValueError):
@@ -356,8 +356,8 @@ class NodeConnection:
     def finish_stop(self, grace_end: float) -> str | None:
         """Make sure the worker is gone (killing it after ``grace_end``, a monotonic time) and
         fail whatever it still had; returns what could not be confirmed, or None."""
-        if self.liveness.went_silent:  # it was stopped (or tried) when that was noticed
-            problem = self.liveness.stopped_silent()
+        if self._liveness.went_silent:  # it was stopped (or tried) when that was noticed
+            problem = self._liveness.stopped_silent()
         else:
             if self.channel.wait(max(0.0, grace_end - time.monotonic())) is None:
                 self.channel.kill()

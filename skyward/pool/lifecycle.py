@@ -3,9 +3,7 @@
 Start: provision (the provider) → reach and prepare every machine in parallel
 (:mod:`skyward.pool.prepare`, through the instance's transport) → start a worker on each →
 send every worker its SETUP before waiting on any (plugins such as torch rendezvous in
-``around_app``, which needs all of them at once) → wait for READY. A worker on this machine
-holds its start slot until it is heard (it has read SETUP): unbounded, a 1,000-node start had
-hundreds booting Python on 2 cores, and the client, starved of CPU, left node 0 unpinged.
+``around_app``, which needs all of them at once) → wait for READY.
 
 Stop: ask each worker to finish (graceful) or not → confirm every worker and what it started
 is gone → delete the files holding the image's env (secrets) from each machine → close the
@@ -16,8 +14,6 @@ collected, not raised half-way: every step runs whatever failed before it.
 from __future__ import annotations
 
 import contextlib
-import shlex
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -121,7 +117,8 @@ class Nodes:
         return each(one, pairs, self.parallelism)
 
     def spawn(self, start_timeout: float) -> None:
-        """Start every prepared node's workers (``processes`` each); wait for each one's READY."""
+        """Start the workers on every prepared node (``processes`` each) and wait until each has
+        said READY."""
         self.generation += 1
         self.connections = []  # stop() stops whatever started, even on failure
         self._spawn(list(zip(self.instances, self._transports, self._launches, strict=True)), self.instances,
@@ -164,8 +161,6 @@ class Nodes:
                         kept.append(conn)
                 if not late:
                     setup(conn, inst)
-                    if inst.ssh is None and not inst.launcher:  # (this machine: see the docstring)
-                        conn.liveness.wait_heard(max(0.0, deadline - time.monotonic()))
                     continue
                 # Started after the pool stopped waiting (Ctrl-C): unseen by stop(), stopped here.
                 conn.begin_stop(graceful=False)
@@ -324,11 +319,12 @@ class Nodes:
         """Stop ``connections``, delete their machines' env files, close ``transports`` and
         release ``instances`` (not members of the pool any more); the problems met."""
         problems = self._stop_workers(graceful=graceful, connections=connections)
+        silent = any(c.went_silent for c in connections)
         with self._members:
             ids = {i.id for i in instances}
             mine = [entry for entry in self._cleanup if entry[0].id in ids]
             self._cleanup = [entry for entry in self._cleanup if entry[0].id not in ids]
-        if not any(c.went_silent for c in connections):  # (a silent host is not asked: its worker deletes them)
+        if not silent:  # (a host that went silent is not asked: its worker deletes them as it starts)
             self._remove_secret_files(mine)
         for transport in transports:
             with contextlib.suppress(Exception):
@@ -367,8 +363,12 @@ class Nodes:
         return problems
 
     def _remove_secret_files(self, entries: list[tuple[Instance, Transport, tuple[str, ...]]] | None = None) -> None:
-        """Delete each machine's env file (WorkerLaunch.cleanup; ``entries``: default all); one that
-        cannot be reached is named on stderr (its files stay until it is reached or released)."""
+        """Delete each machine's env file (WorkerLaunch.cleanup; ``entries``: default all); a
+        machine that cannot be reached is named on stderr (its files stay until it is reached
+        or released)."""
+        import shlex
+        import sys
+
         if entries is None:
             entries, self._cleanup = self._cleanup, []
         for inst, transport, paths in entries:

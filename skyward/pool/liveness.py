@@ -56,7 +56,6 @@ class Liveness:
         #: When the worker's last frame came; ``heard``: it has sent one (silence counts from then).
         self.last_heard = time.monotonic()
         self.heard = False
-        self._first = threading.Event()  # set by the first frame, or once the worker is lost/stopping
         self._armed = False  # SETUP is written: pings may follow
         self._ping_due = threading.Event()
         self._silent: threading.Thread | None = None  # declares the worker lost and stops it
@@ -72,14 +71,7 @@ class Liveness:
     def heard_now(self) -> None:
         """A frame came from the worker."""
         self.last_heard = time.monotonic()
-        if not self.heard:
-            self.heard = True
-            self._first.set()
-
-    def wait_heard(self, timeout: float) -> bool:
-        """Wait until the worker's first frame has come, or it is lost or being stopped (then
-        also True), for at most ``timeout`` seconds (False)."""
-        return self._first.wait(timeout)
+        self.heard = True
 
     def check(self, lost_after: float) -> None:
         """Have the worker pinged, and declare it lost if it has been silent for longer than
@@ -99,10 +91,8 @@ class Liveness:
             self._silent.start()
 
     def end(self) -> None:
-        """Wake the pinger so that it ends, and whoever waits for the first frame (call once
-        ``serving()`` is False)."""
+        """Wake the pinger so that it ends (call once ``serving()`` is False)."""
         self._ping_due.set()
-        self._first.set()
 
     @property
     def went_silent(self) -> bool:

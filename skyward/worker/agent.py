@@ -151,9 +151,7 @@ class Agent:
         info = setup.info
         os.environ[runtime_instance.ENV_VAR] = info.to_json()
         os.environ.update(setup.env)
-        # At once, not after an interval: a client starting many workers on its own machine
-        # starts the next one when this one is heard (skyward.pool.lifecycle).
-        self.send((Kind.HEARTBEAT,))
+
         threading.Thread(target=self.heartbeat_loop, args=(setup.heartbeat_interval,),
                          name="skyward-heartbeat", daemon=True).start()
         threading.Thread(target=self.watch_client, args=(min(setup.heartbeat_interval, 1.0), setup.idle_timeout),
