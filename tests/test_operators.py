@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import os
 import pickle
 import time
 from concurrent.futures import Future
@@ -93,6 +95,29 @@ def test_gather_gives_a_list_in_input_order(pool2: sky.ComputePool) -> None:
 def test_gather_uses_every_node(pool2: sky.ComputePool) -> None:
     nodes = sky.gather(*(node_of(0.2) for _ in range(4))) >> pool2
     assert sorted(nodes) == [0, 0, 1, 1]
+
+
+@sky.compute
+def node_once_there(path: str) -> int:
+    """The node it ran on, once ``path`` exists (a task that stays in flight until then)."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return sky.instance_info().node
+
+
+def test_gather_sends_each_task_to_the_least_busy_node_round_robin_among_equals(tmp_path) -> None:
+    go = str(tmp_path / "go")
+    with sky.ComputePool(nodes=4, console=False) as pool:
+        try:
+            held = [node_once_there(go) > pool for _ in range(3)]  # three nodes with one task each
+            stream = sky.gather(*(node_once_there(go) for _ in range(5)), stream=True) >> pool
+        finally:
+            open(go, "w").close()
+        busy = {f.result() for f in held}
+        idle = ({0, 1, 2, 3} - busy).pop()
+        # The idle node first; then all four have one in flight: one each.
+        assert collections.Counter(stream) == {idle: 2, **{n: 1 for n in busy}}
 
 
 def test_streaming_gather_unordered_yields_in_completion_order(pool2: sky.ComputePool) -> None:

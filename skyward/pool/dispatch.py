@@ -15,6 +15,7 @@ without takes exactly the fixed pool's path.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
@@ -71,6 +72,19 @@ class Dispatcher:
         if best is None:
             raise next((c for c in conns if c.lost), conns[0]).loss()
         return best
+
+    def picker(self) -> Callable[[], NodeConnection]:
+        """:meth:`least_busy` for many tasks sent one after another (a gather), in O(log N) a
+        pick instead of O(N): see :class:`_Picks`."""
+        conns = self._connections()
+        if len(conns) == 1:
+            return self.least_busy
+        with self._pick_lock:
+            start = self._rr
+        return _Picks(conns, start, self._picked).next
+
+    def _picked(self, index: int) -> None:
+        self._rr = index + 1  # (no lock: a pointer for ties, which a race only shifts by one)
 
     def submit(self, pending: PendingCompute[T]) -> Future[T]:
         if self.queue is None and not pending.options.retries:  # the fast path
@@ -174,9 +188,10 @@ class Dispatcher:
         self._connections()
         owners: list[NodeConnection | None] = []
         futures: list[Future[Any]] = []
+        pick = self.picker() if self.queue is None else self.least_busy
         for p in pending:
             if self.queue is None and not p.options.retries:  # the fast path
-                conn = self.least_busy()
+                conn = pick()
                 futures.append(conn.submit(p.payload(), p.options.name, p.options.timeout))
                 owners.append(conn)
             else:  # (queued or retried: the future cancels itself on its worker)
@@ -235,6 +250,39 @@ class Dispatcher:
             self._close()
             return
         _note(error, f"skyward: {' and '.join(why)}; every worker was restarted and the pool is usable")
+
+
+class _Picks:
+    """The least busy live node for each of many tasks, round-robin among equals (as
+    :meth:`Dispatcher.least_busy`), from a heap of the nodes by tasks in flight: a pick is
+    O(log N) and counts as one more task on its node. The heap is read afresh from the nodes
+    every N picks (O(N), so O(1) a pick): answers that came meanwhile count, as they do for
+    ``least_busy``. A 1,000-node gather of 100,000 tasks scanned every node for every task."""
+
+    def __init__(self, conns: list[NodeConnection], start: int, picked: Callable[[int], None]):
+        self._conns = conns
+        self._picked = picked  # told the last node picked, so that the next call goes on from it
+        self._last = start - 1
+        self._left = 0
+        self._heap: list[tuple[int, int, int]] = []  # (in flight, place after the last pick, index)
+
+    def next(self) -> NodeConnection:
+        conns, heap = self._conns, self._heap
+        if not self._left:
+            n, first = len(conns), self._last + 1
+            heap[:] = [(c.inflight, (k - first) % n, k) for k, c in enumerate(conns) if c.alive]
+            heapq.heapify(heap)
+            self._left = n
+        while heap:
+            load, place, k = heap[0]
+            if conns[k].alive:
+                heapq.heapreplace(heap, (load + 1, place, k))
+                self._left -= 1
+                self._last = k
+                self._picked(k)
+                return conns[k]
+            heapq.heappop(heap)  # lost meanwhile: never picked again
+        raise next((c for c in conns if c.lost), conns[0]).loss()
 
 
 def _stop_the_others(futures: list[Future[Any]], conns: list[NodeConnection], error: BaseException) -> None:

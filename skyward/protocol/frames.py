@@ -122,6 +122,9 @@ class _Readable(Protocol):
 #: The reader's own buffer: small frames are parsed from it in place, so a control message
 #: costs one ``read`` system call however many fields its header has.
 _CHUNK = 64 * 1024
+#: ... as it starts: it grows to _CHUNK when a read fills it (a busy stream). A client holds a
+#: reader per worker, most of them quiet: a thousand full buffers were 64 MiB of its memory.
+_FIRST_CHUNK = 4 * 1024
 
 
 class FrameReader:
@@ -140,7 +143,7 @@ class FrameReader:
         # One system call's worth at most: a buffered stream's readinto() would wait to fill
         # the whole buffer.
         self._read = getattr(stream, "readinto1", stream.readinto)
-        self._buf = bytearray(_CHUNK)
+        self._buf = bytearray(_FIRST_CHUNK)
         self._view = memoryview(self._buf)
         self._lo = 0  # the unread bytes are _buf[_lo:_hi]
         self._hi = 0
@@ -160,12 +163,22 @@ class FrameReader:
             n = self._hi - self._lo
             self._buf[:n] = self._view[self._lo:self._hi]
             self._lo, self._hi = 0, n
+        if need > len(self._buf):
+            self._grow()
         while self._hi < need:
             k = self._read(self._view[self._hi:])
             if not k:
                 return False
             self._hi += k
+            if self._hi == len(self._buf) < _CHUNK:  # a read filled it: more is coming this way
+                self._grow()
         return True
+
+    def _grow(self) -> None:
+        """Take the full-size buffer, keeping what is unread (at the front: see _fill)."""
+        buf = bytearray(_CHUNK)
+        buf[:self._hi] = self._view[:self._hi]
+        self._buf, self._view = buf, memoryview(buf)
 
     def _take(self, n: int) -> bytearray:
         """The next ``n`` bytes as a buffer of their own (large ones read straight into it)."""
