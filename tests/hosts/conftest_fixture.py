@@ -86,21 +86,6 @@ def downloaded_wheels(requirements: tuple[str, ...]) -> str:
     except OSError:  # another session finished first
         subprocess.run(["rm", "-rf", str(staging)], check=False)
     return str(directory)
-    staging = directory.with_name(f"{key}.{os.getpid()}.partial")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(staging),
-         *WHEELHOUSE_REQUIREMENTS],
-        capture_output=True, text=True, timeout=300,
-    )
-    if proc.returncode != 0:
-        pytest.fail("cannot download the test wheelhouse (needs a package index on this machine):\n"
-                    + proc.stderr[-2000:])
-    (staging / ".complete").touch()
-    try:
-        staging.rename(directory)
-    except OSError:  # another session finished first
-        subprocess.run(["rm", "-rf", str(staging)], check=False)
-    return str(directory)
 
 
 def ssh_provider(hosts: list[testhosts.TestHost], wheelhouse: str, **overrides) -> sky.SSH:
