@@ -30,6 +30,7 @@ import pickle
 from typing import Any
 
 from skyward.clusters.state import ClusterStore
+from skyward._optional import require
 from skyward.errors import ConfigError
 from skyward.jobs.remote import VARIABLE, RemoteController
 
@@ -167,8 +168,7 @@ def controller(plan: object = None) -> RemoteController:
 
 
 def _session(provider: Any) -> Any:
-    import boto3
-
+    boto3 = require("boto3", "the managed-jobs controller on AWS")
     return boto3.Session(profile_name=provider.profile, region_name=provider.region)
 
 
