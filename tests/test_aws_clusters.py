@@ -308,11 +308,18 @@ def test_autostop_with_down_lets_the_machines_go_and_status_removes_what_is_left
 
 
 KILLED = """
-import json, sys
+import json, pathlib, sys, time
 import skyward as sky
+from skyward import events as ev
 from skyward.providers.aws.provider import AWS
 
-with sky.ComputePool(name=sys.argv[1], provider=AWS(**json.loads(sys.argv[2])), nodes=2, console=False):
+def hold(event):  # (the launch stops once its machines are up: the kill lands while launching)
+    if isinstance(event, ev.NodeStage) and event.stage == "bootstrapping":
+        pathlib.Path(sys.argv[3]).touch()
+        time.sleep(3600)
+
+with sky.ComputePool(name=sys.argv[1], provider=AWS(**json.loads(sys.argv[2])), nodes=2, console=False,
+                     on_event=hold):
     pass
 """
 
@@ -323,12 +330,14 @@ def test_a_cluster_whose_client_was_killed_while_launching_is_removed_by_down(
         aws, cluster_on_hosts, home, how):  # noqa: F811
     hosts = cluster_on_hosts["hosts"]
     cluster = name()
-    client = subprocess.Popen([sys.executable, "-c", KILLED, cluster, json.dumps(cluster_on_hosts["kwargs"])],
+    held = Path(home, "held")
+    client = subprocess.Popen([sys.executable, "-c", KILLED, cluster, json.dumps(cluster_on_hosts["kwargs"]), str(held)],
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)
     try:
-        launched = wait_until(lambda: states_of_tagged(aws) == {"running"}, timeout=60, interval=0.2)
-        assert launched, client.stderr.read() if client.poll() is not None and client.stderr else "no instances"
+        launched = wait_until(lambda: held.exists() or client.poll() is not None, timeout=60, interval=0.05)
+        assert launched and held.exists(), client.stderr.read() if client.poll() is not None else "never held"
+        assert states_of_tagged(aws) == {"running"}
     finally:
         client.send_signal(signal.SIGKILL)
         client.wait()
