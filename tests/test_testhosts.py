@@ -165,3 +165,27 @@ def test_shared_fixture(test_hosts):  # noqa: F811
     assert len({h.ip for h in test_hosts}) == 2
     for h in test_hosts:
         assert _ok(h, "hostname").strip() == h.name
+
+
+def test_a_slot_is_waited_for_when_every_slot_is_held():
+    """Several suites on one machine can hold every slot: a claim then waits for one, and only
+    a claim that may not wait fails, saying so (two suites beside four sessions' hosts once took
+    all 8 slots and errored every test of this file)."""
+    prefix = f"skyw{uuid.uuid4().hex[:4]}"
+    code = ("import sys; from tests.hosts import testhosts\n"
+            f"with testhosts.claim_slot(1, prefix={prefix!r}, wait=0):\n"
+            "    print('held', flush=True); sys.stdin.read()\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(testhosts.HarnessError, match="all 1 test-host slots are in use"):
+            with testhosts.claim_slot(1, prefix=prefix, wait=0):
+                pass
+        holder.stdin.close()  # the holder exits, and its lock goes with it
+        with testhosts.claim_slot(1, prefix=prefix, wait=60) as slot:
+            assert slot.prefix == f"{prefix}0"
+    finally:
+        holder.kill()
+        holder.wait()
+        (testhosts.DEFAULT_BASE / f"slot-{prefix}0.lock").unlink(missing_ok=True)

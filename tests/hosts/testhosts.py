@@ -838,33 +838,48 @@ class Slot:
     lock_path: str
 
 
+def _try_slot(k: int, prefix: str) -> int | None:
+    """The locked file descriptor of slot ``k``, or None when another holder has it."""
+    lock_path = DEFAULT_BASE / f"slot-{prefix}{k}.lock"
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
 @contextlib.contextmanager
-def claim_slot(max_slots: int = 8, *, prefix: str = "skyp") -> Iterator[Slot]:
+def claim_slot(max_slots: int = 16, *, prefix: str = "skyp", wait: float = 900.0) -> Iterator[Slot]:
     """Hold a free slot for the duration of the ``with`` block.
 
     Slot k is prefix ``<prefix><k>`` on subnet ``10.213.(100+k).0/24``.  The
     lock is an flock on a file, so it is released when the holder dies, and
     leftovers of a dead holder can be cleared with ``down(slot.prefix)``.
+    When every slot is held (several suites at once on one machine), it waits up to
+    ``wait`` seconds for one to be released, then raises :class:`HarnessError`.
     """
     DEFAULT_BASE.mkdir(parents=True, exist_ok=True)
-    for k in range(max_slots):
-        lock_path = DEFAULT_BASE / f"slot-{prefix}{k}.lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+    deadline = time.monotonic() + wait
+    while True:
+        for k in range(max_slots):
+            fd = _try_slot(k, prefix)
+            if fd is None:
                 continue
-            raise
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-            yield Slot(k, f"{prefix}{k}", f"10.213.{100 + k}.0/24", str(lock_path))
-            return
-        finally:
-            os.close(fd)  # releases the lock
-    raise HarnessError(f"all {max_slots} test-host slots are in use")
+            lock_path = DEFAULT_BASE / f"slot-{prefix}{k}.lock"
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+                yield Slot(k, f"{prefix}{k}", f"10.213.{100 + k}.0/24", str(lock_path))
+                return
+            finally:
+                os.close(fd)  # releases the lock
+        if time.monotonic() >= deadline:
+            raise HarnessError(f"all {max_slots} test-host slots are in use (waited {wait:.0f} s)")
+        time.sleep(0.5)  # a slot is freed by its holder's exit: no event to wait on across processes
 
 
 # --------------------------------------------------------------------------
