@@ -239,6 +239,46 @@ def test_ctrl_c_between_the_grant_and_reading_the_job_id_leaves_no_allocation(sl
             os.kill(lingering, signal.SIGKILL)
 
 
+
+def test_ctrl_c_while_slurm_handles_the_request_leaves_no_job_after_the_client(slurm, tmp_path) -> None:
+    # Every node busy: salloc --immediate is refused, and sbatch's request is held in the
+    # controller (sent, its job not made yet) while a real Ctrl-C reaches the client's process
+    # group, as a terminal sends it. The job Slurm makes once it goes on must not outlive the client.
+    blocker = slurm.run("salloc", "--no-shell", "--exclusive", f"--nodes={len(slurm.nodes)}", "--job-name=blocker")
+    assert blocker.returncode == 0, blocker.stderr
+    (tmp_path / "client.py").write_text(CLIENT)
+    env = {**slurm.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    client = None
+    try:
+        with slurm.gate("batch") as gate:
+            client = subprocess.Popen([sys.executable, str(tmp_path / "client.py")], env=env,
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True, preexec_fn=interactive_signals, start_new_session=True)
+            assert gate.wait_held().startswith("skyward-")
+            os.killpg(client.pid, signal.SIGINT)
+            said = lines_until(client.stderr, "waiting for Slurm's answer to sbatch")
+            gate.release()  # (the client waits on it, or has already gone)
+        rest = said + client.stderr.read()
+        assert client.wait(60) != 0, rest
+        assert "nothing left running" in rest, rest
+        assert [line.split()[1] for line in slurm.jobs()] == ["blocker"], rest
+        assert "interrupted: waiting for Slurm's answer to sbatch" in said, rest  # (the console says why)
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+            client.wait()
+        slurm.run("scancel", "--name=blocker")
+
+
+def lines_until(stream, mark: str) -> str:
+    """What ``stream`` says up to its first line with ``mark`` (or to its end)."""
+    said = ""
+    for line in stream:
+        said += line
+        if mark in line:
+            break
+    return said
+
 TASK = """\
 name: ranks
 num_nodes: 2

@@ -152,7 +152,7 @@ class Slurm(Allocations, Provider):
                   timeout: float) -> list[Instance]:
         """One allocation of ``len(numbers)`` nodes, described as the pool's nodes ``numbers``."""
         try:  # (whatever cuts it short, a Ctrl-C in salloc included, leaves no allocation)
-            job = self.submit(dataclasses.replace(spec, nodes=len(numbers)))
+            job = self.submit(dataclasses.replace(spec, nodes=len(numbers)), report)
             nodes = self._wait_running(job, report, timeout)
             instances = self._describe(spec, job, nodes, numbers)
             self.held(job, {inst.id for inst in instances})
