@@ -236,6 +236,15 @@ end
 """
 
 
+def lines_until(stream, mark: str) -> str:
+    """What ``stream`` says up to its first line with ``mark`` (or to its end)."""
+    said = ""
+    for line in stream:
+        said += line
+        if mark in line:
+            break
+    return said
+
 def _cmdline(pid: int) -> bytes:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

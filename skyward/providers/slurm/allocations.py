@@ -93,11 +93,13 @@ class Allocations:
         """Ask for ``spec``'s allocation; its job id, recorded as this thread's. An interrupt
         meanwhile waits for the request's answer (saying so through ``report``)."""
         with _ONE_REQUEST:
-            job = self._ask(spec, report)
+            job, interrupted = self._ask(spec, report)
             self._asked[job] = threading.get_ident()
+        if interrupted is not None:  # (after the request's answer: its job is cancelled as this thread's)
+            raise interrupted
         return job
 
-    def _ask(self, spec: PoolSpec, report: Callable[[str], None]) -> str:
+    def _ask(self, spec: PoolSpec, report: Callable[[str], None]) -> tuple[str, BaseException | None]:
         # An idle cluster grants salloc's request as it is made; sbatch's waits for the next
         # scheduling pass (2 s on the test cluster: most of a pool's start, bench/slurm.py).
         # salloc --immediate fails, leaving nothing queued, when the nodes are busy: then the
@@ -108,11 +110,13 @@ class Allocations:
         granted = self.commands.request(self.salloc_argv(spec), waiting("salloc"))
         found = re.search(r"Granted job allocation (\d+)", granted.stderr + granted.stdout)
         if granted.returncode == 0 and found:
-            return found.group(1)
+            return found.group(1), granted.interrupted
+        if granted.interrupted is not None:
+            raise granted.interrupted
         result = self.commands.request(self.sbatch_argv(spec), waiting("sbatch"))
         if result.returncode == 0:
-            return result.stdout.strip().split(";")[0]
-        raise self.refused(spec, result.said())
+            return result.stdout.strip().split(";")[0], result.interrupted
+        raise result.interrupted or self.refused(spec, result.said())
 
     def held(self, job: str, ids: set[str]) -> None:
         """``job`` runs the pool's instances ``ids``: held from now on."""

@@ -26,6 +26,7 @@ fields of a job, of nodes and of partitions.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shlex
 import shutil
 import subprocess
@@ -48,11 +49,13 @@ COMMANDS = ("sbatch", "salloc", "squeue", "scancel", "scontrol", "sinfo", "srun"
 
 @dataclass(frozen=True, slots=True)
 class Said:
-    """A command's answer: exit code, stdout, stderr."""
+    """A command's answer: exit code, stdout, stderr; and for a request, the interrupt that came
+    while it ran (:meth:`SlurmCommands.request`), for the caller to raise once it has read the answer."""
 
     returncode: int
     stdout: str
     stderr: str
+    interrupted: BaseException | None = None
 
     def said(self) -> str:
         """What the command said on failure, in one line."""
@@ -138,32 +141,32 @@ class SlurmCommands:
 
     def request(self, argv: list[str], waiting: Callable[[], None], timeout: float = 60.0) -> Said:
         """Run a request for an allocation to its answer, whatever interrupts the caller
-        meanwhile (see the module docstring): an interrupt calls ``waiting`` (once) and is
-        raised again once the request has ended."""
+        meanwhile (see the module docstring): an interrupt calls ``waiting`` (once) and comes
+        back in the answer's ``interrupted`` (raised at once if the request itself failed)."""
         answer: list[Any] = []
+        done = threading.Event()
 
         def ask() -> None:
             try:
                 answer.append(self.run(argv, timeout, alone=True))
             except BaseException as exc:  # (raised in the caller's thread)
                 answer.append(exc)
+            finally:
+                done.set()
 
-        thread = threading.Thread(target=ask, name=f"skyward-slurm-{argv[0]}", daemon=True)
-        thread.start()
+        threading.Thread(target=ask, name=f"skyward-slurm-{argv[0]}", daemon=True).start()
         interrupted: BaseException | None = None
-        while thread.is_alive():
+        while not done.is_set():  # (an Event: a Thread.join interrupted may take the thread for ended)
             try:
-                thread.join()
+                done.wait()
             except BaseException as exc:  # (a Ctrl-C: the request goes on to its answer first)
                 if interrupted is None:
                     interrupted = exc
                     with contextlib.suppress(BaseException):
                         waiting()
-        if interrupted is not None:
-            raise interrupted
         if isinstance(answer[0], BaseException):
-            raise answer[0]
-        return answer[0]
+            raise interrupted or answer[0]
+        return dataclasses.replace(answer[0], interrupted=interrupted)
 
     def close(self) -> None:
         with self._lock:
