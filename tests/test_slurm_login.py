@@ -1,6 +1,7 @@
 """sky.Slurm driven from elsewhere and refusing what Slurm could never grant, on a real Slurm
-cluster (tests/slurm_cluster.py): a pool through a login node over SSH, a time limit above the
-partition's, GPUs the nodes lack, and an allocation preempted by a higher-priority partition.
+cluster (tests/slurm_cluster.py): a pool through a login node over SSH, a Ctrl-C while the login
+node's request is held in the controller, a time limit above the partition's, GPUs the nodes
+lack, and an allocation preempted by a higher-priority partition.
 
 After every test Slurm runs no job of ours and no worker is left on any node."""
 
