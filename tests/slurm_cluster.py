@@ -12,6 +12,10 @@ munge daemon with its own key and socket (``AuthInfo=socket=...``), the ports (c
 and the state, spool and log directories under ``base``. So two pytest-xdist workers (each
 with its own slot of test hosts) run a cluster each, side by side.
 
+A gate in the controller (:meth:`SlurmCluster.gate`, a ``job_submit/lua`` script) holds a
+request of ours after it was sent and before Slurm created its job, for as long as a test wants:
+the worst moment to interrupt the client that sent it.
+
 Process tracking is ``proctrack/linuxproc`` and tasks are not confined (``task/none``): the
 cgroup plugins need a cgroup hierarchy of their own per node, which namespaces sharing this
 machine's ``/sys/fs/cgroup`` cannot give.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -128,6 +133,31 @@ class SlurmCluster:
         proc.kill()
         proc.wait(10)
 
+    @contextlib.contextmanager
+    def gate(self, kind: str) -> Iterator[Gate]:
+        """Hold the next request (``kind``: ``"batch"``, sbatch's, or ``"allocation"``, salloc's)
+        for a job named ``skyward-*`` in the controller until :meth:`Gate.release`; released at
+        the latest when the block ends."""
+        held, gate, armed = self.base / "held", self.base / "gate", self.base / "armed"
+        for fifo in (held, gate):
+            with contextlib.suppress(FileNotFoundError):
+                fifo.unlink()
+            os.mkfifo(fifo)
+        reader = os.open(held, os.O_RDONLY | os.O_NONBLOCK)  # (open first: the script's write does not wait)
+        armed.write_text(kind + "\n")
+        opened = Gate(reader, gate)
+        try:
+            yield opened
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                armed.unlink()
+            if not opened.name:  # (a request held that the test never waited for)
+                with contextlib.suppress(BlockingIOError):
+                    opened.name = os.read(reader, 200).decode().strip()
+            if opened.name and not opened.released:
+                opened.release()
+            os.close(reader)
+
     def logs(self) -> str:
         parts = []
         for path in sorted(self.base.glob("*.log")):
@@ -154,6 +184,66 @@ class SlurmCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
+
+@dataclass
+class Gate:
+    """A request held in the controller (:meth:`SlurmCluster.gate`)."""
+
+    reader: int
+    path: Path
+    name: str = ""
+    released: bool = False
+
+    def wait_held(self, timeout: float = 60.0) -> str:
+        """Wait until a request is held; its job name."""
+        assert select.select([self.reader], [], [], timeout)[0], f"no request held within {timeout:g}s"
+        self.name = os.read(self.reader, 200).decode().strip()
+        return self.name
+
+    def release(self) -> None:
+        """Let the held request go on: Slurm creates its job (and grants it, if it can)."""
+        with open(self.path, "w") as gate:  # (the script waits on the other end)
+            gate.write("go\n")
+        self.released = True
+
+
+#: The controller's job_submit script (beside slurm.conf): the gate of SlurmCluster.gate. While
+#: the file ``armed`` names a kind, the next such request for a ``skyward-*`` job writes its name
+#: to the FIFO ``held``, then waits for a line on the FIFO ``gate``.
+GATE_LUA = """\
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  local armed = io.open("{base}/armed", "r")
+  if armed == nil then return slurm.SUCCESS end
+  local kind = armed:read("*l")
+  armed:close()
+  local name = job_desc.name or ""
+  if string.sub(name, 1, 8) ~= "skyward-" or (kind == "batch") ~= (job_desc.script ~= nil) then
+    return slurm.SUCCESS
+  end
+  os.remove("{base}/armed")
+  local held = io.open("{base}/held", "w")
+  held:write(name .. "\\n")
+  held:close()
+  local gate = io.open("{base}/gate", "r")
+  gate:read("*l")
+  gate:close()
+  return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  return slurm.SUCCESS
+end
+"""
+
+
+def lines_until(stream, mark: str) -> str:
+    """What ``stream`` says up to its first line with ``mark`` (or to its end)."""
+    said = ""
+    for line in stream:
+        said += line
+        if mark in line:
+            break
+    return said
 
 def _cmdline(pid: int) -> bytes:
     try:
@@ -206,6 +296,7 @@ SchedulerType=sched/backfill
 JobAcctGatherType=jobacct_gather/none
 {accounting}
 MpiDefault=none
+JobSubmitPlugins=lua
 GresTypes=gpu
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
@@ -236,6 +327,7 @@ def start(base: Path, bridge_ip: str, hosts: list[tuple[str, str, str, str]], ac
     munge_socket = base / "munge" / "munge.sock"
     conf = base / "slurm.conf"
     # (beside slurm.conf, where slurmd looks; each "GPU" a device file that every machine has)
+    (base / "job_submit.lua").write_text(GATE_LUA.format(base=base))
     (base / "gres.conf").write_text(f"Name=gpu File=/dev/tty[0-{GPUS_PER_NODE - 1}]\n")
     dbd_port = _free_port()
     enforced = ("AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\n"

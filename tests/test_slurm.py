@@ -5,6 +5,7 @@ After every test Slurm runs no job of ours and no worker is left on any node."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -18,7 +19,7 @@ import pytest
 import skyward as sky
 from skyward import events as ev
 from tests import slurm_cluster
-from tests.conftest import free_port, interactive_signals, pid_alive
+from tests.conftest import free_port, interactive_signals
 
 pytestmark = slurm_cluster.needs_slurm
 slurm, nothing_left = slurm_cluster.slurm, slurm_cluster.nothing_left  # (the shared fixtures)
@@ -196,21 +197,23 @@ def test_ctrl_c_while_the_allocation_is_queued_cancels_it(slurm, tmp_path) -> No
         slurm.run("scancel", "--name=blocker")
 
 
-#: salloc as Slurm ships it, except that it lingers after the grant, long enough for the
-#: client's Ctrl-C to land before the client has read the job id: it says ``granted`` (and its
-#: pid) on a FIFO, then waits to be killed.
-LINGERING_SALLOC = """#!/bin/sh
-{salloc} "$@"
-echo "granted $$" > {fifo}
-exec sleep 300
+#: salloc as Slurm ships it, except that it keeps its answer to itself, as a salloc --no-shell
+#: interrupted while its request was in flight does (it takes the grant, exits 0 and says
+#: nothing), and lingers: it says ``granted`` on a FIFO, then waits for a line on another.
+SILENT_SALLOC = """#!/bin/sh
+exec 3<>{go}
+{salloc} "$@" 2>/dev/null
+echo granted > {fifo}
+read line <&3
 """
 
 
-def test_ctrl_c_between_the_grant_and_reading_the_job_id_leaves_no_allocation(slurm, tmp_path) -> None:
-    bin_dir, fifo = tmp_path / "bin", tmp_path / "granted"
+def test_ctrl_c_on_a_granted_request_that_never_said_its_job_id_leaves_no_allocation(slurm, tmp_path) -> None:
+    bin_dir, fifo, go = tmp_path / "bin", tmp_path / "granted", tmp_path / "go"
     bin_dir.mkdir()
     os.mkfifo(fifo)
-    (bin_dir / "salloc").write_text(LINGERING_SALLOC.format(salloc=shutil.which("salloc"), fifo=fifo))
+    os.mkfifo(go)
+    (bin_dir / "salloc").write_text(SILENT_SALLOC.format(salloc=shutil.which("salloc"), fifo=fifo, go=go))
     (bin_dir / "salloc").chmod(0o755)
     (tmp_path / "client.py").write_text(CLIENT)
     env = {**slurm.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
@@ -219,24 +222,54 @@ def test_ctrl_c_between_the_grant_and_reading_the_job_id_leaves_no_allocation(sl
     client = subprocess.Popen([sys.executable, str(tmp_path / "client.py")], env=env, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               preexec_fn=interactive_signals)
-    lingering = 0
     try:
         assert select.select([reader], [], [], 60)[0], "salloc never said it was granted"
-        said = os.read(reader, 100).decode().split()
-        assert said[0] == "granted", said
-        lingering = int(said[1])
+        assert os.read(reader, 100).decode().split() == ["granted"]
         assert [line.split()[2] for line in slurm.jobs()] == ["RUNNING"]  # (granted: the window is open)
         client.send_signal(signal.SIGINT)
-        rest = client.stderr.read()
+        said = slurm_cluster.lines_until(client.stderr, "waiting for Slurm's answer to salloc")
+        with contextlib.suppress(OSError):  # (the client waits for salloc's end; ENXIO: salloc is gone)
+            writer = os.open(go, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(writer, b"go\n")
+            os.close(writer)
+        rest = said + client.stderr.read()
         assert client.wait(60) != 0, rest
-        assert slurm.jobs() == [], rest  # cancelled before the client exited
+        assert slurm.jobs() == [], rest  # found by its name and cancelled before the client exited
     finally:
         os.close(reader)
         if client.poll() is None:
             client.kill()
             client.wait()
-        if lingering and pid_alive(lingering):
-            os.kill(lingering, signal.SIGKILL)
+
+
+def test_ctrl_c_while_slurm_handles_the_request_leaves_no_job_after_the_client(slurm, tmp_path) -> None:
+    # Every node busy: salloc --immediate is refused, and sbatch's request is held in the
+    # controller (sent, its job not made yet) while a real Ctrl-C reaches the client's process
+    # group, as a terminal sends it. The job Slurm makes once it goes on must not outlive the client.
+    blocker = slurm.run("salloc", "--no-shell", "--exclusive", f"--nodes={len(slurm.nodes)}", "--job-name=blocker")
+    assert blocker.returncode == 0, blocker.stderr
+    (tmp_path / "client.py").write_text(CLIENT)
+    env = {**slurm.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    client = None
+    try:
+        with slurm.gate("batch") as gate:
+            client = subprocess.Popen([sys.executable, str(tmp_path / "client.py")], env=env,
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True, preexec_fn=interactive_signals, start_new_session=True)
+            assert gate.wait_held().startswith("skyward-")
+            os.killpg(client.pid, signal.SIGINT)
+            said = slurm_cluster.lines_until(client.stderr, "waiting for Slurm's answer to sbatch")
+            gate.release()  # (the client waits on it, or has already gone)
+        rest = said + client.stderr.read()
+        assert client.wait(60) != 0, rest
+        assert "nothing left running" in rest, rest
+        assert [line.split()[1] for line in slurm.jobs()] == ["blocker"], rest
+        assert "interrupted: waiting for Slurm's answer to sbatch" in said, rest  # (the console says why)
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+            client.wait()
+        slurm.run("scancel", "--name=blocker")
 
 
 TASK = """\

@@ -1,17 +1,24 @@
 """sky.Slurm driven from elsewhere and refusing what Slurm could never grant, on a real Slurm
-cluster (tests/slurm_cluster.py): a pool through a login node over SSH, a time limit above the
-partition's, GPUs the nodes lack, and an allocation preempted by a higher-priority partition.
+cluster (tests/slurm_cluster.py): a pool through a login node over SSH, a Ctrl-C while the login
+node's request is held in the controller, a time limit above the partition's, GPUs the nodes
+lack, and an allocation preempted by a higher-priority partition.
 
 After every test Slurm runs no job of ours and no worker is left on any node."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 import skyward as sky
 from tests import slurm_cluster
-from tests.conftest import free_port
+from tests.conftest import free_port, interactive_signals
 from tests.hosts.conftest_fixture import kept_bashrcs, ssh_provider
 
 pytestmark = slurm_cluster.needs_slurm
@@ -96,6 +103,65 @@ def test_a_preempted_allocation_is_a_lost_node_and_replace_lost_queues_a_new_one
         assert where() @ pool in ([(n, n)] for n in slurm.nodes)
         jobs = [line.split() for line in slurm.jobs()]
         assert len(jobs) == 1 and jobs[0][0] != first and jobs[0][1] == f"skyward-{pool.id}"
+
+
+LOGIN_CLIENT = """
+import skyward as sky
+
+login = sky.SSH([{ip!r}], user={user!r}, key={key!r}, known_hosts={known_hosts!r}, connect_timeout=5)
+with sky.ComputePool(provider=sky.Slurm(login=login), nodes=2, start_timeout=300):
+    pass
+"""
+
+
+@pytest.mark.parametrize("kind", ["allocation", "batch"])
+def test_ctrl_c_while_slurm_handles_a_request_from_the_login_node_leaves_nothing_there(
+        slurm, test_hosts, monkeypatch, tmp_path, kind) -> None:
+    # The request (salloc on free nodes; sbatch behind a blocker, once salloc was refused) runs
+    # on the login node and is held in the controller, sent and not granted, while a real Ctrl-C
+    # reaches the client: the remote command must not go on to a job nobody holds.
+    login = test_hosts[0]
+    monkeypatch.delenv("SLURM_CONF")  # (only the login node's shell points at the cluster)
+    if kind == "batch":
+        blocker = slurm.run("salloc", "--no-shell", "--exclusive", f"--nodes={len(slurm.nodes)}", "--job-name=blocker")
+        assert blocker.returncode == 0, blocker.stderr
+    (tmp_path / "client.py").write_text(LOGIN_CLIENT.format(ip=login.ip, user=login.user, key=str(login.key_path),
+                                                            known_hosts=str(login.known_hosts_all)))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    client = None
+    try:
+        with kept_bashrcs([login], f"export SLURM_CONF={slurm.conf}\n"), slurm.gate(kind) as gate:
+            client = subprocess.Popen([sys.executable, str(tmp_path / "client.py")], env=env,
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True, preexec_fn=interactive_signals, start_new_session=True)
+            name = gate.wait_held()
+            os.killpg(client.pid, signal.SIGINT)
+            command = "salloc" if kind == "allocation" else "sbatch"
+            said = slurm_cluster.lines_until(client.stderr, f"waiting for Slurm's answer to {command}")
+            gate.release()  # (the client waits on it, or has already gone)
+            rest = said + client.stderr.read()
+            assert client.wait(60) != 0, rest
+        assert "nothing left running" in rest, rest
+        assert [line.split()[1] for line in slurm.jobs()] == ([] if kind == "allocation" else ["blocker"]), rest
+        assert requests_of(name) == [], rest  # (no salloc or sbatch of ours left on the login node)
+        assert f"interrupted: waiting for Slurm's answer to {command}" in said, rest  # (the console says why)
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+            client.wait()
+        slurm.run("scancel", "--name=blocker")
+
+
+def requests_of(name: str) -> list[int]:
+    """PIDs of the processes whose command line asks for a job named ``name`` (the test hosts
+    share this machine's processes)."""
+    mark = f"--job-name={name}".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            if mark in f.read().split(b"\0"):
+                found.append(int(pid))
+    return found
 
 
 @pytest.mark.parametrize("time", ["an hour", "1:00:00:00", "1-2-3", ""])

@@ -5,13 +5,16 @@ without I/O from the provider's options. :meth:`Allocations.submit` takes it wit
 --immediate`` when the cluster can grant it at once, else queues it with ``sbatch``; a
 refusal is a ConfigError naming the option Slurm refused (:meth:`Allocations.refused`).
 
-Nothing is left by a request cut short. A Ctrl-C (or a command's timeout) can land after Slurm
-granted a request and before the provider read the job id from the command's answer: the
-command is killed, and the allocation it got would run on with no one holding it. So a failed
+Nothing is left by a request cut short. A Ctrl-C can land while Slurm handles a request, or
+after it granted one and before the provider read the job id from the command's answer. The
+request is never killed for it: it runs on to its answer (:meth:`SlurmCommands.request
+<skyward.providers.slurm.commands.SlurmCommands.request>`; the console says the interrupt waits
+for it), so whatever job it made is in Slurm's queue once it has ended. Then the failed
 allocation is let go by :meth:`Allocations.let_go`: the jobs this thread asked for, and any job
 of the pool's name (``skyward-<pool id>``, the user's own) that the provider neither holds nor
-waits for in another thread, are cancelled. Requests are made one at a time in a process, and
-the job ids recorded under the same lock, so no other request's job is unrecorded then.
+waits for in another thread, are cancelled, each until squeue no longer lists it running or
+pending. Requests are made one at a time in a process, and the job ids recorded under the same
+lock, so no other request's job is unrecorded then.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from skyward._retry import Backoff
 from skyward.errors import ConfigError, ProvisionError
@@ -86,26 +89,34 @@ class Allocations:
         return [*argv, f"--gres=gpu:{gpus}"] if gpus else argv
 
     # -- ask -----------------------------------------------------------------------------------
-    def submit(self, spec: PoolSpec) -> str:
-        """Ask for ``spec``'s allocation; its job id, recorded as this thread's."""
+    def submit(self, spec: PoolSpec, report: Callable[[str], None] = lambda line: None) -> str:
+        """Ask for ``spec``'s allocation; its job id, recorded as this thread's. An interrupt
+        meanwhile waits for the request's answer (saying so through ``report``)."""
         with _ONE_REQUEST:
-            job = self._ask(spec)
+            job, interrupted = self._ask(spec, report)
             self._asked[job] = threading.get_ident()
+        if interrupted is not None:  # (after the request's answer: its job is cancelled as this thread's)
+            raise interrupted
         return job
 
-    def _ask(self, spec: PoolSpec) -> str:
+    def _ask(self, spec: PoolSpec, report: Callable[[str], None]) -> tuple[str, BaseException | None]:
         # An idle cluster grants salloc's request as it is made; sbatch's waits for the next
         # scheduling pass (2 s on the test cluster: most of a pool's start, bench/slurm.py).
         # salloc --immediate fails, leaving nothing queued, when the nodes are busy: then the
         # job queues with sbatch, and any refusal is sbatch's.
-        granted = self.commands.run(self.salloc_argv(spec))
+        def waiting(command: str) -> Callable[[], None]:
+            return lambda: report(f"interrupted: waiting for Slurm's answer to {command} to cancel what it got")
+
+        granted = self.commands.request(self.salloc_argv(spec), waiting("salloc"))
         found = re.search(r"Granted job allocation (\d+)", granted.stderr + granted.stdout)
         if granted.returncode == 0 and found:
-            return found.group(1)
-        result = self.commands.run(self.sbatch_argv(spec))
+            return found.group(1), granted.interrupted
+        if granted.interrupted is not None:
+            raise granted.interrupted
+        result = self.commands.request(self.sbatch_argv(spec), waiting("sbatch"))
         if result.returncode == 0:
-            return result.stdout.strip().split(";")[0]
-        raise self.refused(spec, result.said())
+            return result.stdout.strip().split(";")[0], result.interrupted
+        raise result.interrupted or self.refused(spec, result.said())
 
     def held(self, job: str, ids: set[str]) -> None:
         """``job`` runs the pool's instances ``ids``: held from now on."""

@@ -7,16 +7,31 @@ the project's transport (:class:`~skyward.transport.ssh.SSHTransport`: ``~/.ssh/
 agent, ProxyJump and host keys as for ``sky.SSH``), so a laptop drives the cluster; the
 connection is opened on first use and kept until :meth:`SlurmCommands.close`.
 
+A request for an allocation (``salloc``, ``sbatch``) is run by :meth:`SlurmCommands.request`,
+never cut short by an interrupt of the caller: a request killed while Slurm handles it can get
+its allocation after whoever cleans up has looked (the controller creates the job, then fails to
+answer a dead ``sbatch``; ``salloc --no-shell`` hit by a Ctrl-C while its request is in flight
+takes the grant and exits 0 without saying it). So the request runs in a thread of its own, in a
+session of its own on this machine (a terminal's Ctrl-C does not reach it); on the login node in
+an SSH channel whose end kills it (a dropped connection leaves no request behind). An interrupt
+(Ctrl-C) waits for the request's answer before it goes on, so any job the request made is in
+Slurm's queue by then, where the caller's cleanup finds it. Only a request that outlives its own
+timeout is killed, and then ``salloc``'s late grant is ended by the controller itself (it cancels
+an allocation whose answer it cannot deliver); ``sbatch``'s would not be.
+
 The readings of Slurm's output that more than one step needs live here too: ``scontrol show``'s
 fields of a job, of nodes and of partitions.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import shlex
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,11 +49,13 @@ COMMANDS = ("sbatch", "salloc", "squeue", "scancel", "scontrol", "sinfo", "srun"
 
 @dataclass(frozen=True, slots=True)
 class Said:
-    """A command's answer: exit code, stdout, stderr."""
+    """A command's answer: exit code, stdout, stderr; and for a request, the interrupt that came
+    while it ran (:meth:`SlurmCommands.request`), for the caller to raise once it has read the answer."""
 
     returncode: int
     stdout: str
     stderr: str
+    interrupted: BaseException | None = None
 
     def said(self) -> str:
         """What the command said on failure, in one line."""
@@ -93,27 +110,63 @@ class SlurmCommands:
             raise ConfigError("login", "a login node where Slurm's commands (" + ", ".join(COMMANDS) + ") are on "
                               "PATH", self.shown, detail=f"{', '.join(missing)} not found there")
 
-    def run(self, argv: list[str], timeout: float = 60.0) -> Said:
-        """Run ``argv``; a command that does not answer within ``timeout`` raises ProvisionError."""
+    def run(self, argv: list[str], timeout: float = 60.0, *, alone: bool = False) -> Said:
+        """Run ``argv``; a command that does not answer within ``timeout`` raises ProvisionError.
+        ``alone``: in a session of its own here, under a dead man's switch on a login node."""
+        shown = shlex.join(argv)[:80]
         if self.login is None:
             try:
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                                      start_new_session=alone)
             except FileNotFoundError as exc:
                 raise ConfigError("provider", "a machine where Slurm's commands are on PATH",
                                   shlex.join(argv[:1])) from exc
             except subprocess.TimeoutExpired as exc:
-                raise ProvisionError(f"`{shlex.join(argv)[:80]}` did not answer within {timeout:g}s",
-                                     provider="slurm") from exc
+                raise ProvisionError(f"`{shown}` did not answer within {timeout:g}s", provider="slurm") from exc
             return Said(done.returncode, done.stdout, done.stderr)
         try:
+            if alone:
+                said: dict[str, list[str]] = {"stdout": [], "stderr": []}
+                code = self._transport().stream(shlex.join(argv), lambda kind, line: said[kind].append(line),
+                                                timeout=timeout)
+                return Said(code, "\n".join(said["stdout"]), "\n".join(said["stderr"]))
             result = self._transport().run(shlex.join(argv), timeout=timeout)
         except TimeoutError as exc:
-            raise ProvisionError(f"`{shlex.join(argv)[:80]}` on {self.shown} did not answer within {timeout:g}s",
+            raise ProvisionError(f"`{shown}` on {self.shown} did not answer within {timeout:g}s",
                                  provider="slurm") from exc
         except (BootstrapError, OSError, EOFError) as exc:
-            raise ProvisionError(f"cannot run `{shlex.join(argv)[:80]}` on the login node {self.shown}: {exc}",
+            raise ProvisionError(f"cannot run `{shown}` on the login node {self.shown}: {exc}",
                                  provider="slurm") from exc
         return Said(result.exit_code, result.stdout, result.stderr)
+
+    def request(self, argv: list[str], waiting: Callable[[], None], timeout: float = 60.0) -> Said:
+        """Run a request for an allocation to its answer, whatever interrupts the caller
+        meanwhile (see the module docstring): an interrupt calls ``waiting`` (once) and comes
+        back in the answer's ``interrupted`` (raised at once if the request itself failed)."""
+        answer: list[Any] = []
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                answer.append(self.run(argv, timeout, alone=True))
+            except BaseException as exc:  # (raised in the caller's thread)
+                answer.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=ask, name=f"skyward-slurm-{argv[0]}", daemon=True).start()
+        interrupted: BaseException | None = None
+        while not done.is_set():  # (an Event: a Thread.join interrupted may take the thread for ended)
+            try:
+                done.wait()
+            except BaseException as exc:  # (a Ctrl-C: the request goes on to its answer first)
+                if interrupted is None:
+                    interrupted = exc
+                    with contextlib.suppress(BaseException):
+                        waiting()
+        if isinstance(answer[0], BaseException):
+            raise interrupted or answer[0]
+        return dataclasses.replace(answer[0], interrupted=interrupted)
 
     def close(self) -> None:
         with self._lock:

@@ -7,7 +7,7 @@ value and what Slurm said, before anything waits. Then ``squeue`` is asked until
 while it is pending each change of Slurm's reason (``Resources``, ``Priority``...) and of its
 place in the queue is reported to the console; the wait is bounded by the pool's
 ``start_timeout``. Whatever ends the wait early (the timeout, Ctrl-C, an error), the job is
-cancelled before the exception leaves, and so is one Slurm granted to a request cut short before
+cancelled before the exception leaves, and so is one Slurm granted to a request interrupted before
 its job id was read (:mod:`~skyward.providers.slurm.allocations`).
 
 Reach: each node's :class:`~skyward.machine.Instance` carries the command that starts a process
@@ -152,7 +152,7 @@ class Slurm(Allocations, Provider):
                   timeout: float) -> list[Instance]:
         """One allocation of ``len(numbers)`` nodes, described as the pool's nodes ``numbers``."""
         try:  # (whatever cuts it short, a Ctrl-C in salloc included, leaves no allocation)
-            job = self.submit(dataclasses.replace(spec, nodes=len(numbers)))
+            job = self.submit(dataclasses.replace(spec, nodes=len(numbers)), report)
             nodes = self._wait_running(job, report, timeout)
             instances = self._describe(spec, job, nodes, numbers)
             self.held(job, {inst.id for inst in instances})
