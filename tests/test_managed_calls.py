@@ -112,3 +112,41 @@ def test_a_raising_call_fails_with_its_exception_and_a_cancelled_one_has_no_resu
     with pytest.raises(sky.ConfigError, match="invalid nodes"):
         sky.jobs.launch(fails(str(tmp_path)), nodes=0)
     nothing_left(home)
+
+
+@sky.compute
+def square(x: int) -> int:
+    return x * x
+
+
+AT_ONCE = """
+import os, sys, time
+import skyward as sky
+from skyward.jobs import controller
+from tests.test_managed_calls import square
+
+ready, go = sys.argv[1], sys.argv[2]
+open(ready, "w").close()
+while not os.path.exists(go):  # (both processes start their first submit on the same event)
+    time.sleep(0.002)
+job = sky.jobs.launch(square(int(sys.argv[3])))
+print(job.id, controller.running(), flush=True)
+"""
+
+
+def test_two_first_submits_at_once_share_one_controller_and_both_succeed(home: str, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", AT_ONCE, str(tmp_path / f"ready{n}"), str(go), str(n)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in (2, 3)]
+    until(lambda: all((tmp_path / f"ready{n}").exists() for n in (2, 3)), 60, "both clients to be ready")
+    go.touch()
+    answers = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [a[1][-2000:] for a in answers]
+    (first, leader), (second, other) = [tuple(map(int, out.split())) for out, _ in answers]
+    assert sorted([first, second]) == [1, 2] and leader == other  # one controller, both jobs in its queue
+    assert sky.jobs.get(first).result(timeout=120) == 4 and sky.jobs.get(second).result(timeout=120) == 9
+    log = (Path(home) / "managed" / "controller.log").read_text()
+    assert log.count(" started") == 1, log
+    nothing_left(home)
