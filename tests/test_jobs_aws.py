@@ -36,9 +36,11 @@ from pathlib import Path
 import pytest
 
 import skyward as sky
+from skyward.clusters import manage
 from skyward.clusters.state import ClusterStore
 from skyward.jobs import aws as aws_jobs
 from skyward.jobs import client
+from skyward.jobs.controller import IDLE_VARIABLE
 from skyward.jobs.remote import VARIABLE, controller_home
 from tests.aws_conftest import aws, moto_server  # noqa: F401  (fixtures)
 from tests.contract.test_clusters import home  # noqa: F401  (a SKYWARD_HOME of the test's own)
@@ -164,10 +166,11 @@ def submit_at_once(kwargs: list[dict], folder: Path) -> list[int]:
 @hosts_needed
 @pytest.mark.timeout(300)  # (the hosts' setup and two clients: over 120 s on a loaded machine)
 def test_two_first_aws_jobs_at_once_run_under_one_controller_instance_that_may_only_launch_tagged_instances(
-        aws, controller_on_hosts, cluster_on_hosts, tmp_path):  # noqa: F811
+        aws, controller_on_hosts, cluster_on_hosts, tmp_path, monkeypatch):  # noqa: F811
     hosts = cluster_on_hosts["hosts"]
     network = ipaddress.ip_interface(f"{hosts[0].bridge_ip}/24").network
     subnets = [controller_on_hosts["subnet_id"], subnet_with_only(aws, network, [h.ip for h in hosts])]
+    monkeypatch.setenv(IDLE_VARIABLE, "3")  # (the controller the first ask starts exits 3 s after its last job)
     jobs = submit_at_once([{**controller_on_hosts, "subnet_id": s} for s in subnets], tmp_path)
     assert sorted(jobs) == [1, 2]  # (the clients exited, the jobs go on)
 
@@ -212,9 +215,29 @@ def test_two_first_aws_jobs_at_once_run_under_one_controller_instance_that_may_o
     used = actions_called_by(aws, CONTROLLER_KEY)
     assert {"ec2:RunInstances", "ec2:TerminateInstances", "ec2:DeleteSecurityGroup"} <= used <= POLICY_ACTIONS
 
-    # a later submit finds it and launches no other; IAM unchanged by a second run
-    aws_jobs.controller(plan=object())
-    assert len(instances(aws)) == 3 and ClusterStore().get(aws_jobs.CLUSTER).instances == record.instances
+    # autostop: the controller exits once idle, then the cluster's workers (its autostop, made
+    # short here): the instance is left to its watchdog, which powers it off, a stop as launched
+    # (moto runs no watchdog: EC2's side is asked here)
+    assert manage.autostop(aws_jobs.CLUSTER, 0.05) == []
+    log = Path(controller_host.home) / controller_home(record).removeprefix("~/") / "managed" / "controller.log"
+    assert wait_until(lambda: not controller_host.processes(r"skyward\.(jobs\.controller|worker)"), timeout=60), \
+        (controller_host.process_cmdlines("skyward"), log.read_text()[-3000:])
+    aws.client().stop_instances(InstanceIds=[controller["InstanceId"]])
+    assert [s.status for s in manage.status([aws_jobs.CLUSTER])] == ["STOPPED"]
+    # a later submit starts it again (the same instance, no other launched), and the controller's
+    # records were kept: the third job joins the first two
+    (tmp_path / "later").mkdir()
+    third = subnet_with_only(aws, network, [h.ip for h in hosts])
+    assert submit_at_once([{**controller_on_hosts, "subnet_id": third}], tmp_path / "later") == [3]
+    assert instances(aws)[controller["InstanceId"]]["State"]["Name"] == "running"
+    assert [i["InstanceId"] for i in instances(aws).values() if i.get("InstanceLifecycle") != "spot"] == [
+        controller["InstanceId"]] and ClusterStore().get(aws_jobs.CLUSTER).instances == record.instances
+    assert sky.jobs.get(3).result(timeout=180) in {h.name for h in hosts}
+    assert [(j.id, j.status) for j in sky.jobs.list()] == [(1, "SUCCEEDED"), (2, "SUCCEEDED"), (3, "SUCCEEDED")]
+    kinds = [e.kind for e in ClusterStore().events(aws_jobs.CLUSTER)]
+    assert (kinds.count("launch"), kinds.count("start")) == (1, 1), kinds
+    assert wait_until(lambda: client.get(3).cleaned, timeout=60)
+    # IAM unchanged by a second run
     assert aws_jobs.ensure_profile(iam) == aws_jobs.ROLE
     assert [p["InstanceProfileName"] for p in iam.list_instance_profiles()["InstanceProfiles"]] == [aws_jobs.ROLE]
     assert [r["RoleName"] for r in iam.list_roles()["Roles"]] == [aws_jobs.ROLE]

@@ -18,9 +18,11 @@ import pytest
 import skyward as sky
 from skyward.clusters.state import ClusterStore
 from skyward.jobs import client
+from skyward.jobs.controller import IDLE_VARIABLE
+from tests.conftest import wait_gone
 from tests.test_cluster_cli import ROOT
 from tests.test_cluster_jobs import until
-from tests.test_managed_jobs import home, nothing_left  # noqa: F401 (home: a fixture)
+from tests.test_managed_jobs import home, home_processes, nothing_left  # noqa: F401 (home: a fixture)
 
 
 @sky.compute
@@ -134,8 +136,9 @@ print(job.id, controller.running(), flush=True)
 """
 
 
-def test_two_first_submits_at_once_share_one_controller_and_both_succeed(home: str, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def test_two_first_submits_at_once_share_one_controller_which_exits_once_idle_after_both_succeed(
+        home: str, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), IDLE_VARIABLE: "1"}  # (read by the controller as it starts)
     go = tmp_path / "go"
     procs = [subprocess.Popen([sys.executable, "-c", AT_ONCE, str(tmp_path / f"ready{n}"), str(go), str(n)],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -147,6 +150,9 @@ def test_two_first_submits_at_once_share_one_controller_and_both_succeed(home: s
     (first, leader), (second, other) = [tuple(map(int, out.split())) for out, _ in answers]
     assert sorted([first, second]) == [1, 2] and leader == other  # one controller, both jobs in its queue
     assert sky.jobs.get(first).result(timeout=120) == 4 and sky.jobs.get(second).result(timeout=120) == 9
+    until(lambda: all(client.get(j).cleaned for j in (first, second)), 60, "the jobs' clusters to be torn down")
+    assert wait_gone([leader], 60) == [], "the controller did not exit once idle"
     log = (Path(home) / "managed" / "controller.log").read_text()
-    assert log.count(" started") == 1, log
-    nothing_left(home)
+    assert log.count(" started") == 1 and f"controller pid {leader} exits (no job for 1s)" in log, log
+    assert ClusterStore().all() == [] and until(lambda: home_processes(home) == [], 30, "every process to end")
+

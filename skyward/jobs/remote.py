@@ -13,7 +13,8 @@ a detached process on this machine (:mod:`skyward.jobs.controller`). Set to a cl
    controller, and answers with a pickle (a value or the typed error raised there);
 2. the controller runs on that node, started by the first ask that needs it, in a session of its
    own: it outlives the SSH command, and this machine may shut down; while it runs it counts as
-   a running job of the cluster, so the cluster's autostop waits for it;
+   a running job of the cluster, so the cluster's autostop waits for it; it exits after the idle
+   seconds of the client whose ask started it (``SKYWARD_JOBS_CONTROLLER_IDLE``, default 600);
 3. its records and logs live on that node, under ``~/.skyward/controllers/<cluster id>``
    (its own skyward home: two controller clusters on one host never mix their jobs), so they
    survive the controller's restart and any client's;
@@ -37,7 +38,7 @@ from typing import IO, Any
 
 from skyward.clusters.state import ClusterRecord, ClusterStore
 from skyward.errors import ClusterError, ConfigError
-from skyward.jobs.controller import CLUSTER_USE
+from skyward.jobs.controller import CLUSTER_USE, IDLE_VARIABLE
 
 __all__ = ["ANSWER_MARK", "LOCAL", "VARIABLE", "RemoteController", "controller_home", "named"]
 
@@ -87,8 +88,10 @@ class RemoteController:
         from skyward.transport import reach
 
         cluster_dir = f"{self.record.roots[0]}/c/{self.record.id}" if self.record.roots else ""
+        idle = os.environ.get(IDLE_VARIABLE, "")  # (a controller this ask starts takes this client's)
         command = (f"SKYWARD_HOME={shlex.quote(controller_home(self.record))} "
                    f"{CLUSTER_USE}={shlex.quote(cluster_dir)} "
+                   + (f"{IDLE_VARIABLE}={shlex.quote(idle)} " if idle else "")
                    + shlex.join([self.record.pythons[0], "-m", "skyward.jobs.answer", verb, *map(str, args)]))
         answer: list[str] = []
         errors: list[str] = []
