@@ -1,7 +1,8 @@
 """Managed jobs from Python (``sky.jobs.launch``) on the Local provider: a broadcast call on 2
 nodes that checkpoints comes back with its result after one of its nodes is SIGKILLed (the job
 recovered on a new cluster), from another process too; a call that raises gives its exception;
-cancel, list and unknown ids. Afterwards no cluster and no process of the job is left."""
+cancel, list and unknown ids; two first submits at once from two processes share one controller,
+which exits by itself once idle. Afterwards no cluster and no process of the job is left."""
 
 from __future__ import annotations
 
