@@ -269,13 +269,14 @@ def test_an_aws_job_gets_the_aws_controller_unless_the_variable_says_where_and_a
     from skyward.providers.aws.provider import AWS
 
     (tmp_path / "aws.yaml").write_text("resources:\n  cloud: aws\nrun: hostname\n")
+    (tmp_path / "infra.yaml").write_text("resources:\n  infra: aws/us-west-2\nrun: hostname\n")
     (tmp_path / "here.yaml").write_text("run: hostname\n")
-    task_on_aws, task_here = (load_plan(str(tmp_path / f"{n}.yaml")) for n in ("aws", "here"))
+    task_on_aws, task_on_infra, task_here = (load_plan(str(tmp_path / f"{n}.yaml")) for n in ("aws", "infra", "here"))
     call_on_aws, call_here = (CallPlan("hostname", b"", pickle.dumps({"provider": p}), False, 1)
                               for p in (AWS("us-east-1"), sky.Local()))
     monkeypatch.delenv(VARIABLE, raising=False)
-    assert [aws_jobs.chosen(p) for p in (task_on_aws, call_on_aws, task_here, call_here, None)] == [
-        True, True, False, False, False]  # (no controller on AWS yet: asks go to this machine's)
+    assert [aws_jobs.chosen(p) for p in (task_on_aws, task_on_infra, call_on_aws, task_here, call_here, None)] == [
+        True, True, True, False, False, False]  # (no controller on AWS yet: asks go to this machine's)
     monkeypatch.setenv(VARIABLE, "local")
     assert not aws_jobs.chosen(task_on_aws) and not aws_jobs.chosen(call_on_aws)
     assert client.jobs() == []  # (this machine's controller, which has none)
