@@ -1,7 +1,8 @@
 """Managed jobs from Python (``sky.jobs.launch``) on the Local provider: a broadcast call on 2
 nodes that checkpoints comes back with its result after one of its nodes is SIGKILLed (the job
 recovered on a new cluster), from another process too; a call that raises gives its exception;
-cancel, list and unknown ids. Afterwards no cluster and no process of the job is left."""
+cancel, list and unknown ids; two first submits at once from two processes share one controller,
+which exits by itself once idle. Afterwards no cluster and no process of the job is left."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ import pytest
 import skyward as sky
 from skyward.clusters.state import ClusterStore
 from skyward.jobs import client
+from skyward.jobs.controller import IDLE_VARIABLE
+from tests.conftest import wait_gone
 from tests.test_cluster_cli import ROOT
 from tests.test_cluster_jobs import until
-from tests.test_managed_jobs import home, nothing_left  # noqa: F401 (home: a fixture)
+from tests.test_managed_jobs import home, home_processes, nothing_left  # noqa: F401 (home: a fixture)
 
 
 @sky.compute
@@ -112,3 +115,45 @@ def test_a_raising_call_fails_with_its_exception_and_a_cancelled_one_has_no_resu
     with pytest.raises(sky.ConfigError, match="invalid nodes"):
         sky.jobs.launch(fails(str(tmp_path)), nodes=0)
     nothing_left(home)
+
+
+@sky.compute
+def square(x: int) -> int:
+    return x * x
+
+
+AT_ONCE = """
+import os, sys, time
+import skyward as sky
+from skyward.jobs import controller
+from tests.test_managed_calls import square
+
+ready, go = sys.argv[1], sys.argv[2]
+open(ready, "w").close()
+while not os.path.exists(go):  # (both processes start their first submit on the same event)
+    time.sleep(0.002)
+job = sky.jobs.launch(square(int(sys.argv[3])))
+print(job.id, controller.running(), flush=True)
+"""
+
+
+def test_two_first_submits_at_once_share_one_controller_which_exits_once_idle_after_both_succeed(
+        home: str, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), IDLE_VARIABLE: "1"}  # (read by the controller as it starts)
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", AT_ONCE, str(tmp_path / f"ready{n}"), str(go), str(n)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in (2, 3)]
+    until(lambda: all((tmp_path / f"ready{n}").exists() for n in (2, 3)), 60, "both clients to be ready")
+    go.touch()
+    answers = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [a[1][-2000:] for a in answers]
+    (first, leader), (second, other) = [tuple(map(int, out.split())) for out, _ in answers]
+    assert sorted([first, second]) == [1, 2] and leader == other  # one controller, both jobs in its queue
+    assert sky.jobs.get(first).result(timeout=120) == 4 and sky.jobs.get(second).result(timeout=120) == 9
+    until(lambda: all(client.get(j).cleaned for j in (first, second)), 60, "the jobs' clusters to be torn down")
+    assert wait_gone([leader], 60) == [], "the controller did not exit once idle"
+    log = (Path(home) / "managed" / "controller.log").read_text()
+    assert log.count(" started") == 1 and f"controller pid {leader} exits (no job for 1s)" in log, log
+    assert ClusterStore().all() == [] and until(lambda: home_processes(home) == [], 30, "every process to end")
+

@@ -268,7 +268,8 @@ def test_a_controller_named_but_not_there_or_unreachable_is_a_clear_error(home: 
 
     monkeypatch.setenv("SKYWARD_JOBS_CONTROLLER", "ctl")
     missing = sky("jobs", "queue", cwd=tmp_path)
-    assert missing.returncode == 1 and ("invalid SKYWARD_JOBS_CONTROLLER: expected the name of a one-node named "
+    assert missing.returncode == 1 and ("invalid SKYWARD_JOBS_CONTROLLER: expected 'aws' (the controller on an AWS "
+                                        "instance), 'local' (this machine's), or the name of a one-node named "
                                         "cluster of this machine") in missing.stderr
     assert "(none: make one on the host with sky.ComputePool(name=NAME, provider=sky.SSH([HOST])))" in missing.stderr
     assert "got 'ctl'" in missing.stderr

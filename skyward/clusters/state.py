@@ -281,18 +281,23 @@ class Holder:
 
 
 @contextlib.contextmanager
-def hold(name: str, what: str = "attached") -> Iterator[None]:
+def hold(name: str, what: str = "attached", wait: float = 0.0) -> Iterator[None]:
     """Hold cluster ``name`` for this process while the block runs; raise :class:`ClusterBusy`
-    at once naming the holder if another live process holds it."""
+    naming the holder if another live process holds it: at once, or (``wait`` seconds) if it
+    still does then."""
     directory = home() / "clusters"
     directory.mkdir(mode=0o700, exist_ok=True)
     fd = os.open(directory / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        for _ in Backoff(timeout=wait, delay=0.05, max_delay=1.0):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                continue
+        else:
             holder = _read_holder(fd)
-            raise ClusterBusy(name, holder.pid if holder else None, holder.host if holder else None) from None
+            raise ClusterBusy(name, holder.pid if holder else None, holder.host if holder else None)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {socket.gethostname()} {what}\n".encode(), 0)
         try:

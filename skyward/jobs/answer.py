@@ -25,7 +25,7 @@ from typing import Any
 
 from skyward.errors import ClusterError, SkywardError
 from skyward.jobs import client
-from skyward.jobs.remote import ANSWER_MARK, VARIABLE
+from skyward.jobs.remote import ANSWER_MARK, LOCAL, VARIABLE
 from skyward.jobs.store import RESULT_FILE
 
 __all__ = ["answer", "main"]
@@ -58,7 +58,7 @@ def answer(verb: str, args: list[str]) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    os.environ.pop(VARIABLE, None)  # (this node's own controller answers, whatever its login sets)
+    os.environ[VARIABLE] = LOCAL  # (this node's own controller answers, whatever its login sets or the job is)
     try:
         reply: tuple[str, Any] = ("ok", answer(argv[0], argv[1:]))
     except (SkywardError, TimeoutError) as exc:

@@ -1,8 +1,14 @@
-"""The managed jobs' controller on AWS (SkyPilot's model): ``SKYWARD_JOBS_CONTROLLER=aws``.
+"""The managed jobs' controller on AWS (SkyPilot's model).
 
-With the variable set to ``aws``, the controller lives on a small on-demand instance, the
-one-node named cluster :data:`CLUSTER`, and every ``skyward jobs`` command and ``sky.jobs`` call
-asks it as it asks a controller on an SSH host (:mod:`skyward.jobs.remote`):
+Which controller a job gets (:func:`chosen`): ``SKYWARD_JOBS_CONTROLLER`` decides when it is set
+(``aws``: this one; ``local``: this machine's; else a cluster's name, :mod:`skyward.jobs.remote`).
+Unset, a job whose provider is AWS (a Python call's ``AWS`` provider, a task file's ``cloud:
+aws`` or ``infra: aws``) gets this one, and once this machine has launched it every job and
+every ask goes to it, as SkyPilot's one jobs controller.
+
+The controller lives on a small on-demand instance, the one-node named cluster :data:`CLUSTER`,
+and every ``skyward jobs`` command and ``sky.jobs`` call asks it as it asks a controller on an
+SSH host (:mod:`skyward.jobs.remote`):
 
 1. the first submit launches it, through the AWS provider, on-demand (never spot), as a
    :data:`INSTANCE_TYPE`, with the same region, network, image and login settings as the job's
@@ -13,29 +19,34 @@ asks it as it asks a controller on an SSH host (:mod:`skyward.jobs.remote`):
    controller needs to launch, watch and end the jobs' instances, limited to skyward-tagged
    resources where EC2 can check the tag), associated with the instance once it runs;
 3. later submits reuse it: attaching to it starts it again when its autostop stopped it;
+   submits at once (two processes, the first ones or not) launch one: the named cluster's own
+   hold (:func:`skyward.clusters.state.hold`) lets one process launch or attach at a time, and
+   the others wait for it (up to :data:`LAUNCH_WAIT` seconds), then attach;
 4. its autostop is the named cluster's own, :data:`AUTOSTOP_MINUTES` idle minutes; the
    controller process counts as a running job of the cluster while it watches jobs (it exits
    10 minutes after the last one), so the instance stops once no job has run for a while, and
    keeps its disk (the controller's records) for the next start.
 
-Other asks (queue, logs, cancel) need the controller up: before the first submit there is
-none, a :class:`~skyward.ConfigError` says so.
+Other asks (queue, logs, cancel) need the controller up: with the variable ``aws`` before the
+first submit there is none, a :class:`~skyward.ConfigError` says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
+import time
 from typing import Any
 
-from skyward.clusters.state import ClusterStore
+from skyward.clusters.state import ClusterStore, hold
 from skyward._optional import require
-from skyward.errors import ConfigError
-from skyward.jobs.remote import VARIABLE, RemoteController
+from skyward.errors import ClusterBusy, ClusterError, ConfigError
+from skyward.jobs.remote import LOCAL, VARIABLE, RemoteController
 
-__all__ = ["ACTIONS", "AUTOSTOP_MINUTES", "CLUSTER", "DISK_GB", "INSTANCE_TYPE", "PACKAGES", "ROLE", "VALUE", "chosen",
-           "controller", "ensure_profile", "policy", "provider_for"]
+__all__ = ["ACTIONS", "AUTOSTOP_MINUTES", "CLUSTER", "DISK_GB", "INSTANCE_TYPE", "LAUNCH_WAIT", "PACKAGES", "ROLE",
+           "VALUE", "chosen", "controller", "ensure_profile", "is_aws_job", "policy", "provider_for"]
 
 #: The value of ``SKYWARD_JOBS_CONTROLLER`` that puts the controller on AWS.
 VALUE = "aws"
@@ -47,6 +58,9 @@ INSTANCE_TYPE = "t3.medium"
 DISK_GB = 50
 #: The controller cluster's autostop (idle minutes; the instance stops, its disk kept).
 AUTOSTOP_MINUTES = 10.0
+#: Seconds a submit waits for another process that is launching the controller (or attached to
+#: it) to let go: a launch on EC2 takes a few minutes.
+LAUNCH_WAIT = 900.0
 #: What the controller's environment needs besides skyward (EC2 and SSH).
 PACKAGES = ("boto3", "paramiko")
 #: The IAM role, its inline policy and the instance profile: one name for the three.
@@ -95,28 +109,47 @@ _TRUST = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal"
                                                   "Action": "sts:AssumeRole"}]}
 
 
-def chosen() -> bool:
-    """Whether ``SKYWARD_JOBS_CONTROLLER`` puts the controller on AWS."""
-    return os.environ.get(VARIABLE, "").strip().lower() == VALUE
+def chosen(plan: object = None) -> bool:
+    """Whether the managed jobs' controller is the one on AWS: ``SKYWARD_JOBS_CONTROLLER=aws``;
+    or, with the variable unset, for an AWS job (``plan``, a job being submitted) or once this
+    machine has launched it."""
+    given = os.environ.get(VARIABLE, "").strip().lower()
+    if given:
+        return given == VALUE
+    return (plan is not None and is_aws_job(plan)) or ClusterStore().get(CLUSTER) is not None
+
+
+def is_aws_job(plan: object) -> bool:
+    """Whether ``plan`` (a task file's, or a Python call's) runs on AWS."""
+    from skyward.jobs.store import CallPlan
+
+    if isinstance(plan, CallPlan):
+        return type(pickle.loads(plan.pool).get("provider")).__module__.startswith("skyward.providers.aws")
+    return getattr(plan, "provider", None) == VALUE
 
 
 def ensure_profile(iam: Any) -> str:
     """The instance profile :data:`ROLE` (its name), with its role and the role's inline
     policy made first where missing; the policy is written again each time (it is the same
-    document, or a newer skyward's). ``iam``: a boto3 IAM client."""
-    missing = iam.exceptions.NoSuchEntityException
+    document, or a newer skyward's). Another process making them at the same moment is no
+    error. ``iam``: a boto3 IAM client."""
+    missing, made = iam.exceptions.NoSuchEntityException, iam.exceptions.EntityAlreadyExistsException
     try:
         iam.get_role(RoleName=ROLE)
     except missing:
-        iam.create_role(RoleName=ROLE, AssumeRolePolicyDocument=json.dumps(_TRUST),
-                        Description="skyward's managed jobs' controller: launches and ends the jobs' instances")
+        with contextlib.suppress(made):
+            iam.create_role(RoleName=ROLE, AssumeRolePolicyDocument=json.dumps(_TRUST),
+                            Description="skyward's managed jobs' controller: launches and ends the jobs' instances")
     iam.put_role_policy(RoleName=ROLE, PolicyName=ROLE, PolicyDocument=json.dumps(policy()))
     try:
         profile = iam.get_instance_profile(InstanceProfileName=ROLE)["InstanceProfile"]
     except missing:
-        profile = iam.create_instance_profile(InstanceProfileName=ROLE)["InstanceProfile"]
+        with contextlib.suppress(made):
+            iam.create_instance_profile(InstanceProfileName=ROLE)
+        profile = iam.get_instance_profile(InstanceProfileName=ROLE)["InstanceProfile"]
     if ROLE not in [r["RoleName"] for r in profile.get("Roles", [])]:
-        iam.add_role_to_instance_profile(InstanceProfileName=ROLE, RoleName=ROLE)
+        with contextlib.suppress(iam.exceptions.LimitExceededException):  # (a profile takes one role: added at once)
+            iam.add_role_to_instance_profile(InstanceProfileName=ROLE, RoleName=ROLE)
     return ROLE
 
 
@@ -144,27 +177,49 @@ def provider_for(plan: object) -> Any:
 def controller(plan: object = None) -> RemoteController:
     """The AWS controller. For a submit (``plan`` given), launched first when there is none
     (permissions made, :func:`provider_for` the plan), or started again when it was stopped;
-    for any other ask it must exist."""
+    for any other ask it must exist. A submit that finds another process launching or attached
+    to it waits for that one (:data:`LAUNCH_WAIT` seconds at most), then looks again."""
+    if plan is None:
+        if ClusterStore().get(CLUSTER) is None:
+            raise ConfigError(VARIABLE, f"'{VALUE}' once a managed job was submitted (its first submit launches the "
+                              f"controller, cluster {CLUSTER}), '{LOCAL}' (this machine's controller), or unset",
+                              f"{VALUE}: no controller on AWS yet")
+        return RemoteController(CLUSTER)
+    deadline = time.monotonic() + LAUNCH_WAIT
+    while True:
+        try:
+            _launch_or_attach(plan)
+            return RemoteController(CLUSTER)
+        except ClusterBusy:
+            with hold(CLUSTER, "waiting for the controller", wait=max(0.0, deadline - time.monotonic())):
+                pass  # (let go at once: the next look launches or attaches, as the record now says)
+
+
+def _launch_or_attach(plan: object) -> None:
     from skyward.image import Image
     from skyward.pool import ComputePool
 
-    record = ClusterStore().get(CLUSTER)
-    if plan is None:
-        if record is None:
-            raise ConfigError(VARIABLE, f"'{VALUE}' once a managed job was submitted (its first submit launches the "
-                              f"controller, cluster {CLUSTER}), or unset (this machine's controller)",
-                              f"{VALUE}: no controller on AWS yet")
-        return RemoteController(CLUSTER)
-    if record is None:
-        provider = provider_for(plan)
-        ensure_profile(_session(provider).client("iam"))
+    if ClusterStore().get(CLUSTER) is not None:
+        _attach()
+        return
+    provider = provider_for(plan)
+    ensure_profile(_session(provider).client("iam"))
+    try:
         with ComputePool(name=CLUSTER, provider=provider, nodes=1, image=Image(pip=list(PACKAGES)),
                          idle_minutes=AUTOSTOP_MINUTES, console=False) as pool:
             _associate(_session(provider).client("ec2"), pool.instances[0].id)
-    else:  # (attaching starts it again when autostop stopped it)
-        with ComputePool(name=CLUSTER, console=False):
-            pass
-    return RemoteController(CLUSTER)
+    except ClusterError as exc:  # (another process launched it, for a job of another network, since the look)
+        if exc.field != "provider" or ClusterStore().get(CLUSTER) is None:
+            raise
+        _attach()
+
+
+def _attach() -> None:
+    """Attach to the controller's cluster and leave (which starts it again when autostop stopped it)."""
+    from skyward.pool import ComputePool
+
+    with ComputePool(name=CLUSTER, console=False):
+        pass
 
 
 def _session(provider: Any) -> Any:

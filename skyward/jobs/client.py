@@ -5,8 +5,9 @@ started if none runs); it never holds the job: once :func:`submit` has returned 
 client may exit or be killed. Listing a job that has not settled restarts a controller that
 was killed, so that it takes its jobs up again.
 
-With ``SKYWARD_JOBS_CONTROLLER`` set, each of these asks the controller's node instead
-(:mod:`skyward.jobs.remote`; ``aws``: :mod:`skyward.jobs.aws`), where the same functions run against the controller there.
+With the controller on another machine (an AWS job's, :mod:`skyward.jobs.aws`, or the cluster
+``SKYWARD_JOBS_CONTROLLER`` names, :mod:`skyward.jobs.remote`), each of these asks the controller's
+node instead, where the same functions run against the controller there.
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ _POLL = 0.2  # (seconds between looks at a job's record while waiting on it)
 
 
 def _far(plan: object = None) -> remote.RemoteController | None:
-    """The controller of another machine that ``SKYWARD_JOBS_CONTROLLER`` names (on AWS, or a
-    cluster's node), or None: this machine's. ``plan``: a job being submitted (on AWS, its
-    first submit launches the controller)."""
-    return aws.controller(plan) if aws.chosen() else remote.named()
+    """The controller of another machine (on AWS: :func:`skyward.jobs.aws.chosen`; or the
+    cluster's node ``SKYWARD_JOBS_CONTROLLER`` names), or None: this machine's. ``plan``: a job
+    being submitted (on AWS, its first submit launches the controller)."""
+    return aws.controller(plan) if aws.chosen(plan) else remote.named()
 
 
 def exit_status(job: JobRecord) -> int:

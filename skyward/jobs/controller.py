@@ -30,13 +30,16 @@ import time
 from skyward.errors import ClusterError
 from skyward.jobs.store import JobStore, folder
 
-__all__ = ["CLUSTER_USE", "IDLE_SECONDS", "TICK", "ensure", "running", "serve", "stop", "wake"]
+__all__ = ["CLUSTER_USE", "IDLE_SECONDS", "IDLE_VARIABLE", "TICK", "ensure", "running", "serve", "stop", "wake"]
 
 #: Seconds between the loop's rounds when nothing wakes it.
 TICK = 1.0
-#: Seconds with no job to watch after which the controller exits (``SKYWARD_JOBS_CONTROLLER_IDLE``
-#: in the environment it starts in changes it).
+#: Seconds with no job to watch after which the controller exits (:data:`IDLE_VARIABLE` in the
+#: environment it starts in changes it).
 IDLE_SECONDS = 600.0
+#: The variable that sets the controller's idle seconds (a controller on another machine takes
+#: it from the client whose ask starts it: :mod:`skyward.jobs.remote`).
+IDLE_VARIABLE = "SKYWARD_JOBS_CONTROLLER_IDLE"
 #: Set (by :mod:`skyward.jobs.remote`) to the folder of the worker of the named cluster the
 #: controller runs on: while it runs, the controller is one of that cluster's running jobs
 #: (a pid file in the folder's ``jobs/controller/``), so the cluster's autostop waits for it.
@@ -143,7 +146,7 @@ def serve() -> int:
     """The controller's loop (``python -m skyward.jobs.controller``); returns its exit status."""
     from skyward.jobs.watch import Watcher
 
-    idle = float(os.environ.get("SKYWARD_JOBS_CONTROLLER_IDLE", IDLE_SECONDS))
+    idle = float(os.environ.get(IDLE_VARIABLE, IDLE_SECONDS))
     fd = os.open(_lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,8 +1,8 @@
 """A managed jobs' controller on another host: the one-node named cluster that
 ``SKYWARD_JOBS_CONTROLLER`` names (SkyPilot's jobs controller on an SSH host).
 
-With the variable unset the controller is a detached process on this machine
-(:mod:`skyward.jobs.controller`). Set to a cluster's name (``skyward launch -c jobs-ctl ...`` or
+With the variable unset (and no AWS job: :mod:`skyward.jobs.aws`) or ``local``, the controller is
+a detached process on this machine (:mod:`skyward.jobs.controller`). Set to a cluster's name (``skyward launch -c jobs-ctl ...`` or
 ``sky.ComputePool(name="jobs-ctl", provider=sky.SSH([host]))`` made it, on one node), every
 ``skyward jobs`` command and ``sky.jobs`` call of this machine asks that node instead:
 
@@ -13,7 +13,8 @@ With the variable unset the controller is a detached process on this machine
    controller, and answers with a pickle (a value or the typed error raised there);
 2. the controller runs on that node, started by the first ask that needs it, in a session of its
    own: it outlives the SSH command, and this machine may shut down; while it runs it counts as
-   a running job of the cluster, so the cluster's autostop waits for it;
+   a running job of the cluster, so the cluster's autostop waits for it; it exits after the idle
+   seconds of the client whose ask started it (``SKYWARD_JOBS_CONTROLLER_IDLE``, default 600);
 3. its records and logs live on that node, under ``~/.skyward/controllers/<cluster id>``
    (its own skyward home: two controller clusters on one host never mix their jobs), so they
    survive the controller's restart and any client's;
@@ -22,8 +23,8 @@ With the variable unset the controller is a detached process on this machine
    controller's host.
 
 A controller that cannot be reached is a :class:`~skyward.ClusterError` naming the cluster and
-its host; an unknown name or one of several nodes, a :class:`~skyward.ConfigError` naming the
-variable, what it may hold and what it held.
+its host; an unknown value (not ``aws``, ``local`` nor a cluster's name) or a cluster of several
+nodes, a :class:`~skyward.ConfigError` naming the variable, what it may hold and what it held.
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ from typing import IO, Any
 
 from skyward.clusters.state import ClusterRecord, ClusterStore
 from skyward.errors import ClusterError, ConfigError
-from skyward.jobs.controller import CLUSTER_USE
+from skyward.jobs.controller import CLUSTER_USE, IDLE_VARIABLE
 
-__all__ = ["ANSWER_MARK", "VARIABLE", "RemoteController", "controller_home", "named"]
+__all__ = ["ANSWER_MARK", "LOCAL", "VARIABLE", "RemoteController", "controller_home", "named"]
 
-#: The variable that names the controller's cluster (unset or empty: this machine).
+#: The variable that names the controller's cluster (``aws``: :mod:`skyward.jobs.aws`; ``local``:
+#: this machine's; unset or empty: as the job says, :func:`skyward.jobs.aws.chosen`).
 VARIABLE = "SKYWARD_JOBS_CONTROLLER"
+#: The value of :data:`VARIABLE` that keeps the controller on this machine, whatever the job.
+LOCAL = "local"
 #: The line before the answer's pickle on the node's standard output (what comes before it, a
 #: followed log, is passed on as it comes).
 ANSWER_MARK = "\0skyward-answer:"
@@ -56,9 +60,9 @@ def controller_home(record: ClusterRecord) -> str:
 
 
 def named() -> RemoteController | None:
-    """The controller :data:`VARIABLE` names, or None (this machine's)."""
+    """The controller :data:`VARIABLE` names, or None (this machine's: unset, or :data:`LOCAL`)."""
     name = os.environ.get(VARIABLE, "").strip()
-    return RemoteController(name) if name else None
+    return RemoteController(name) if name and name.lower() != LOCAL else None
 
 
 class RemoteController:
@@ -68,7 +72,8 @@ class RemoteController:
         record = ClusterStore().get(name)
         if record is None or record.nodes != 1 or not record.pythons:
             known = sorted(r.name for r in ClusterStore().all() if r.nodes == 1 and r.pythons)
-            accepted = ("the name of a one-node named cluster of this machine to run the managed jobs' controller ("
+            accepted = ("'aws' (the controller on an AWS instance), 'local' (this machine's), or the name of a "
+                        "one-node named cluster of this machine to run the managed jobs' controller ("
                         + (", ".join(known) if known else "none: make one on the host with sky.ComputePool(name=NAME, "
                            "provider=sky.SSH([HOST]))") + ")")
             got = name if record is None else f"{name} ({record.nodes} nodes)"
@@ -83,8 +88,10 @@ class RemoteController:
         from skyward.transport import reach
 
         cluster_dir = f"{self.record.roots[0]}/c/{self.record.id}" if self.record.roots else ""
+        idle = os.environ.get(IDLE_VARIABLE, "")  # (a controller this ask starts takes this client's)
         command = (f"SKYWARD_HOME={shlex.quote(controller_home(self.record))} "
                    f"{CLUSTER_USE}={shlex.quote(cluster_dir)} "
+                   + (f"{IDLE_VARIABLE}={shlex.quote(idle)} " if idle else "")
                    + shlex.join([self.record.pythons[0], "-m", "skyward.jobs.answer", verb, *map(str, args)]))
         answer: list[str] = []
         errors: list[str] = []

@@ -131,8 +131,16 @@ class Watcher:
         future.add_done_callback(lambda done: self.wake())
 
     def idle(self) -> bool:
-        """Whether no work is in flight."""
-        return not self.busy
+        """Whether no work is in flight. The ended work of a settled job is let go here: a job's
+        last work, its teardown, settles it, and no later step collects it."""
+        for job, work in list(self.busy.items()):
+            if work.done() and self._settled(job):
+                del self.busy[job]
+        return all(work.done() for work in self.busy.values())
+
+    def _settled(self, job: int) -> bool:
+        found = self.store.get(job)
+        return found is None or (found.status in FINAL and bool(found.cleaned))
 
     def trouble(self, job: JobRecord, exc: BaseException) -> None:
         """A step of ``job`` failed: logged with its traceback; the job ends FAILED_CONTROLLER
