@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from skyward.compute import PendingCompute
     from skyward.image import Image
     from skyward.pool.pool import ComputePool
+    from skyward.transport import Transport
 
 __all__ = ["ClusterSession", "open_named", "resolve"]
 
@@ -244,6 +245,12 @@ class ClusterSession:
     def _save(self, record: ClusterRecord) -> None:
         self.record = record
         self.store.put(record)
+
+    def keep_connections(self, pool: ComputePool) -> dict[int, Transport]:
+        """The nodes' connections, left open when the pool detaches (see
+        :meth:`ClusterNodes.keep_connections`); the caller closes them."""
+        nodes = pool._nodes
+        return nodes.keep_connections() if isinstance(nodes, ClusterNodes) else {}
 
     def close(self, pool: ComputePool, *, down: bool, failed: bool) -> list[str]:
         """Detach (the cluster stays UP), or end it (``down``, or a creation that failed)."""
