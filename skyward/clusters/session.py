@@ -167,8 +167,7 @@ class ClusterSession:
             try:
                 nodes.attach(pool.start_timeout, heartbeat, image)
                 self.attached = True
-                self._save(record.with_(status=UP))
-                note(self.name, "attach", f"a client attached ({_client()})")
+                self._save(record.with_(status=UP), event=("attach", f"a client attached ({_client()})"))
                 return
             except NotRunning:
                 pass
@@ -242,9 +241,9 @@ class ClusterSession:
     def jobs(self) -> list[spawned.Job[Any]]:
         return spawned.listed(self.name)
 
-    def _save(self, record: ClusterRecord) -> None:
+    def _save(self, record: ClusterRecord, event: tuple[str, str] | None = None) -> None:
         self.record = record
-        self.store.put(record)
+        self.store.put(record, event)
 
     def keep_connections(self, pool: ComputePool) -> dict[int, Transport]:
         """The nodes' connections, left open when the pool detaches (see
