@@ -200,7 +200,7 @@ def section(r: dict, quick: bool) -> str:
         lines += ["", f"SSH not measured: {r.get('ssh_unavailable')}."]
     ok = "PASS" if all(verdicts) else "MISS"
     lines += ["", f"**Targets: attach ≤ {TARGET_ATTACH_S:g} s on Local and SSH, and ≤ {TARGET_SSH_RATIO}× the "
-                  f"cold start on SSH; issue 35: attach ≤ {TARGET_SSH_ATTACH_S:g} s on SSH and `skyward exec NAME "
+                  f"cold start on SSH; attach ≤ {TARGET_SSH_ATTACH_S:g} s on SSH and `skyward exec NAME "
                   f"'cmd'` ≤ {TARGET_EXEC_VS_SSH:g}× `ssh host true`.** {ok}" + (
                       "" if all(verdicts) else f" ({sum(not v for v in verdicts)} of {len(verdicts)} missed)") + "."]
     return "\n".join(lines)
