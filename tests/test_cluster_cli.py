@@ -300,6 +300,16 @@ def test_launch_c_and_exec_on_ssh_hosts(home: str, tmp_path: Path, test_hosts, w
     assert sorted(x for x in first if "hi from node" in x) == sorted(x for x in second if "hi from node" in x)
     assert not [x for x in second if "setup ran" in x]
     assert all(pid_alive(p) for p in pids)  # (the hosts share this machine's process ids)
+    # The command line's exec of a command: the job's output, followed over the attach's own
+    # connections, and no import that path does not need (paramiko's invoke: see skyward._optional).
+    cli = subprocess.run([sys.executable, "-X", "importtime", "-m", "skyward.cli", "exec", "hosts", "--num-nodes", "2",
+                          "echo cli on $SKYPILOT_NODE_RANK"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=180)
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    assert lines(cli.stdout, "cli on") == ["[node 0] cli on 0", "[node 1] cli on 1"]
+    imported = {line.rsplit("|", 1)[1].strip() for line in cli.stderr.splitlines() if line.startswith("import time:")}
+    packages = {m.split(".")[0] for m in imported}
+    assert "paramiko" in packages and "invoke" not in packages
     assert manage.down("hosts") == []
     assert wait_gone(pids, 10) == []
 

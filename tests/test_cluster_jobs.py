@@ -294,3 +294,16 @@ def test_the_queue_and_cancel_on_ssh_hosts(home: str, tmp_path: Path, test_hosts
     assert [p for p in pids if pid_alive(p)] == []
     assert jobs.job("hosts", 2).status == "CANCELLED"
     assert manage.down("hosts") == []
+
+
+def test_a_follower_looks_again_within_milliseconds_at_first_then_every_follow_poll() -> None:
+    # `skyward exec NAME true` used to wait a whole FOLLOW_POLL (0.2 s) for a job that had ended
+    # just after the follower's first look.
+    from skyward.runtime import jobtool
+    from skyward.runtime.jobqueue import FOLLOW_POLL
+
+    looks = jobtool.pauses()
+    schedule = [next(looks) for _ in range(40)]
+    assert schedule[0] <= 0.01
+    assert sum(schedule[:5]) < FOLLOW_POLL  # five looks where there was one
+    assert schedule == sorted(schedule) and schedule[-1] == max(schedule) == FOLLOW_POLL

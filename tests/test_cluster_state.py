@@ -112,3 +112,11 @@ def test_a_state_database_of_before_events_gains_them_and_keeps_its_clusters(tmp
     store.note("old", "stop", "stopped")
     assert [e.text for e in store.events("old")] == ["stopped"]
     assert store.get("old") == record("old").with_(launched_at=store.get("old").launched_at)  # type: ignore[union-attr]
+
+
+def test_a_record_and_an_event_of_its_timeline_are_written_together(tmp_path: Path) -> None:
+    # (an attach writes both in one transaction: one write to the disk before its first task)
+    store = ClusterStore(tmp_path / "state.db")
+    store.put(record("c3").with_(status=state.UP), event=("attach", "a client attached"))
+    assert store.get("c3").status == state.UP
+    assert [(e.kind, e.text) for e in store.events("c3")] == [("attach", "a client attached")]

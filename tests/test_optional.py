@@ -98,3 +98,15 @@ def test_client_extras_are_imported_only_through_require() -> None:
                     offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {name}")
     assert offenders == []
     assert all(p in EXTRAS for p in CLIENT_EXTRAS)
+
+
+def test_paramiko_comes_without_invoke_until_an_ssh_config_match_exec_needs_it() -> None:
+    # paramiko's config parser imports invoke (0.05-0.075 s of CPU in a fresh interpreter) for
+    # `Match exec` alone: skyward's SSH path loads it when such a line is evaluated, not before.
+    code = ("from skyward._optional import require\n"
+            "paramiko = require('paramiko', 'sky.SSH')\n"
+            "print(sorted(m for m in sys.modules if m.startswith('invoke.')))\n"
+            "config = paramiko.SSHConfig.from_text('Match exec \"exit 0\"\\n  User matched\\n')\n"
+            "print(config.lookup('somehost').get('user'))\n")
+    done = without([], code)
+    assert done.stdout.splitlines() == ["[]", "matched"], done.stderr

@@ -14,7 +14,7 @@ import contextlib
 import json
 import shlex
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from skyward.runtime.jobqueue import (ACTIVE, CANCELLED, FAILED, FAILED_DRIVER, 
 if TYPE_CHECKING:
     from skyward.clusters.state import ClusterRecord
     from skyward.providers.base import Instance
+    from skyward.transport import Transport
 
 __all__ = ["LOG_CHUNK", "JobRow", "cancel", "cluster_record", "each_node", "follow_job", "jobs", "log_since", "logs",
            "merged", "run_tool"]
@@ -197,10 +198,13 @@ def _ids(known: dict[int, JobRow]) -> str:
 
 
 def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int = -1,
-         on_end: Callable[[int, str], None] | None = None) -> dict[int, tuple[str, int | None]]:
+         on_end: Callable[[int, str], None] | None = None,
+         transports: Mapping[int, Transport] | None = None) -> dict[int, tuple[str, int | None]]:
     """Write job ``job_id``'s output, every node's lines as ``[node N] ...``; with ``follow``,
     until it has ended on every node (``on_end(node, state)`` as each node's part ends). Returns
-    how it ended on each node that said so (with ``follow``): node -> (state, exit code)."""
+    how it ended on each node that said so (with ``follow``): node -> (state, exit code).
+    ``transports`` (by node number) are open connections to ask the nodes over (the caller's:
+    left open); a node without one gets a connection of its own."""
     from skyward.runtime.jobtool import END_MARK
 
     record = cluster_record(name)
@@ -221,12 +225,14 @@ def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int
                 out.write(f"[node {inst.node}] {text}\n")
                 out.flush()
 
-        transport = reach(inst)
+        given = (transports or {}).get(inst.node)
+        transport = given or reach(inst)
         try:
             transport.stream(_tool(record, inst.node, "follow", str(job_id), "1" if follow else "0", str(tail)), line)
         finally:
-            with contextlib.suppress(Exception):
-                transport.close()
+            if given is None:
+                with contextlib.suppress(Exception):
+                    transport.close()
 
     each_node(record, one)
     return ends
@@ -271,12 +277,14 @@ def _stop_others(record: ClusterRecord, job_id: int, node: int) -> None:
                 run_tool(record, inst, "cancel", str(job_id))
 
 
-def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[str] | None = None) -> int:
+def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[str] | None = None,
+               transports: Mapping[int, Transport] | None = None) -> int:
     """Follow job ``job_id`` until it ends (what ``launch -c``/``exec`` do after submitting); returns
     SkyPilot's code for how it ended (0 succeeded, 100 failed, 103 cancelled; ``ended`` gets the
     state). A setup that fails on one node ends the job's part on the others (as SkyPilot's job
     stops at a failed setup). An interrupt stops following, never the job. (How it ended comes
-    with the log: a cluster torn down right after its last job, ``--down``, cannot be asked again.)"""
+    with the log: a cluster torn down right after its last job, ``--down``, cannot be asked again.)
+    ``transports``: open connections to the nodes, as :func:`logs` takes them."""
     record = cluster_record(name)
     nodes = sorted(inst.node for inst in record.instances)
     stopping: list[threading.Thread] = []
@@ -288,7 +296,7 @@ def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[s
             stop.start()
 
     try:
-        ends = logs(name, job_id, out, on_end=on_end)
+        ends = logs(name, job_id, out, on_end=on_end, transports=transports)
     except KeyboardInterrupt:
         err.write(f"skyward: stopped following job {job_id}; it goes on on cluster {name} "
                   f"(`skyward logs {name} {job_id}`, `skyward cancel {name} {job_id}`)\n")

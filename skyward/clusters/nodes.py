@@ -28,7 +28,7 @@ from skyward._retry import Backoff
 from skyward.clusters.steps import start_step, step_command
 from skyward.errors import BootstrapError, ClusterError, WorkerLost
 from skyward.pool.lifecycle import Nodes
-from skyward.pool.starting import write_files
+from skyward.pool.starting import each, write_files
 from skyward.protocol import Kind
 from skyward.providers.base import Instance
 from skyward.transport import Transport, WorkerLaunch, reach
@@ -59,6 +59,7 @@ class ClusterNodes(Nodes):
         self.trees: list[str] = []
         self.attached = False
         self.image: Image | None = None  # what new workers run (restart)
+        self.kept = False  # the connections outlive the detach (see keep_connections)
 
     # -- start ---------------------------------------------------------------------------------
     def attach(self, start_timeout: float, heartbeat: tuple[float, float], image: Image | None = None) -> None:
@@ -155,6 +156,12 @@ class ClusterNodes(Nodes):
         ClusterStore().put(self.record)
 
     # -- stop ----------------------------------------------------------------------------------
+    def keep_connections(self) -> dict[int, Transport]:
+        """The nodes' connections by node number, left open by :meth:`detach`: the caller asks
+        the nodes more over them (``exec`` follows its job's log) and closes them."""
+        self.kept = True
+        return {inst.node: transport for inst, transport in zip(self.instances, self._transports, strict=True)}
+
     def detach(self) -> list[str]:
         """Leave the workers running: each ends this client's session (its tasks cancelled)."""
         self._stop_heartbeat.set()
@@ -165,14 +172,12 @@ class ClusterNodes(Nodes):
                 except Exception:  # noqa: S110 - its bridge is gone already: nothing to detach
                     pass
             conn.begin_stop(graceful=False)
-        # The worker answers DETACH with BYE and closes the socket, which ends the bridge.
+        # The worker answers DETACH with BYE and closes the socket, which ends the bridge; each
+        # bridge is confirmed gone by a round trip to its node: all at once, not one after another.
         grace_end = time.monotonic() + 2.0
-        problems = []
-        for conn in self.connections:
-            problem = conn.finish_stop(grace_end)
-            if problem:
-                problems.append(f"{conn.where}: {problem}")
-        for transport in self._transports:
+        found = each(lambda conn: conn.finish_stop(grace_end), [(c,) for c in self.connections], self.parallelism)
+        problems = [f"{conn.where}: {problem}" for conn, problem in zip(self.connections, found, strict=True) if problem]
+        for transport in [] if self.kept else self._transports:
             try:
                 transport.close()
             except Exception:  # noqa: S110 - nothing held: closing is best effort

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from skyward.compute import PendingCompute
     from skyward.image import Image
     from skyward.pool.pool import ComputePool
+    from skyward.transport import Transport
 
 __all__ = ["ClusterSession", "open_named", "resolve"]
 
@@ -166,8 +167,7 @@ class ClusterSession:
             try:
                 nodes.attach(pool.start_timeout, heartbeat, image)
                 self.attached = True
-                self._save(record.with_(status=UP))
-                note(self.name, "attach", f"a client attached ({_client()})")
+                self._save(record.with_(status=UP), event=("attach", f"a client attached ({_client()})"))
                 return
             except NotRunning:
                 pass
@@ -241,9 +241,15 @@ class ClusterSession:
     def jobs(self) -> list[spawned.Job[Any]]:
         return spawned.listed(self.name)
 
-    def _save(self, record: ClusterRecord) -> None:
+    def _save(self, record: ClusterRecord, event: tuple[str, str] | None = None) -> None:
         self.record = record
-        self.store.put(record)
+        self.store.put(record, event)
+
+    def keep_connections(self, pool: ComputePool) -> dict[int, Transport]:
+        """The nodes' connections, left open when the pool detaches (see
+        :meth:`ClusterNodes.keep_connections`); the caller closes them."""
+        nodes = pool._nodes
+        return nodes.keep_connections() if isinstance(nodes, ClusterNodes) else {}
 
     def close(self, pool: ComputePool, *, down: bool, failed: bool) -> list[str]:
         """Detach (the cluster stays UP), or end it (``down``, or a creation that failed)."""

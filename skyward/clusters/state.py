@@ -197,11 +197,18 @@ class ClusterStore:
                 records.append(pickle.loads(blob))
         return records
 
-    def put(self, record: ClusterRecord) -> None:
+    def put(self, record: ClusterRecord, event: tuple[str, str] | None = None) -> None:
+        """Write ``record``; with ``event`` (kind, text), that event of its timeline too, in the
+        same transaction (one write to the disk, where an attach used to wait for two)."""
         blob = pickle.dumps(record)
-        self._run(lambda db: db.execute("INSERT OR REPLACE INTO clusters (name, status, provider, updated, record) "
-                                        "VALUES (?, ?, ?, ?, ?)",
-                                        (record.name, record.status, record.provider_name, time.time(), blob)))
+
+        def write(db: sqlite3.Connection) -> None:
+            db.execute("INSERT OR REPLACE INTO clusters (name, status, provider, updated, record) VALUES (?, ?, ?, ?, ?)",
+                       (record.name, record.status, record.provider_name, time.time(), blob))
+            if event is not None:
+                _add_event(db, record.name, *event)
+
+        self._run(write)
 
     def remove(self, name: str) -> None:
         self._run(lambda db: db.execute("DELETE FROM clusters WHERE name = ?", (name,)))
@@ -212,15 +219,7 @@ class ClusterStore:
         cost = cost_so_far(ended) if ended is not None else None
         since = ended.launched_at if ended is not None else None
 
-        def write(db: sqlite3.Connection) -> None:
-            now = time.time()
-            db.execute("INSERT INTO events (cluster, at, kind, text, cost, since) VALUES (?, ?, ?, ?, ?, ?)",
-                       (name, now, kind, text, cost, since))
-            db.execute("DELETE FROM events WHERE cluster = ? AND id <= (SELECT id FROM events WHERE cluster = ? "
-                       "ORDER BY id DESC LIMIT 1 OFFSET ?)", (name, name, EVENTS_KEPT))
-            db.execute("DELETE FROM events WHERE at < ?", (now - EVENTS_DAYS * 86400,))
-
-        self._run(write)
+        self._run(lambda db: _add_event(db, name, kind, text, cost, since))
 
     def events(self, name: str | None = None, since: float = 0.0) -> list[Event]:
         """Cluster ``name``'s events (None: every cluster's) from ``since`` on, oldest first."""
@@ -228,6 +227,17 @@ class ClusterStore:
         rows = self._run(lambda db: db.execute(f"SELECT cluster, at, kind, text, cost, since FROM events WHERE {where} "
                                                "ORDER BY id", args).fetchall())
         return [Event(*row) for row in rows]
+
+
+def _add_event(db: sqlite3.Connection, name: str, kind: str, text: str, cost: float | None = None,
+               since: float | None = None) -> None:
+    """Add an event to cluster ``name``'s timeline and drop those beyond what is kept."""
+    now = time.time()
+    db.execute("INSERT INTO events (cluster, at, kind, text, cost, since) VALUES (?, ?, ?, ?, ?, ?)",
+               (name, now, kind, text, cost, since))
+    db.execute("DELETE FROM events WHERE cluster = ? AND id <= (SELECT id FROM events WHERE cluster = ? "
+               "ORDER BY id DESC LIMIT 1 OFFSET ?)", (name, name, EVENTS_KEPT))
+    db.execute("DELETE FROM events WHERE at < ?", (now - EVENTS_DAYS * 86400,))
 
 
 @dataclass(frozen=True)

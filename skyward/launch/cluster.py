@@ -4,16 +4,20 @@ arguments, whether setup runs again, and the run put in the cluster's job queue 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import IO, TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     from skyward.clusters.session import ClusterSession
     from skyward.pool.pool import ComputePool
+    from skyward.transport import Transport
 
-__all__ = ["JobShape", "SetupBlock", "Workdir", "as_on_cluster", "demand", "pool_args", "run_directory", "run_on", "setup_done",
+__all__ = ["JobShape", "SetupBlock", "Workdir", "as_on_cluster", "close_connections", "demand", "follow",
+           "kept_connections", "pool_args", "run_directory", "run_on", "setup_done",
            "setup_failed", "setup_hash", "setup_needed", "submit_job"]
 
 
@@ -126,6 +130,37 @@ def _session(pool: ComputePool) -> ClusterSession:
 
         raise ConfigError("pool", "a pool on a named cluster (ComputePool(name=...))", pool.name)
     return cast("ClusterSession", pool.cluster)
+
+
+def kept_connections(pool: ComputePool) -> dict[int, Transport]:
+    """The cluster's connections to its nodes, by node number, left open when ``pool`` detaches:
+    a run that follows its job's log asks the nodes over them instead of connecting again (a
+    new SSH connection per node costs a key exchange and an authentication, ~0.1 s). The caller
+    closes them."""
+    return _session(pool).keep_connections(pool)
+
+
+def close_connections(connections: Mapping[int, Transport]) -> None:
+    for transport in connections.values():
+        with contextlib.suppress(Exception):  # (best effort: nothing is held on them any more)
+            transport.close()
+
+
+def follow(name: str, job: int, setup_ran: bool, connections: Mapping[int, Transport], err: IO[str]) -> int:
+    """Follow job ``job`` of cluster ``name`` to its end over ``connections`` (the pool's, kept
+    open past its detach: :func:`kept_connections`), then close them; returns the job's exit
+    status (:func:`skyward.clusters.jobs.follow_job`). A setup that failed is forgotten
+    (``--fast`` runs it again next time)."""
+    from skyward.clusters.jobs import FAILED_SETUP, follow_job
+
+    ended: list[str] = []
+    try:
+        code = follow_job(name, job, sys.stdout, err, ended, transports=connections)
+    finally:
+        close_connections(connections)
+    if setup_ran and ended == [FAILED_SETUP]:
+        setup_failed(name)
+    return code
 
 
 def setup_needed(pool: ComputePool, p: SetupBlock) -> bool:

@@ -280,27 +280,33 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
                 from skyward.launch import cluster as clusters
 
                 shape = clusters.pool_args(dict(cluster), shape)
-            with contextlib.ExitStack() as stack:
-                try:  # entering provisions: a refusal for capacity moves on to the next candidate
-                    pool = stack.enter_context(ComputePool(**shape, console=console, on_event=on_event))
-                except CapacityError as exc:
-                    following = attempts[index + 1] if index + 1 < len(attempts) else None
-                    if candidate is None or following is None:
-                        raise
-                    err.write(f"skyward: no capacity for {candidate.describe()}: {exc}; trying "
-                              f"{following.describe()}\n")
-                    continue
-                phase[0] = "setup"
-                _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
-            if len(phase) > 1 and not detach_run and cluster is not None:  # a job submitted: follow it
-                from skyward.clusters.jobs import FAILED_SETUP, follow_job
-                from skyward.launch.cluster import setup_failed
+            connections: Mapping[int, Any] = {}  # (kept open past the detach to follow the job over)
+            try:
+                with contextlib.ExitStack() as stack:
+                    try:  # entering provisions: a refusal for capacity moves on to the next candidate
+                        pool = stack.enter_context(ComputePool(**shape, console=console, on_event=on_event))
+                    except CapacityError as exc:
+                        following = attempts[index + 1] if index + 1 < len(attempts) else None
+                        if candidate is None or following is None:
+                            raise
+                        err.write(f"skyward: no capacity for {candidate.describe()}: {exc}; trying "
+                                  f"{following.describe()}\n")
+                        continue
+                    phase[0] = "setup"
+                    _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
+                    if cluster is not None and len(phase) > 1 and not detach_run:  # a job to follow
+                        from skyward.launch.cluster import kept_connections
 
-                ended: list[str] = []
-                code = follow_job(str(cluster["name"]), int(phase[1]), sys.stdout, err, ended)
-                if phase[2] and ended == [FAILED_SETUP]:
-                    setup_failed(str(cluster["name"]))  # (--fast runs it again next time)
-                return code
+                        connections = kept_connections(pool)
+            except BaseException:
+                from skyward.launch.cluster import close_connections
+
+                close_connections(connections)
+                raise
+            if cluster is not None and len(phase) > 1 and not detach_run:  # follow it, the cluster let go
+                from skyward.launch.cluster import follow
+
+                return follow(str(cluster["name"]), int(phase[1]), bool(phase[2]), connections, err)
             return 0
         return 1
     except CommandFailed as exc:
