@@ -1,0 +1,177 @@
+"""Workers forked from a warm template (:mod:`skyward.worker.template`) instead of started afresh.
+
+A Local worker started as ``python -m skyward.worker`` costs an interpreter start and the
+worker's imports (about 100 ms of CPU); a 1,000-node pool started that way keeps 2 cores busy
+for minutes and holds a copy of every module in every worker. Instead, the first Local worker
+of a client process starts the template (one more process, which has imported the worker),
+and every worker after it is one ``fork()`` of it: a node costs a few milliseconds, and the
+workers share the template's pages copy on write.
+
+Guarantees:
+
+1. A forked worker runs exactly what ``python -m skyward.worker`` runs (the template calls
+   the same entry), with the environment, directory and standard streams the command would
+   have had, in a session of its own.
+2. :class:`Forked` stands for the worker's process as ``subprocess.Popen`` would: ``pid``,
+   ``stdin``/``stdout``/``stderr``, ``poll()``, ``wait(timeout)`` and ``returncode`` (the
+   template, its parent, reaps it and reports the exit).
+3. The template ends with its socket: when the client closes it or dies, however (Ctrl-C,
+   SIGKILL). Workers already forked then end as any worker does when the client is gone (end
+   of their stdin). A template that died meanwhile is replaced by the next start; workers it
+   had forked are then waited for by their pid (exit code unknown: :data:`UNKNOWN_EXIT`).
+4. One thread per client process reads the template's reports, whatever the pool's size.
+
+Only workers on this machine, in the client's own interpreter (``WorkerLaunch.forkable``),
+are forked; anything else (a launcher such as ``srun``) is started as a command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import IO, Any
+
+#: The exit code reported for a worker whose template died before it (its status is lost).
+UNKNOWN_EXIT = 255
+
+#: Environment variables read as an interpreter starts: a template serves only requests made
+#: with the same values (another set starts another template).
+STARTUP_PREFIXES = ("PYTHON", "LD_")
+
+
+def available() -> bool:
+    return sys.platform.startswith("linux") and hasattr(socket, "send_fds")
+
+
+class Forked:
+    """A worker forked by the template, as a ``subprocess.Popen`` would stand for it."""
+
+    def __init__(self, pid: int, template: Template, stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes]):
+        self.pid = pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+        self.returncode: int | None = None
+        self._template = template
+        self._ended = threading.Event()
+
+    def ended(self, code: int) -> None:
+        self.returncode = code
+        self._ended.set()
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._template.dead:
+            self._orphaned()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._ended.wait(0.05 if self._template.dead else 0.5 if deadline is None
+                                   else max(0.0, min(0.5, deadline - time.monotonic()))):
+            if self.poll() is not None:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def _orphaned(self) -> None:
+        # Its parent is gone: it was handed to init (or a subreaper), which reaps it.
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            self.ended(UNKNOWN_EXIT)
+        except PermissionError:  # (its pid is someone else's now)
+            self.ended(UNKNOWN_EXIT)
+
+
+class Template:
+    """One running template and the workers it forked (see the module docstring)."""
+
+    def __init__(self, python: str, env: Mapping[str, str], cwd: str | None):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.process = subprocess.Popen([python, "-m", "skyward.worker.template"], stdin=theirs,
+                                            stdout=subprocess.DEVNULL, env=dict(env), cwd=cwd,
+                                            start_new_session=True)  # (Ctrl-C reaches the client only)
+        finally:
+            theirs.close()
+        self._sock = ours
+        self._asking = threading.Lock()  # one request at a time: the answers come in order
+        self._answers: list[int] = []
+        self._answered = threading.Condition()
+        self._workers: dict[int, Forked] = {}
+        self._early: dict[int, int] = {}  # exits reported before their Forked was made
+        self.dead = False
+        threading.Thread(target=self._read, name="skyward-template", daemon=True).start()
+
+    def fork(self, argv: list[str], env: Mapping[str, str], cwd: str | None, pipes: tuple[IO[bytes], ...],
+             ends: tuple[int, int, int]) -> Forked:
+        """Fork a worker with ``ends`` (its stdin, stdout, stderr) and return it; ``pipes`` are
+        the client's ends of the same pipes. Raises OSError when the template cannot."""
+        request = json.dumps({"argv": argv, "env": dict(env), "cwd": cwd}).encode()
+        with self._asking:
+            if self.dead:
+                raise OSError("the worker template has ended")
+            socket.send_fds(self._sock, [request], list(ends))
+            with self._answered:
+                while not self._answers and not self.dead:
+                    self._answered.wait(1.0)
+                if not self._answers:
+                    raise OSError("the worker template ended before it forked the worker")
+                pid = self._answers.pop(0)
+                worker = self._workers[pid] = Forked(pid, self, *pipes)
+                if pid in self._early:
+                    worker.ended(self._early.pop(pid))
+        return worker
+
+    def _read(self) -> None:
+        try:
+            while True:
+                message = self._sock.recv(4096)
+                if not message:
+                    break
+                report = json.loads(message)
+                with self._answered:
+                    if "pid" in report:
+                        self._answers.append(report["pid"])
+                        self._answered.notify_all()
+                    else:
+                        worker = self._workers.pop(report["exit"], None)
+                        if worker is None:
+                            self._early[report["exit"]] = report["code"]
+                        else:
+                            worker.ended(report["code"])
+        except OSError:
+            pass
+        with self._answered:
+            self.dead = True
+            self._answered.notify_all()
+        self._sock.close()
+        self.process.wait()
+
+
+_templates: dict[tuple[Any, ...], Template] = {}
+_lock = threading.Lock()
+_pid = 0
+
+
+def template_for(python: str, env: Mapping[str, str], cwd: str | None) -> Template:
+    """This process's template for workers of ``python`` started with ``env`` and ``cwd`` (a
+    new one if none is running; a forked client starts its own)."""
+    global _pid
+    key = (python, cwd, tuple(sorted((k, v) for k, v in env.items() if k.startswith(STARTUP_PREFIXES))))
+    with _lock:
+        if _pid != os.getpid():
+            _templates.clear()
+            _pid = os.getpid()
+        found = _templates.get(key)
+        if found is None or found.dead:
+            found = _templates[key] = Template(python, env, cwd)
+        return found
