@@ -19,7 +19,9 @@ Guarantees:
    SIGKILL). Workers already forked then end as any worker does when the client is gone (end
    of their stdin). A template that died meanwhile is replaced by the next start; workers it
    had forked are then waited for by their pid (exit code unknown: :data:`UNKNOWN_EXIT`).
-4. One thread per client process reads the template's reports, whatever the pool's size.
+4. A template lives while it has workers: once the last one it forked has ended, it is ended
+   too, before that worker's ``wait()`` returns (the next worker starts a new one).
+5. One thread per running template reads its reports, whatever the pool's size.
 
 Only workers on this machine, in the client's own interpreter (``WorkerLaunch.forkable``),
 are forked; anything else (a launcher such as ``srun``) is started as a command.
@@ -27,6 +29,7 @@ are forked; anything else (a launcher such as ``srun``) is started as a command.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -94,7 +97,7 @@ class Forked:
 class Template:
     """One running template and the workers it forked (see the module docstring)."""
 
-    def __init__(self, python: str, env: Mapping[str, str], cwd: str | None):
+    def __init__(self, python: str, env: Mapping[str, str], cwd: str | None, key: tuple[Any, ...]):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen([python, "-m", "skyward.worker.template"], stdin=theirs,
@@ -102,34 +105,63 @@ class Template:
                                             start_new_session=True)  # (Ctrl-C reaches the client only)
         finally:
             theirs.close()
+        self._key = key
         self._sock = ours
         self._asking = threading.Lock()  # one request at a time: the answers come in order
         self._answers: list[int] = []
         self._answered = threading.Condition()
         self._workers: dict[int, Forked] = {}
         self._early: dict[int, int] = {}  # exits reported before their Forked was made
+        #: Workers alive or being forked; at 0 the template is ended (under ``_lock``).
+        self.users = 0
         self.dead = False
         threading.Thread(target=self._read, name="skyward-template", daemon=True).start()
 
     def fork(self, argv: list[str], env: Mapping[str, str], cwd: str | None, pipes: tuple[IO[bytes], ...],
              ends: tuple[int, int, int]) -> Forked:
         """Fork a worker with ``ends`` (its stdin, stdout, stderr) and return it; ``pipes`` are
-        the client's ends of the same pipes. Raises OSError when the template cannot."""
+        the client's ends of the same pipes. Needs a use taken by :func:`template_for`, which
+        this gives back when it fails (raising OSError) or once the worker has ended."""
         request = json.dumps({"argv": argv, "env": dict(env), "cwd": cwd}).encode()
-        with self._asking:
-            if self.dead:
-                raise OSError("the worker template has ended")
-            socket.send_fds(self._sock, [request], list(ends))
-            with self._answered:
-                while not self._answers and not self.dead:
-                    self._answered.wait(1.0)
-                if not self._answers:
-                    raise OSError("the worker template ended before it forked the worker")
-                pid = self._answers.pop(0)
-                worker = self._workers[pid] = Forked(pid, self, *pipes)
-                if pid in self._early:
-                    worker.ended(self._early.pop(pid))
+        try:
+            with self._asking:
+                if self.dead:
+                    raise OSError("the worker template has ended")
+                socket.send_fds(self._sock, [request], list(ends))
+                with self._answered:
+                    while not self._answers and not self.dead:
+                        self._answered.wait(1.0)
+                    if not self._answers:
+                        raise OSError("the worker template ended before it forked the worker")
+                    pid = self._answers.pop(0)
+                    worker = self._workers[pid] = Forked(pid, self, *pipes)
+                    early = self._early.pop(pid, None)
+        except BaseException:
+            self._release()
+            raise
+        if early is not None:
+            self._ended(worker, early)
         return worker
+
+    def _ended(self, worker: Forked, code: int) -> None:
+        self._release()
+        worker.ended(code)  # (after the template's own end, if it was its last worker)
+
+    def _release(self) -> None:
+        with _lock:
+            self.users -= 1
+            last = self.users == 0
+            if last and _templates.get(self._key) is self:
+                del _templates[self._key]
+        if last:
+            # Its last worker is gone: end it now, and wait for it, so that a pool that has
+            # confirmed its workers gone leaves no process of its own behind.
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_WR)
+            try:
+                self.process.wait(END_LIMIT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
 
     def _read(self) -> None:
         try:
@@ -142,12 +174,12 @@ class Template:
                     if "pid" in report:
                         self._answers.append(report["pid"])
                         self._answered.notify_all()
-                    else:
-                        worker = self._workers.pop(report["exit"], None)
-                        if worker is None:
-                            self._early[report["exit"]] = report["code"]
-                        else:
-                            worker.ended(report["code"])
+                        continue
+                    worker = self._workers.pop(report["exit"], None)
+                    if worker is None:
+                        self._early[report["exit"]] = report["code"]
+                        continue
+                self._ended(worker, report["code"])
         except OSError:
             pass
         with self._answered:
@@ -157,6 +189,9 @@ class Template:
         self.process.wait()
 
 
+#: Seconds a template whose socket has ended gets to exit before it is killed.
+END_LIMIT = 5.0
+
 _templates: dict[tuple[Any, ...], Template] = {}
 _lock = threading.Lock()
 _pid = 0
@@ -164,7 +199,8 @@ _pid = 0
 
 def template_for(python: str, env: Mapping[str, str], cwd: str | None) -> Template:
     """This process's template for workers of ``python`` started with ``env`` and ``cwd`` (a
-    new one if none is running; a forked client starts its own)."""
+    new one if none is running; a forked client starts its own), one use of it taken: give it
+    back through :meth:`Template.fork`."""
     global _pid
     key = (python, cwd, tuple(sorted((k, v) for k, v in env.items() if k.startswith(STARTUP_PREFIXES))))
     with _lock:
@@ -173,5 +209,6 @@ def template_for(python: str, env: Mapping[str, str], cwd: str | None) -> Templa
             _pid = os.getpid()
         found = _templates.get(key)
         if found is None or found.dead:
-            found = _templates[key] = Template(python, env, cwd)
+            found = _templates[key] = Template(python, env, cwd, key)
+        found.users += 1
         return found

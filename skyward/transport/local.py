@@ -130,7 +130,8 @@ def _widen_pipe(stream: Any) -> None:
 
 def _fork(launch: WorkerLaunch, env: dict[str, str]) -> forked.Forked:
     """The worker forked from this process's template, its stdio on three new pipes."""
-    template = forked.template_for(launch.argv[0], env, launch.cwd)
+    # (The template carries no worker's tree: stopping that worker's tree must not end it.)
+    template = forked.template_for(launch.argv[0], {k: v for k, v in env.items() if k != TREE_VARIABLE}, launch.cwd)
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
     stderr_r, stderr_w = os.pipe()
