@@ -115,3 +115,47 @@ def test_a_client_killed_outright_takes_its_template_and_every_forked_worker_wit
             client.communicate(timeout=10)
     assert gone, f"left 20 s after the client was killed: {tagged(tag)}"
     print(f"the template and 8 forked workers of a killed client were gone {took:.1f}s after")
+
+
+FORKING_CLIENT = """
+import os, signal, sys, time
+import skyward as sky
+pool = sky.ComputePool(nodes=2, console=False).__enter__()
+print("open", flush=True)
+child = os.fork()
+if child == 0:  # a process forked from the client (multiprocessing's fork), outliving it
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    time.sleep(120)
+    os._exit(0)
+print(child, flush=True)
+signal.pause()
+"""
+
+
+def test_a_process_forked_from_the_client_does_not_keep_the_template_alive_after_the_client_dies(tmp_path):
+    tag = f"skyforkc{uuid.uuid4().hex[:10]}"
+    client = subprocess.Popen([sys.executable, "-c", FORKING_CLIENT], stdout=subprocess.PIPE, text=True,
+                              cwd=tmp_path, env=dict(os.environ, SKYWARD_FAULT_TAG=tag, PYTHONPATH=str(ROOT)))
+    child = 0
+    try:
+        assert client.stdout.readline().strip() == "open"
+        child = int(client.stdout.readline())
+        template = [pid for pid, cmd in tagged(tag).items() if "skyward.worker.template" in cmd
+                    and stat(pid)[1] == client.pid]
+        assert len(template) == 1 and len(children(template[0])) == 2
+        client.kill()
+        client.wait()
+        # (Its workers end with idle_timeout: the forked process holds their input open, as it
+        # would hold that of workers started as commands.)
+        assert wait_for(lambda: template[0] not in tagged(tag), 20, interval=0.1)
+        assert stat(child)[0] != "Z"  # (it was alive all along: the template ended without it)
+    finally:
+        if client.poll() is None:
+            client.kill()
+        client.communicate()
+        if child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+    assert wait_for(lambda: not tagged(tag), 20, interval=0.1), tagged(tag)  # (their input ended with it)

@@ -195,19 +195,29 @@ END_LIMIT = 5.0
 
 _templates: dict[tuple[Any, ...], Template] = {}
 _lock = threading.Lock()
-_pid = 0
+
+
+def _forget_in_child() -> None:
+    # A process forked from the client (multiprocessing's fork) must not hold the client's
+    # end of a template's socket: the template would then outlive the client.
+    global _lock
+    for template in _templates.values():
+        with contextlib.suppress(OSError):
+            os.close(template._sock.detach())
+    _templates.clear()
+    _lock = threading.Lock()  # (another thread may have held it at the fork)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def template_for(python: str, env: Mapping[str, str], cwd: str | None) -> Template:
     """This process's template for workers of ``python`` started with ``env`` and ``cwd`` (a
-    new one if none is running; a forked client starts its own), one use of it taken: give it
-    back through :meth:`Template.fork`."""
-    global _pid
+    new one if none is running; a process forked from the client starts its own), one use of
+    it taken: give it back through :meth:`Template.fork`."""
     key = (python, cwd, tuple(sorted((k, v) for k, v in env.items() if k.startswith(STARTUP_PREFIXES))))
     with _lock:
-        if _pid != os.getpid():
-            _templates.clear()
-            _pid = os.getpid()
         found = _templates.get(key)
         if found is None or found.dead:
             found = _templates[key] = Template(python, env, cwd, key)

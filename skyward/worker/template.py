@@ -54,7 +54,10 @@ def serve(sock: socket.socket) -> dict[str, Any] | None:
     while True:
         for key, _ in selector.select():
             if key.fileobj is sock:
-                message, fds, _flags, _addr = socket.recv_fds(sock, REQUEST_LIMIT, 3)
+                try:
+                    message, fds, _flags, _addr = socket.recv_fds(sock, REQUEST_LIMIT, 3)
+                except ConnectionError:
+                    message, fds = b"", []
                 if not message:
                     return None  # the client is gone
                 request = json.loads(message)
