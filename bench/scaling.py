@@ -7,7 +7,8 @@
     python bench/scaling.py --quick    # Local 1, 4, 16 nodes, once; prints the figures only
     python bench/scaling.py --no-ssh   # Local only
     python bench/scaling.py --local-sizes 8,128,512 --no-ssh --reps 1   # chosen Local sizes
-    python bench/scaling.py --local-sizes 2,64 --no-ssh --against /work/main --print
+    python bench/scaling.py --local-sizes 2,64 --no-ssh --print   # prints the section, writes nothing
+    python bench/scaling.py --local-sizes 2,64 --against /work/main
                                        # the same sizes with another checkout's skyward, interleaved
                                        # with this one's (ratios in the same run); prints only
 
@@ -311,6 +312,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3; --quick: 1)")
     parser.add_argument("--local-sizes", default=None, help="comma-separated Local pool sizes (default "
                         + ",".join(map(str, LOCAL_SIZES)) + ")")
+    parser.add_argument("--print", action="store_true", help="print the section, do not write it")
     parser.add_argument("--against", default=None, help="another checkout (its root folder): Local sizes run "
                         "with its skyward too, interleaved; prints both tables and their ratios, writes nothing")
     args = parser.parse_args()
@@ -324,7 +326,7 @@ def main() -> None:
     ssh = None if args.quick or args.no_ssh else measure_ssh(SSH_SIZES, reps)
     section = report(local, ssh, reps, args.quick, load_start, os.cpu_count() or 1)
     print(section)
-    if not args.quick:
+    if not args.quick and not args.print:
         write_section(OWNER, section)
 
 
