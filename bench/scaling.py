@@ -7,6 +7,10 @@
     python bench/scaling.py --quick    # Local 1, 4, 16 nodes, once; prints the figures only
     python bench/scaling.py --no-ssh   # Local only
     python bench/scaling.py --local-sizes 8,128,512 --no-ssh --reps 1   # chosen Local sizes
+    python bench/scaling.py --local-sizes 2,64 --no-ssh --print   # prints the section, writes nothing
+    python bench/scaling.py --local-sizes 2,64 --against /work/main
+                                       # the same sizes with another checkout's skyward, interleaved
+                                       # with this one's (ratios in the same run); prints only
 
 Each measurement is a fresh client process (``--client``) that opens a pool of N nodes and reports:
 
@@ -105,8 +109,8 @@ def rss_kib() -> float:
 
 
 # -- the client, in its own process -------------------------------------------------------------------
-def client(nodes: int, ssh: dict[str, Any] | None, result_path: str) -> None:
-    sys.path.insert(0, ROOT)
+def client(nodes: int, ssh: dict[str, Any] | None, result_path: str, root: str = ROOT) -> None:
+    sys.path.insert(0, root)
     import skyward as sky
 
     @sky.compute
@@ -151,12 +155,14 @@ def client(nodes: int, ssh: dict[str, Any] | None, result_path: str) -> None:
 
 
 # -- the driver ---------------------------------------------------------------------------------------
-def run_once(nodes: int, ssh: dict[str, Any] | None) -> dict[str, float]:
+def run_once(nodes: int, ssh: dict[str, Any] | None, root: str = ROOT) -> dict[str, float]:
+    """One client process of ``nodes`` nodes, its skyward imported from ``root``."""
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "result.json")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
         done = subprocess.run([sys.executable, os.path.abspath(__file__), "--client", str(nodes),
-                               json.dumps(ssh), result], env=env, capture_output=True, text=True, timeout=1800)
+                               json.dumps(ssh), result, root], env=env, capture_output=True, text=True,
+                              timeout=1800)
         if done.returncode != 0 or not os.path.exists(result):
             raise SystemExit(f"bench/scaling.py: the {nodes}-node client failed (exit {done.returncode}):\n"
                              + (done.stdout + done.stderr)[-3000:])
@@ -164,19 +170,26 @@ def run_once(nodes: int, ssh: dict[str, Any] | None) -> dict[str, float]:
             return json.load(f)
 
 
-def measure(sizes: tuple[int, ...], reps: int, ssh: dict[str, Any] | None) -> dict[int, list[dict[str, float]]]:
-    samples: dict[int, list[dict[str, float]]] = {n: [] for n in sizes}
-    what = "SSH" if ssh else "Local"
+def measure(sizes: tuple[int, ...], reps: int, ssh: dict[str, Any] | None,
+            roots: tuple[str, ...] = (ROOT,)) -> list[dict[int, list[dict[str, float]]]]:
+    """Samples per size, one dict per checkout of ``roots`` (each size run with each checkout in
+    turn, the order alternating between repetitions)."""
+    samples: list[dict[int, list[dict[str, float]]]] = [{n: [] for n in sizes} for _ in roots]
     for rep in range(reps):
         for n in sizes if rep % 2 == 0 else tuple(reversed(sizes)):
-            load = loadavg()[0]
-            samples[n].append(dict(run_once(n, ssh), load=load))
-            s = samples[n][-1]
-            print(f"[scaling] {what} rep {rep + 1}/{reps} {n:>3} nodes: start {s['start']:.2f}s, threads "
+            for k in range(len(roots)) if rep % 2 == 0 else reversed(range(len(roots))):
+                what = ("SSH" if ssh else "Local") + (f" [{roots[k]}]" if len(roots) > 1 else "")
+                load = loadavg()[0]
+                samples[k][n].append(dict(run_once(n, ssh, roots[k]), load=load))
+                report_sample(what, rep, reps, n, samples[k][n][-1])
+    return samples
+
+
+def report_sample(what: str, rep: int, reps: int, n: int, s: dict[str, float]) -> None:
+    print(f"[scaling] {what} rep {rep + 1}/{reps} {n:>3} nodes: start {s['start']:.2f}s, threads "
                   f"+{s['threads']}, client {s['client_kib']:.0f} KiB/node, workers {s['worker_kib']:.0f} KiB/node, broadcast "
                   f"{s['broadcast'] * 1e3:.1f}ms, gather {s['gather']:,.0f}/s, close {s['close']:.2f}s "
                   f"(load {loadavg()[0]:.1f})", file=sys.stderr, flush=True)
-    return samples
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -267,14 +280,31 @@ def measure_ssh(sizes: tuple[int, ...], reps: int) -> dict[int, list[dict[str, f
                    "wheelhouse": wheelhouse, "image_tag": f"scaling-{uuid.uuid4().hex}"}
             print(f"[scaling] SSH: building the image on {max(sizes)} hosts", file=sys.stderr, flush=True)
             run_once(max(sizes), ssh)  # every host builds the image once: the measured starts are warm
-            return measure(sizes, reps, ssh)
+            return measure(sizes, reps, ssh)[0]
         finally:
             testhosts.down(prefix=slot.prefix)
 
 
+def compare(sizes: tuple[int, ...], reps: int, against: str) -> None:
+    """This checkout against ``against``, the same sizes interleaved: both tables, and this one's
+    medians over the other's."""
+    load = loadavg()
+    ours, theirs = measure(sizes, reps, None, (ROOT, os.path.abspath(against)))
+    print(f"load average {load[0]:.2f} at the start, {loadavg()[0]:.2f} at the end")
+    for name, samples in ((ROOT, ours), (against, theirs)):
+        print(f"\n{name}:\n" + "\n".join(table(samples)[0]))
+    print("\nratios (this checkout / the other, medians): ")
+    for n in sizes:
+        mine = {m: statistics.median(s[m] for s in ours[n]) for m in METRICS}
+        other = {m: statistics.median(s[m] for s in theirs[n]) for m in METRICS}
+        print(f"  {n} nodes: " + ", ".join(f"{m} {mine[m] / other[m]:.2f}x" for m in
+                                            ("start", "client_kib", "worker_kib", "broadcast", "gather", "close")
+                                            if other[m]))
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
-        client(int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4])
+        client(int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4], *sys.argv[5:6])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="Local 1, 4, 16 nodes once; print, do not write")
@@ -282,15 +312,21 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3; --quick: 1)")
     parser.add_argument("--local-sizes", default=None, help="comma-separated Local pool sizes (default "
                         + ",".join(map(str, LOCAL_SIZES)) + ")")
+    parser.add_argument("--print", action="store_true", help="print the section, do not write it")
+    parser.add_argument("--against", default=None, help="another checkout (its root folder): Local sizes run "
+                        "with its skyward too, interleaved; prints both tables and their ratios, writes nothing")
     args = parser.parse_args()
+    if args.against:
+        compare(tuple(int(n) for n in (args.local_sizes or "2,64").split(",")), args.reps or 1, args.against)
+        return
     reps = args.reps or (1 if args.quick else 3)
     load_start = loadavg()
     sizes = tuple(int(n) for n in args.local_sizes.split(",")) if args.local_sizes else LOCAL_SIZES
-    local = measure((1, 4, 16) if args.quick else sizes, reps, None)
+    local = measure((1, 4, 16) if args.quick else sizes, reps, None)[0]
     ssh = None if args.quick or args.no_ssh else measure_ssh(SSH_SIZES, reps)
     section = report(local, ssh, reps, args.quick, load_start, os.cpu_count() or 1)
     print(section)
-    if not args.quick:
+    if not args.quick and not args.print:
         write_section(OWNER, section)
 
 

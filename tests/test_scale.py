@@ -12,6 +12,8 @@ import time
 import pytest
 
 import skyward as sky
+from skyward.events import NodeStage
+from skyward.pool import ioloop
 from skyward.pool.starting import each
 from tests.conftest import skyward_workers, wait_gone
 
@@ -80,6 +82,27 @@ def test_a_256_node_pool_starts_works_names_a_silent_node_and_the_other_255_go_o
         assert silent not in ran_on and len(ran_on) > 128, sorted(set(range(256)) - ran_on)
     assert wait_gone(workers, 10) == []
     assert skyward_workers() == []
+
+
+def test_a_node_is_not_lost_while_the_client_itself_cannot_listen():
+    # A client starved of CPU (a thousand workers starting beside it) reads nothing for a while:
+    # its workers' heartbeats wait in their pipes. Here the I/O loop is held for twice
+    # idle_timeout, and neither node may be declared lost for that.
+    lost: list[NodeStage] = []
+    on_event = lambda e: lost.append(e) if isinstance(e, NodeStage) and e.stage == "lost" else None  # noqa: E731
+    with sky.ComputePool(nodes=2, idle_timeout=4, heartbeat_interval=0.5, console=False, on_event=on_event) as pool:
+        before = dict(node_and_pid() @ pool)
+        holding, held = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            holding.set()
+            threading.Event().wait(8.0)  # the loop's thread, away for 8 s
+            held.set()
+
+        ioloop.get().call_soon(hold)
+        assert holding.wait(30) and held.wait(60)
+        assert dict(node_and_pid() @ pool) == before, lost
+    assert lost == []
 
 
 def test_nodes_start_start_parallelism_at_a_time_and_the_first_failure_is_raised_after_all_end():

@@ -19,11 +19,14 @@ Guarantees:
    kill and as many to confirm it, so a host that is cut off costs teardown that much at most
    (its transport does not ask it again). Before its first frame, ``start_timeout`` bounds
    the start instead: a busy machine may take longer than ``lost_after`` to start Python.
+   Silence is the worker's only: while bytes from it wait unread (the client's I/O loop held
+   up, or the client not given a CPU), it is not lost, however long ago it was last heard.
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -85,10 +88,20 @@ class Liveness:
         else:
             self._ping_due.set()
         silent = time.monotonic() - self.last_heard
-        if silent > lost_after and self.heard and self._silent is None:
+        if silent > lost_after and self.heard and self._silent is None and not self._unread():
             self._silent = threading.Thread(target=self._lose_silent, args=(silent,), daemon=True,
                                             name=f"skyward-node{self._node}-lost")
             self._silent.start()
+
+    def _unread(self) -> bool:
+        """Bytes from the worker wait to be read: it spoke, and the client did not listen (its
+        I/O loop held up, or not given a CPU): that is no silence of the worker's."""
+        try:
+            poller = select.poll()
+            poller.register(self._channel.poll_fd(), select.POLLIN)
+            return bool(poller.poll(0))
+        except (OSError, ValueError):  # closed: the loop says what became of it
+            return False
 
     def end(self) -> None:
         """Wake the pinger so that it ends (call once ``serving()`` is False)."""

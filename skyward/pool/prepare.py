@@ -62,7 +62,8 @@ def client_launch() -> WorkerLaunch:
     pickled by reference (defined in the user's modules) import on the worker too."""
     paths = [os.getcwd()] + [p for p in sys.path if p and os.path.isdir(p)]
     env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
-    return WorkerLaunch((sys.executable, "-m", "skyward.worker"), env, os.getcwd(), python=sys.executable)
+    return WorkerLaunch((sys.executable, "-m", "skyward.worker"), env, os.getcwd(), python=sys.executable,
+                        forkable=True)
 
 
 class _Preparation:

@@ -47,6 +47,9 @@ class WorkerLaunch:
     files: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)  # secrets: never shown
     #: The interpreter the worker runs in (a named cluster's bridge runs it too).
     python: str = ""
+    #: ``argv`` is ``python -m skyward.worker`` in the client's own interpreter: on this machine
+    #: the worker may be forked from a warm template instead (:mod:`skyward.transport.forked`).
+    forkable: bool = False
 
 
 class Channel(ABC):

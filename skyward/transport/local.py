@@ -16,6 +16,7 @@ from typing import Any
 
 from skyward._files import write_atomically
 from skyward._procs import TREE_VARIABLE, SharedTrees, group_members
+from skyward.transport import forked
 from skyward.transport.base import (
     Channel,
     CommandResult,
@@ -37,7 +38,7 @@ def _group_members(pgid: int) -> list[int]:
 
 
 class LocalChannel(Channel):
-    def __init__(self, process: subprocess.Popen[bytes], tree: str = ""):
+    def __init__(self, process: subprocess.Popen[bytes] | forked.Forked, tree: str = ""):
         self.process = process
         self.tree = tree  # SKYWARD_TREE of every process the worker's tree holds
         assert process.stdin and process.stdout and process.stderr
@@ -127,6 +128,29 @@ def _widen_pipe(stream: Any) -> None:
         pass
 
 
+def _fork(launch: WorkerLaunch, env: dict[str, str]) -> forked.Forked:
+    """The worker forked from this process's template, its stdio on three new pipes."""
+    # (The template carries no worker's tree: stopping that worker's tree must not end it.)
+    template = forked.template_for(launch.argv[0], {k: v for k, v in env.items() if k != TREE_VARIABLE}, launch.cwd)
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    stderr_r, stderr_w = os.pipe()
+    theirs = (stdin_r, stdout_w, stderr_w)
+    try:
+        mine = (open(stdin_w, "wb"), open(stdout_r, "rb"), open(stderr_r, "rb"))
+        for stream in mine[:2]:
+            _widen_pipe(stream)
+        try:
+            return template.fork(list(launch.argv), env, launch.cwd, mine, theirs)
+        except BaseException:
+            for stream in mine:
+                stream.close()
+            raise
+    finally:
+        for fd in theirs:
+            os.close(fd)
+
+
 class LocalTransport(Transport):
     """This machine, through subprocesses: the same calls host preparation makes over SSH."""
 
@@ -144,6 +168,11 @@ class LocalTransport(Transport):
         env = dict(os.environ)
         env.update(launch.env)
         tree = env[TREE_VARIABLE] = uuid.uuid4().hex
+        if launch.forkable and self.this_machine and forked.available():
+            try:
+                return LocalChannel(_fork(launch, env), tree)
+            except OSError:  # (the template could not start, or ended: start the command instead)
+                pass
         process = subprocess.Popen(
             [*self.launcher, *launch.argv],
             stdin=subprocess.PIPE,
