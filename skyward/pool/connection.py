@@ -272,7 +272,7 @@ class NodeConnection:
         elif kind == Kind.PREEMPT:
             notice = control[1]
             if self.local_rank == 0:  # (every worker process of the node heard it: one event)
-                self.emit(ev.NodePreempting(self.node, notice.action, notice.at, notice.kind))
+                self.emit(ev.NodePreempting(self.node, notice.action, notice.at, notice.kind, notice.heard))
 
     def _finish(self, task_id: int, ok: bool) -> _Task | None:
         with self._lock:
