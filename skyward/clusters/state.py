@@ -208,9 +208,9 @@ class ClusterStore:
 
     def note(self, name: str, kind: str, text: str, ended: ClusterRecord | None = None,
              at: float | None = None) -> None:
-        """Add an event to cluster ``name``'s timeline, at ``at`` (seconds since the epoch; None:
-        now) (``ended``: the record of the cluster that ended, whose cost from launch to now the
-        event keeps); older ones beyond those kept go."""
+        """Add an event to cluster ``name``'s timeline, at ``at`` (seconds since the epoch; None,
+        or a time to come by another machine's clock: now) (``ended``: the record of the cluster
+        that ended, whose cost from launch to now the event keeps); older ones beyond those kept go."""
         cost = cost_so_far(ended) if ended is not None else None
         since = ended.launched_at if ended is not None else None
 
