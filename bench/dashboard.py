@@ -16,14 +16,10 @@ is asked with nothing new: by offset (what the page does) against reading the wh
 
 from __future__ import annotations
 
-import http.client
 import io
-import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,111 +27,68 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from _common import loadavg, percentile, run_section  # noqa: E402
+from _common import (Dashboard, bench_home, chatty_job, cluster, cpu_seconds, generated, loadavg,  # noqa: E402
+                     percentile, run_section, sky)
 
 OWNER = "bench/dashboard.py"
 NODES = 2
-LINES_PER_SECOND = 10_000
-JOB = """\
-name: chatty
-num_nodes: %d
-run: |
-  python3 -u -c "
-  import sys, time
-  i, t = 0, time.monotonic()
-  while True:
-      sys.stdout.write(''.join('line %%d of a job that prints ten thousand lines a second\\\\n' %% (i + k) for k in range(100)))
-      sys.stdout.flush()
-      i, t = i + 100, t + 0.01
-      time.sleep(max(0.0, t - time.monotonic()))
-  "
-""" % NODES
-
-
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """Process ``pid``'s CPU seconds (user + system): its own, and those of its ended children
-    (on Local, the node-side reads the server runs are its children)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
-
-
-def sky(*args: str, cwd: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "skyward.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": ROOT}, timeout=300)
-
-
-def get(port: int, token: str, path: str) -> dict:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    try:
-        conn.request("GET", path, headers={"Host": f"127.0.0.1:{port}", "Cookie": f"skyward_dashboard_{port}={token}"})
-        reply = conn.getresponse()
-        body = reply.read()
-        if reply.status != 200:
-            raise RuntimeError(f"{path}: {reply.status} {body[:300]!r}")
-        return json.loads(body)
-    finally:
-        conn.close()
+LINES_PER_SECOND = 10_000  # (per node)
 
 
 def measure(quick: bool) -> dict:
     seconds = 5 if quick else 30
-    work = tempfile.mkdtemp(prefix="skybd")
-    os.environ["SKYWARD_HOME"] = work
-    with open(os.path.join(work, "job.yaml"), "w") as f:
-        f.write(JOB)
     result: dict = {"nodes": NODES, "seconds": seconds, "load_start": loadavg()}
-    launched = sky("launch", "-c", "bench-dash", "-d", "job.yaml", cwd=work)
-    if launched.returncode != 0:
-        raise RuntimeError(launched.stderr)
-    server = subprocess.Popen([sys.executable, "-m", "skyward.cli", "dashboard", "--port", "0", "--no-browser"],
-                              cwd=work, env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().split()[-1]
-        port, token = int(url.split(":")[2].split("/")[0]), url.split("token=")[1]
-        path = "/api/clusters/bench-dash/jobs/1/log"
-        seen: dict[str, int] = {}
-        polls, lines = [], 0
-        cpu0, wall0 = cpu_seconds(server.pid), time.monotonic()
-        while time.monotonic() - wall0 < seconds:
-            asked = time.monotonic()
-            answer = get(port, token, path + "?seen=" + ",".join(f"{n}:{c}" for n, c in seen.items()))
-            polls.append(time.monotonic() - asked)
-            lines += len(answer["lines"])
-            seen = answer["seen"]
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - asked)))  # (the page asks once a second)
-        wall, cpu1 = time.monotonic() - wall0, cpu_seconds(server.pid)
-        result.update(polls=polls, lines=lines, wall=wall, server_cpu=cpu1[0] - cpu0[0],
-                      children_cpu=cpu1[1] - cpu0[1])
-        cancelled = sky("cancel", "bench-dash", "1", cwd=work)
-        if cancelled.returncode != 0:
-            raise RuntimeError(cancelled.stderr)
-        from skyward.clusters import jobs
-
-        caught = {int(n): c for n, c in seen.items()}
-        while True:  # (to the end of the log: what is left after the polls, and what the cancel let through)
-            parts = jobs.log_since("bench-dash", 1, caught)
-            if not any(lines for lines, _ in parts.values()):
-                break
-            caught = {n: end for n, (_, end) in parts.items()}
-        result["log_bytes"] = sum(caught.values())
-        by_offset, whole = [], []
-        for _ in range(3 if quick else 7):
-            started = time.perf_counter()
-            jobs.log_since("bench-dash", 1, caught)
-            by_offset.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            jobs.logs("bench-dash", 1, io.StringIO(), follow=False)
-            whole.append(time.perf_counter() - started)
-        result.update(by_offset=by_offset, whole=whole)
-    finally:
-        server.terminate()
-        server.wait(30)
-        sky("down", "bench-dash", "-y", cwd=work)
+    with bench_home("skybd") as work:
+        with open(os.path.join(work, "job.yaml"), "w") as f:
+            f.write(chatty_job(NODES, NODES * LINES_PER_SECOND, every=0.01))
+        with cluster("bench-dash", work, "-d", "job.yaml"), Dashboard(work) as server:
+            follow(server, seconds, result)
+            cancelled = sky("cancel", "bench-dash", "1", cwd=work)
+            if cancelled.returncode != 0:
+                raise RuntimeError(cancelled.stderr)
+            read_back(quick, result)
     result["load_end"] = loadavg()
     return result
+
+
+def follow(server: Dashboard, seconds: float, result: dict) -> None:
+    """Ask for the job's log as its page does, once a second, for ``seconds``."""
+    path = "/api/clusters/bench-dash/jobs/1/log"
+    seen: dict[str, int] = {}
+    polls, lines = [], 0
+    cpu0, wall0 = cpu_seconds(server.pid), time.monotonic()
+    while time.monotonic() - wall0 < seconds:
+        asked = time.monotonic()
+        answer = server.get(path + "?seen=" + ",".join(f"{n}:{c}" for n, c in seen.items()))
+        polls.append(time.monotonic() - asked)
+        lines += len(answer["lines"])
+        seen = answer["seen"]
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - asked)))  # (the page asks once a second)
+    wall, cpu1 = time.monotonic() - wall0, cpu_seconds(server.pid)
+    result.update(polls=polls, lines=lines, wall=wall, server_cpu=cpu1[0] - cpu0[0], children_cpu=cpu1[1] - cpu0[1],
+                  seen=seen)
+
+
+def read_back(quick: bool, result: dict) -> None:
+    """The cancelled job's whole log, nothing new: read from the page's offsets, and whole."""
+    from skyward.clusters import jobs
+
+    caught = {int(n): c for n, c in result.pop("seen").items()}
+    while True:  # (to the end of the log: what is left after the polls, and what the cancel let through)
+        parts = jobs.log_since("bench-dash", 1, caught)
+        if not any(lines for lines, _ in parts.values()):
+            break
+        caught = {n: end for n, (_, end) in parts.items()}
+    result["log_bytes"] = sum(caught.values())
+    by_offset, whole = [], []
+    for _ in range(3 if quick else 7):
+        started = time.perf_counter()
+        jobs.log_since("bench-dash", 1, caught)
+        by_offset.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        jobs.logs("bench-dash", 1, io.StringIO(), follow=False)
+        whole.append(time.perf_counter() - started)
+    result.update(by_offset=by_offset, whole=whole)
 
 
 def section(r: dict, quick: bool) -> str:
@@ -144,9 +97,7 @@ def section(r: dict, quick: bool) -> str:
     return "\n".join([
         "## Dashboard: following a job that prints 10,000 lines a second",
         "",
-        f"*Generated by `python bench/dashboard.py{' --quick' if quick else ''}` on "
-        f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}; load average {r['load_start'][0]:.2f} at the start, "
-        f"{r['load_end'][0]:.2f} at the end. Re-running it rewrites this section only.*",
+        generated(OWNER, quick, r),
         "",
         f"A Local cluster of {r['nodes']} nodes; every node prints {LINES_PER_SECOND:,} lines a second "
         f"({printed:,} in all); a `skyward dashboard` server is asked for the job's log once a second, "

@@ -7,7 +7,7 @@ reported on stderr and does not disturb the pool.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
@@ -86,13 +86,16 @@ class NodePreempting:
     ``kind`` is ``"interruption"``: the machine will ``action`` (``"terminate"``, ``"stop"``
     or ``"hibernate"``) at ``at``, about two minutes after the notice; or ``"rebalance"``: EC2
     recommends moving off it (at elevated risk of interruption, ``action`` None, ``at`` when
-    the recommendation was issued). ``at`` is timezone-aware (UTC).
+    the recommendation was issued). ``at`` is timezone-aware (UTC). ``heard``: when the node's
+    worker read the notice (by the node's clock; a notice heard before this client attached is
+    told at the attach, with the time it was heard); not compared.
     """
 
     node: int
     action: str | None
     at: datetime
     kind: Literal["interruption", "rebalance"]
+    heard: datetime | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

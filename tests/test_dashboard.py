@@ -476,51 +476,76 @@ def test_a_cluster_page_shows_its_timeline_its_cost_and_no_gpu(board: Board) -> 
             manage.down("ev")
 
 
-def test_spot_notices_a_node_hears_are_on_its_clusters_timeline_once(board: Board,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A spot node's worker hears the notices (a stand-in metadata service, as on EC2): the
-    interruption notice while a client is attached, which writes it on the timeline at once;
-    the rebalance recommendation once that client has gone, which the cluster page's look
-    writes. Each shows once on the page, with the node and its time, however often looked at."""
+def test_spot_notices_a_node_hears_are_on_its_clusters_timeline_once_at_the_time_it_heard_them(
+        board: Board, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spot node's worker hears the notices (a stand-in metadata service, as on EC2) while no
+    client is attached and no page looks: the interruption notice, which the next client to
+    attach writes on the timeline; then the rebalance recommendation, which the cluster page's
+    next look writes. Each event bears the time the worker heard the notice (known here by
+    asking the worker itself, which writes nothing), not the time it was written; each shows
+    once on the page, with the node and its time, however often looked at."""
     from selenium.webdriver.support.ui import WebDriverWait
 
     import skyward as sky
     from skyward import events as ev
+    from skyward.clusters import control
+    from skyward.clusters.state import Event
     from skyward.worker.preemption import ENDPOINT_VAR
     from tests.hosts import imds
     from tests.spot_local import SpotLocal
 
-    def preempt_events() -> list[str]:
-        return [e.text for e in manage.ClusterStore().events("spot") if e.kind == "preempt"]
+    def preempts_written() -> list[Event]:
+        return [e for e in manage.ClusterStore().events("spot") if e.kind == "preempt"]
 
+    def hearing(kind: str) -> tuple[float, float]:
+        """(a time before the notice was published, a time after its worker had heard it)."""
+        before = time.time()
+        published = metadata.interrupt("terminate") if kind == "interruption" else metadata.rebalance()
+        record = manage.ClusterStore().get("spot")
+        assert record is not None
+        wait_for(lambda: kind in [n["kind"] for n in json.loads(control.ask("look 0", record.socket(0)))["notices"]],
+                 30, f"the worker to hear the {kind} notice")
+        times[kind] = published
+        return before, time.time()
+
+    times: dict[str, object] = {}
     heard: list[ev.Event] = []
     with imds.on_loopback() as metadata:
         monkeypatch.setenv(ENDPOINT_VAR, metadata.endpoint)  # (the workers' environment)
-        with sky.ComputePool(SpotLocal(), nodes=1, name="spot", console=False, on_event=heard.append):
-            at = metadata.interrupt("terminate")
-            wait_for(lambda: any(isinstance(e, ev.NodePreempting) for e in heard), 30, "the client told")
-            interruption = f"node 0: spot interruption notice: the machine will terminate at {at:%Y-%m-%d %H:%M:%S} UTC"
-            wait_for(lambda: preempt_events() == [interruption], 10, "the interruption on the timeline")
-        issued = metadata.rebalance()
-        rebalance = (f"node 0: spot rebalance recommendation at {issued:%Y-%m-%d %H:%M:%S} UTC: the machine is at "
-                     "elevated risk of interruption")
-        driver = browser(board.work)
+        with sky.ComputePool(SpotLocal(), nodes=1, name="spot", console=False):
+            pass  # (launched, and left up with no client)
         try:
-            driver.get(f"{board.url}/?token={board.token}")
-            driver.get(f"{board.url}/clusters/spot")
+            interrupted = hearing("interruption")
+            interruption = ("node 0: spot interruption notice: the machine will terminate at "
+                            f"{times['interruption']:%Y-%m-%d %H:%M:%S} UTC")
+            assert preempts_written() == []  # (nobody attached or looked yet)
+            with sky.ComputePool(SpotLocal(), nodes=1, name="spot", console=False, on_event=heard.append):
+                wait_for(lambda: any(isinstance(e, ev.NodePreempting) for e in heard), 30, "the client told")
+                wait_for(lambda: [e.text for e in preempts_written()] == [interruption], 10, "it on the timeline")
+            assert interrupted[0] <= preempts_written()[0].at <= interrupted[1]
+            rebalanced = hearing("rebalance")
+            rebalance = (f"node 0: spot rebalance recommendation at {times['rebalance']:%Y-%m-%d %H:%M:%S} UTC: the "
+                         "machine is at elevated risk of interruption")
+            assert [e.text for e in preempts_written()] == [interruption]
+            driver = browser(board.work)
+            try:
+                driver.get(f"{board.url}/?token={board.token}")
+                driver.get(f"{board.url}/clusters/spot")
 
-            def preempts() -> list[str]:  # newest first
-                return driver.execute_script(
-                    "return [...document.querySelectorAll('#events li')].filter(li => "
-                    "li.children[1].textContent === 'preempt').map(li => li.children[2].textContent);")
+                def preempts() -> list[str]:  # newest first
+                    return driver.execute_script(
+                        "return [...document.querySelectorAll('#events li')].filter(li => "
+                        "li.children[1].textContent === 'preempt').map(li => li.children[2].textContent);")
 
-            WebDriverWait(driver, 30).until(lambda d: len(preempts()) == 2)
-            assert preempts() == [rebalance, interruption]
-            for _ in range(2):  # (more looks at the node, which still has both: neither written again)
-                assert ask(board, "GET", "/api/clusters/spot", token=board.token)[0] == 200
-            assert preempt_events() == [interruption, rebalance]
+                WebDriverWait(driver, 30).until(lambda d: len(preempts()) == 2)
+                assert preempts() == [rebalance, interruption]
+                for _ in range(2):  # (more looks at the node, which still has both: neither written again)
+                    assert ask(board, "GET", "/api/clusters/spot", token=board.token)[0] == 200
+                assert [e.text for e in preempts_written()] == [interruption, rebalance]
+                assert rebalanced[0] <= preempts_written()[1].at <= rebalanced[1]
+            finally:
+                driver.quit()
         finally:
-            driver.quit()
             assert manage.down("spot") == []
 
 

@@ -185,9 +185,11 @@ class ClusterSession:
         note(self.name, "start", f"started: new workers on its {record.nodes} node(s), as {why} ({_client()})")
 
     def _heard(self, event: ev.Event) -> None:
-        """A spot notice a node heard goes on the cluster's timeline at once."""
+        """A spot notice a node heard goes on the cluster's timeline at once (one heard before the
+        attach, at the attach), at the time the node heard it."""
         if isinstance(event, ev.NodePreempting):
-            note_preemption(self.name, event.node, event.kind, event.action, event.at.timestamp())
+            note_preemption(self.name, event.node, event.kind, event.action, event.at.timestamp(),
+                            event.heard.timestamp() if event.heard is not None else None)
 
     def _create(self, pool: ComputePool, image: Image, image_hash: str, heartbeat: tuple[float, float]) -> None:
         record = ClusterRecord(

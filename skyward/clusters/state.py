@@ -213,28 +213,33 @@ class ClusterStore:
     def remove(self, name: str) -> None:
         self._run(lambda db: db.execute("DELETE FROM clusters WHERE name = ?", (name,)))
 
-    def note(self, name: str, kind: str, text: str, ended: ClusterRecord | None = None) -> None:
-        """Add an event to cluster ``name``'s timeline (``ended``: the record of the cluster that
-        ended, whose cost from launch to now the event keeps); older ones beyond those kept go."""
+    def note(self, name: str, kind: str, text: str, ended: ClusterRecord | None = None,
+             at: float | None = None) -> None:
+        """Add an event to cluster ``name``'s timeline, at ``at`` (seconds since the epoch; None,
+        or a time to come by another machine's clock: now) (``ended``: the record of the cluster
+        that ended, whose cost from launch to now the event keeps); older ones beyond those kept go."""
         cost = cost_so_far(ended) if ended is not None else None
         since = ended.launched_at if ended is not None else None
 
-        self._run(lambda db: _add_event(db, name, kind, text, cost, since))
+        self._run(lambda db: _add_event(db, name, kind, text, cost, since, at))
 
     def events(self, name: str | None = None, since: float = 0.0) -> list[Event]:
-        """Cluster ``name``'s events (None: every cluster's) from ``since`` on, oldest first."""
+        """Cluster ``name``'s events (None: every cluster's) from ``since`` on, oldest first (by their
+        time: an event written late, a spot notice a node heard while nothing watched, takes its
+        place)."""
         where, args = ("cluster = ? AND at >= ?", (name, since)) if name is not None else ("at >= ?", (since,))
         rows = self._run(lambda db: db.execute(f"SELECT cluster, at, kind, text, cost, since FROM events WHERE {where} "
-                                               "ORDER BY id", args).fetchall())
+                                               "ORDER BY at, id", args).fetchall())
         return [Event(*row) for row in rows]
 
 
 def _add_event(db: sqlite3.Connection, name: str, kind: str, text: str, cost: float | None = None,
-               since: float | None = None) -> None:
-    """Add an event to cluster ``name``'s timeline and drop those beyond what is kept."""
+               since: float | None = None, at: float | None = None) -> None:
+    """Add an event to cluster ``name``'s timeline, at ``at`` (None, or a time to come: now), and
+    drop those beyond what is kept."""
     now = time.time()
     db.execute("INSERT INTO events (cluster, at, kind, text, cost, since) VALUES (?, ?, ?, ?, ?, ?)",
-               (name, now, kind, text, cost, since))
+               (name, now if at is None else min(at, now), kind, text, cost, since))
     db.execute("DELETE FROM events WHERE cluster = ? AND id <= (SELECT id FROM events WHERE cluster = ? "
                "ORDER BY id DESC LIMIT 1 OFFSET ?)", (name, name, EVENTS_KEPT))
     db.execute("DELETE FROM events WHERE at < ?", (now - EVENTS_DAYS * 86400,))
@@ -255,25 +260,27 @@ class Event:
         return {"at": self.at, "kind": self.kind, "text": self.text}
 
 
-def note(name: str, kind: str, text: str, ended: ClusterRecord | None = None) -> None:
+def note(name: str, kind: str, text: str, ended: ClusterRecord | None = None, at: float | None = None) -> None:
     """:meth:`ClusterStore.note`, best effort: a timeline that cannot be written now never fails
     what it tells of (an attach, a down)."""
     with contextlib.suppress(sqlite3.Error, OSError):
-        ClusterStore().note(name, kind, text, ended)
+        ClusterStore().note(name, kind, text, ended, at)
 
 
-def note_preemption(name: str, node: int, kind: str, action: str | None, at: float) -> None:
+def note_preemption(name: str, node: int, kind: str, action: str | None, at: float, heard: float | None) -> None:
     """Put a spot notice that node ``node`` heard (``kind``, ``action``, ``at`` in seconds since
     the epoch) on cluster ``name``'s timeline, unless it is there already: the attached client
     and every cluster page that looks at the node hear the same notice (best effort, as
-    :func:`note`)."""
+    :func:`note`). The event bears ``heard``, when the node's worker read the notice (None: now):
+    one heard while no client was attached and no page looked is written at the next attach or
+    look, and still says when it came."""
     when = datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     text = f"node {node}: spot " + (f"interruption notice: the machine will {action} at {when}"
                                     if kind == "interruption" else
                                     f"{kind} recommendation at {when}: the machine is at elevated risk of interruption")
     with contextlib.suppress(sqlite3.Error, OSError):
         if all(e.text != text for e in ClusterStore().events(name) if e.kind == "preempt"):
-            note(name, "preempt", text)
+            note(name, "preempt", text, at=heard)
 
 
 def cost_so_far(record: ClusterRecord, until: float | None = None) -> float | None:

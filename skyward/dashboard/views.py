@@ -102,7 +102,7 @@ def cluster(name: str) -> dict[str, Any]:
     rows = [sample.pop("rows", None) for sample in samples]
     for inst, sample in zip(record.instances, samples, strict=True):  # (the spot notices each node heard)
         for n in sample.pop("notices", []):
-            note_preemption(name, inst.node, n["kind"], n["action"], n["at"])
+            note_preemption(name, inst.node, n["kind"], n["action"], n["at"], n.get("heard"))
     nodes = [{"node": inst.node, "host": inst.ssh.host if inst.ssh else "this machine",
               "price_per_hour": inst.price_per_hour, **sample} for inst, sample in zip(record.instances, samples,
                                                                                        strict=True)]

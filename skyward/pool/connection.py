@@ -270,9 +270,9 @@ class NodeConnection:
         elif kind == Kind.BYE:
             self.said_bye = True
         elif kind == Kind.PREEMPT:
-            notice = control[1]
+            n = control[1]  # (a worker of an older skyward sends no `heard`)
             if self.local_rank == 0:  # (every worker process of the node heard it: one event)
-                self.emit(ev.NodePreempting(self.node, notice.action, notice.at, notice.kind))
+                self.emit(ev.NodePreempting(self.node, n.action, n.at, n.kind, getattr(n, "heard", None)))
 
     def _finish(self, task_id: int, ok: bool) -> _Task | None:
         with self._lock:

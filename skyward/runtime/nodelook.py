@@ -17,8 +17,10 @@ Guarantees:
    ``util`` (%), ``memory_used`` and ``memory_total`` (MiB) from its documented ``--query-gpu``
    CSV.
 3. ``notices``: the spot preemption notices this worker has heard (a spot node's worker
-   watches for them: :mod:`skyward.worker.preemption`), each ``kind``, ``action`` and ``at``
-   (seconds since the epoch); kept by the worker, so every look says them again.
+   watches for them: :mod:`skyward.worker.preemption`), each ``kind``, ``action``, ``at`` and
+   ``heard`` (when the worker read it; seconds since the epoch, by the node's clock); kept by
+   the worker, so every look says them again, and the timeline written at a look bears the
+   time each was heard, not the time of the look.
 4. Nothing raises for a figure that cannot be read: the look says ``error`` instead.
 """
 
@@ -111,7 +113,8 @@ class NodeLook:
             queued = os.path.exists(os.path.join(base, jobqueue.DATABASE))  # (no queue yet: no job)
             return {"cpu": self.cpu(), "memory_used": used, "memory_total": total, "gpus": _gpus(),
                     "rows": jobtool.rows(base, node) if queued else [],
-                    "notices": [{"kind": n.kind, "action": n.action, "at": n.at.timestamp()}
+                    "notices": [{"kind": n.kind, "action": n.action, "at": n.at.timestamp(),
+                                 "heard": n.heard.timestamp() if n.heard is not None else None}
                                 for n in preemption.notices()]}
         except Exception as exc:
             return {"error": f"{type(exc).__name__}: {exc}"[:300]}

@@ -25,7 +25,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -47,11 +47,15 @@ class Preemption:
             ``"hibernate"``; None for a rebalance recommendation.
         at: when (timezone-aware, UTC): the interruption's time, or when the rebalance
             recommendation was issued.
+        heard: when this machine's worker read the notice (timezone-aware, UTC, by the
+            machine's clock); None on a notice made by hand. Not compared: a notice equals
+            another of the same kind, action and time, whenever each was heard.
     """
 
     kind: PreemptionKind
     action: str | None
     at: datetime
+    heard: datetime | None = field(default=None, compare=False)
 
     @property
     def seconds_left(self) -> float:

@@ -113,8 +113,9 @@ def parse_interruption(body: bytes) -> Preemption:
         data = {}
     data = data if isinstance(data, dict) else {}
     action = data.get("action")
-    at = _utc(data.get("time")) or datetime.now(timezone.utc) + NOTICE_LEAD
-    return Preemption("interruption", str(action) if action else None, at)
+    now = datetime.now(timezone.utc)
+    return Preemption("interruption", str(action) if action else None, _utc(data.get("time")) or now + NOTICE_LEAD,
+                      heard=now)
 
 
 def parse_rebalance(body: bytes) -> Preemption:
@@ -124,7 +125,8 @@ def parse_rebalance(body: bytes) -> Preemption:
     except ValueError:
         data = {}
     data = data if isinstance(data, dict) else {}
-    return Preemption("rebalance", None, _utc(data.get("noticeTime")) or datetime.now(timezone.utc))
+    now = datetime.now(timezone.utc)
+    return Preemption("rebalance", None, _utc(data.get("noticeTime")) or now, heard=now)
 
 
 class PreemptionWatcher:
