@@ -76,9 +76,9 @@ def read_back(quick: bool, result: dict) -> None:
     caught = {int(n): c for n, c in result.pop("seen").items()}
     while True:  # (to the end of the log: what is left after the polls, and what the cancel let through)
         parts = jobs.log_since("bench-dash", 1, caught)
-        if not any(lines for lines, _ in parts.values()):
+        if not any(lines for lines, _, _ in parts.values()):
             break
-        caught = {n: end for n, (_, end) in parts.items()}
+        caught = {n: end for n, (_, end, _) in parts.items()}
     result["log_bytes"] = sum(caught.values())
     by_offset, whole = [], []
     for _ in range(3 if quick else 7):

@@ -11,7 +11,8 @@ For each: the first contentful paint of the clusters page, the cluster page and 
 (Chromium's paint timing, from the start of the navigation) and the time their data shows (the
 cluster's row; every node sampled; the first log lines); then WINDOW seconds with the cluster
 page open (it samples every node every 3 s) and WINDOW seconds with the job page following the
-log: the server's CPU (its own, and the commands it runs for the nodes: on Local its children),
+log: the server's CPU (its own, and the commands it runs for the nodes: on Local its children, none
+once the server reads a Local node's log itself),
 the page's long tasks (its main thread busy over 50 ms at a time) and the log page's **lag**:
 every batch a node prints ends with a line that carries the time it was printed, and the page
 notes, as each such line is added to it, how long ago that was. The figures are given as
@@ -243,8 +244,9 @@ def section(r: dict, quick: bool) -> str:
         f"Each page opened {REPEATS} times, the median shown. The job page keeps its last 5,000 lines: it adds "
         "at most that many a poll and says how many it let go. The longest long task of the "
         f"{n}-node job page: {max(w['following']['long_ms'], default=0):.0f} ms; its longest lag "
-        f"{max(w['following']['lags'], default=float('nan')):.2f} s. On Local the server reads each node's log "
-        "with a short command per node a poll, its child processes: most of its CPU here.",
+        f"{max(w['following']['lags'], default=float('nan')):.2f} s. On Local the server reads each node's queue "
+        "and log itself, from the byte the page has shown (it starts no command); a job page starts from each "
+        "node's last 256 KiB.",
     ])
 
 

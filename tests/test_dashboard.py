@@ -225,6 +225,51 @@ def test_a_node_whose_tool_predates_offsets_still_shows_the_log(board: Board, tm
         pointer.write_text(kept)
 
 
+def test_a_job_page_starts_from_each_nodes_last_bytes_and_says_so(board: Board) -> None:
+    """A log longer than the page's first read: it starts at the first whole line of its last
+    LOG_TAIL bytes, and the answer says so (the page shows it)."""
+    from skyward.dashboard.views import LOG_TAIL
+
+    log, _ = node_files()
+    filler = b"".join(b"filler %06d\n" % i for i in range(2 * LOG_TAIL // 14))
+    with open(log, "ab") as f:  # (as the job's output is: appended, in one write)
+        f.write(filler)
+    try:
+        size = log.stat().st_size
+        first = log_poll(board)
+        start = first["skipped"]["0"]  # (the job may print a tick meanwhile)
+        assert size - LOG_TAIL <= start < log.stat().st_size - LOG_TAIL + 14
+        assert first["lines"][0]["text"].startswith("filler ") and len(first["lines"][0]["text"]) == 13
+        assert first["seen"]["0"] == start + sum(len(x["text"].encode()) + 1 for x in first["lines"] if x["node"] == 0)
+        assert first["note"] == (f"showing the last {LOG_TAIL // 1024} KiB of the log of node 0; "
+                                 "`skyward logs dash 1` prints it all")
+        assert log_poll(board, first["seen"])["skipped"] == {}  # (once it has an offset: from there)
+    finally:  # (the filler taken out again: the other tests read the log from its start)
+        with open(log, "r+b") as f:
+            kept = f.read().replace(filler, b"", 1)
+            f.seek(0)
+            f.write(kept)
+            f.truncate()
+
+
+def children_cpu(pid: int) -> int:
+    """The CPU ticks of every child process ``pid`` started and has reaped (its /proc stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[13]) + int(fields[14])  # (cutime, cstime)
+
+
+def test_a_page_following_a_log_on_this_machine_starts_no_process(board: Board) -> None:
+    """On a Local node the server reads the job's queue and log itself: a poll starts no command
+    (before, two a node a poll: most of the server's CPU while a page follows a log)."""
+    seen = log_poll(board)["seen"]
+    before = children_cpu(board.server.pid)
+    for _ in range(5):
+        answer = log_poll(board, seen)
+        assert answer["job"]["status"] == "RUNNING"
+        seen = answer["seen"]
+    assert children_cpu(board.server.pid) == before
+
+
 def browser(work: Path):  # type: ignore[no-untyped-def]
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -654,3 +699,4 @@ def test_a_node_sample_reads_proc_and_nvidia_smi_only_where_it_exists(tmp_path: 
     smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the driver'\n"
                    "exit 9\n")
     assert sample(path)["gpus"] == []
+

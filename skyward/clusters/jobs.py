@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shlex
 import threading
 from collections.abc import Callable, Mapping
@@ -94,22 +95,45 @@ def each_node(record: ClusterRecord, work: Callable[[Instance], None]) -> None:
 
 def run_tool(record: ClusterRecord, inst: Instance, *args: str, accept: tuple[int, ...] = (0, 102)) -> tuple[int, str]:
     """Run the queue's tool with ``args`` on ``inst``: (exit code, stdout); ClusterError when the
-    node cannot be reached or the exit code is not in ``accept``."""
+    node cannot be reached or the exit code is not in ``accept``. What only reads (``rows``,
+    ``read``) on a node that is this machine, whose tool is this skyward's, is answered here by
+    the same code, with no process (the dashboard asks it every second of every node)."""
+    from skyward.runtime import jobtool
     from skyward.transport import reach
 
-    transport = reach(inst)
+    if args[0] in jobtool.READS and _tool_here(record, inst) == os.path.realpath(jobtool.__file__):
+        try:
+            code, out = jobtool.answer(f"{record.roots[inst.node]}/c/{record.id}", inst.node, args[0], list(args[1:]))
+        except Exception as exc:  # (sqlite3.OperationalError, OSError...)
+            raise ClusterError(record.name, f"node {inst.node} could not read its job queue ({exc})",
+                               way_out="see `skyward status`") from exc
+    else:
+        transport = reach(inst)
+        try:
+            result = transport.run(_tool(record, inst.node, *args), timeout=60.0)
+        except Exception as exc:
+            raise ClusterError(record.name, f"cannot reach node {inst.node} ({exc})",
+                               way_out="see `skyward status`") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                transport.close()
+        code, out = result.exit_code, result.stdout
+        if code not in accept:
+            raise ClusterError(record.name, f"node {inst.node} could not read its job queue (exit {code}: "
+                               f"{result.stderr.strip()[-500:]})", way_out="see `skyward status`")
+    return code, out
+
+
+def _tool_here(record: ClusterRecord, inst: Instance) -> str | None:
+    """The path of the tool node ``inst`` runs when the node is this machine (no SSH, no
+    launcher), else None."""
+    if inst.ssh is not None or inst.launcher:
+        return None
     try:
-        result = transport.run(_tool(record, inst.node, *args), timeout=60.0)
-    except Exception as exc:
-        raise ClusterError(record.name, f"cannot reach node {inst.node} ({exc})",
-                           way_out="see `skyward status`") from exc
-    finally:
-        with contextlib.suppress(Exception):
-            transport.close()
-    if result.exit_code not in accept:
-        raise ClusterError(record.name, f"node {inst.node} could not read its job queue (exit {result.exit_code}: "
-                           f"{result.stderr.strip()[-500:]})", way_out="see `skyward status`")
-    return result.exit_code, result.stdout
+        with open(f"{record.roots[inst.node]}/c/{record.id}/{TOOL}") as f:
+            return os.path.realpath(f.read().strip())
+    except OSError:
+        return None
 
 
 def jobs(name: str) -> list[JobRow]:
@@ -238,31 +262,36 @@ def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int
     return ends
 
 
-def log_since(name: str, job_id: int, offsets: dict[int, int],
-              limit: int = LOG_CHUNK) -> dict[int, tuple[list[str], int]]:
+def log_since(name: str, job_id: int, offsets: dict[int, int], limit: int = LOG_CHUNK,
+              tail: int | None = None) -> dict[int, tuple[list[str], int, int]]:
     """Job ``job_id``'s lines on each node after byte ``offsets[node]`` of its log (none given:
-    from the start), at most ``limit`` bytes of whole lines per node, with the offset after them.
-    A node reads only those bytes (its tool's ``read``): an ask costs what is new, not the log's
-    size. A node whose tool knows no ``read`` (a cluster launched by an older skyward keeps its
-    tool) is asked for its whole log, as ``logs`` does, and it is cut here."""
+    from the start, or with ``tail`` from the first line that starts in its last ``tail`` bytes),
+    at most ``limit`` bytes of whole lines per node, with the offset after them and the one they
+    start at. A node reads only those bytes (its tool's ``read``): an ask costs what is new, not
+    the log's size. A node whose tool knows no ``read`` (a cluster launched by an older skyward
+    keeps its tool) is asked for its whole log, as ``logs`` does, and it is cut here."""
     record = cluster_record(name)
     lock = threading.Lock()
-    found: dict[int, tuple[list[str], int]] = {}
+    found: dict[int, tuple[list[str], int, int]] = {}
 
     def one(inst: Instance) -> None:
-        offset = max(0, offsets.get(inst.node, 0))
+        offset = max(0, offsets[inst.node]) if inst.node in offsets else -tail if tail else 0
         code, out = run_tool(record, inst, "read", f"{job_id}@{offset}", str(limit), accept=(0, 1, 102))
-        text, end = "", offset
+        text, start = "", max(0, offset)
+        end = start
         if code == 0:
             answer = json.loads(out)
-            text, end = answer["text"], answer["offset"]
+            text, end, start = answer["text"], answer["offset"], answer.get("start", start)
         elif code == 1:  # (a tool of before `read` fails on `ID@OFFSET` at once)
             code, out = run_tool(record, inst, "follow", str(job_id), "0", "-1")
-            data = out.encode()[offset:offset + limit]
+            whole = out.encode()
+            if offset < 0 and (cut := len(whole) + offset) > 0:  # (from the first line in the last bytes)
+                start = whole.find(b"\n", cut - 1) + 1 or len(whole)
+            data = whole[start:start + limit]
             taken = data[:data.rfind(b"\n") + 1] or data[:limit if len(data) == limit else 0]
-            text, end = taken.decode(errors="replace"), offset + len(taken)
+            text, end = taken.decode(errors="replace"), start + len(taken)
         with lock:
-            found[inst.node] = (text.splitlines(), end)
+            found[inst.node] = (text.splitlines(), end, start)
 
     each_node(record, one)
     return found

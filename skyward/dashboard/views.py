@@ -39,9 +39,11 @@ if TYPE_CHECKING:
     from skyward.clusters.state import ClusterRecord
     from skyward.machine import Instance
 
-__all__ = ["ACTIONS", "SAMPLE", "act", "cluster", "clusters", "done", "job_log", "parse_sample", "pools", "queues"]
+__all__ = ["ACTIONS", "LOG_TAIL", "SAMPLE", "act", "cluster", "clusters", "done", "job_log", "parse_sample", "pools", "queues"]
 
 T = TypeVar("T")
+#: Bytes of a node's log a job page shows first: its last ones (``skyward logs`` prints it all).
+LOG_TAIL = 256 * 1024
 #: Seconds a node has to answer a sample before it shows as unreachable.
 SAMPLE_TIMEOUT = 10.0
 #: Run with ``sh`` on a node whose worker is of an older skyward (it has no look): its CPU
@@ -202,14 +204,19 @@ def queues() -> list[dict[str, Any]]:
 
 def job_log(name: str, job_id: int, seen: dict[int, int]) -> dict[str, Any]:
     """Job ``job_id``'s lines after byte ``seen[node]`` of each node's log (what the page has
-    shown), the offsets after them (the page sends them back with its next ask) and the job's row
-    (None: no such job). Each node reads only the bytes after its offset."""
+    shown; a node not seen yet: from its last :data:`LOG_TAIL` bytes, ``skipped`` saying where
+    it starts when that is not the log's start), the offsets after them (the page sends them back
+    with its next ask) and the job's row (None: no such job). Each node reads only those bytes."""
     found = jobs.job(name, job_id)
     if found is None:
         return {"error": f"no job {job_id} on cluster {name}", "job": None}
-    parts = jobs.log_since(name, job_id, seen)
+    parts = jobs.log_since(name, job_id, seen, tail=LOG_TAIL)
     lines = [{"node": node, "text": text} for node in sorted(parts) for text in parts[node][0]]
-    return {"job": found.as_dict(), "lines": lines, "seen": {str(n): parts[n][1] for n in sorted(parts)}}
+    skipped = [n for n in sorted(parts) if n not in seen and parts[n][2]]
+    note = (f"showing the last {LOG_TAIL // 1024} KiB of the log of node{'s' * (len(skipped) > 1)} "
+            f"{', '.join(map(str, skipped))}; `skyward logs {name} {job_id}` prints it all") if skipped else None
+    return {"job": found.as_dict(), "lines": lines, "seen": {str(n): parts[n][1] for n in sorted(parts)},
+            "skipped": {str(n): parts[n][2] for n in skipped}, "note": note}
 
 
 def _start(name: str) -> list[str]:

@@ -188,24 +188,41 @@ def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -
     return 0
 
 
-def read(base: str, node: int, job: int, offset: int, limit: int) -> int:
-    """Print (JSON) node ``node``'s log of ``job`` after byte ``offset``: ``text``, at most
-    ``limit`` bytes ending at a line's end (a last line without its newline once the part has
-    ended; a line longer than ``limit`` in pieces), ``offset`` after it, the part's ``status``.
-    Only those bytes are read, whatever the log's size. 102: no such job."""
+def read(base: str, node: int, job: int, offset: int, limit: int) -> dict[str, Any] | None:
+    """Node ``node``'s log of ``job`` after byte ``offset`` (negative: from the first line that
+    starts in its last ``-offset`` bytes): ``text``, at most ``limit`` bytes ending at a line's end
+    (a last line without its newline once the part has ended; a line longer than ``limit`` in
+    pieces), ``start`` (the byte it starts at), ``offset`` after it, the part's ``status``. Only
+    those bytes are read, whatever the log's size. None: no such job."""
     found = _state(base, node, job)  # (before the log: an ended part's log is whole)
     if found is None:
-        return 102
-    data = b""
+        return None
+    data, start = b"", max(0, offset)
     with contextlib.suppress(FileNotFoundError), open(q.log_path(base, node, job), "rb") as f:
-        f.seek(offset)
+        if offset < 0:
+            start = max(0, os.fstat(f.fileno()).st_size + offset)
+            f.seek(max(0, start - 1))
+            start += len(f.readline(-offset)) - 1 if start else 0
+        f.seek(start)
         data = f.read(limit)
     if len(data) < limit and found[0] not in q.ACTIVE:
         taken = data
     else:
         taken = data[:data.rfind(b"\n") + 1] or data[:limit if len(data) == limit else 0]
-    print(json.dumps({"text": taken.decode(errors="replace"), "offset": offset + len(taken), "status": found[0]}))
-    return 0
+    return {"text": taken.decode(errors="replace"), "start": start, "offset": start + len(taken), "status": found[0]}
+
+
+#: What :func:`answer` gives without a process (the dashboard's server asks it on this machine).
+READS = ("rows", "read")
+
+
+def answer(base: str, node: int, what: str, rest: list[str]) -> tuple[int, str]:
+    """``rows`` or ``read ID@OFFSET LIMIT``: (exit code, what the tool prints)."""
+    if what == "rows":
+        return 0, json.dumps(rows(base, node))
+    job, offset = rest[0].split("@")
+    found = read(base, node, int(job), int(offset), int(rest[1]))
+    return (102, "") if found is None else (0, json.dumps(found))
 
 
 def result(base: str, node: int, job: int, wait: float) -> int:
@@ -246,14 +263,15 @@ def main(argv: list[str]) -> int:
     before ``read`` fails on it at once, exit 1, and its caller falls back to ``follow``.)"""
     base, node, what, rest = argv[1], int(argv[2]), argv[3], argv[4:]
     if what == "rows":
-        print(json.dumps(rows(base, node)))
+        print(answer(base, node, what, rest)[1])
         return 0
+    if what == "read":
+        code, text = answer(base, node, what, rest)
+        print(text, end="\n" if text else "")
+        return code
     if what == "cancel":
         print(json.dumps(cancel(base, node, None if rest == ["all"] else [int(x) for x in rest])))
         return 0
-    if what == "read":
-        job, offset = rest[0].split("@")
-        return read(base, node, int(job), int(offset), int(rest[1]))
     if what == "result":
         return result(base, node, int(rest[0]), float(rest[1]))
     return follow(base, node, int(rest[0]), keep_following=rest[1] == "1", tail=int(rest[2]))

@@ -281,6 +281,7 @@ async function log() {
     pre.querySelector(".line").remove();
     dropped++;
   }
+  if (r.note) pre.prepend(el("div", r.note, "skipped muted"));  // (it starts from a node's last bytes)
   if (dropped) {
     const note = pre.querySelector(".dropped") || el("div", null, "dropped muted");
     note.textContent = dropped + " earlier lines not shown here (the page keeps the last " + KEPT_LINES +
