@@ -38,7 +38,8 @@ client (:mod:`skyward.clusters.steps`); one that ends by its autostop runs
 :attr:`Slurm.autostop_release` (``scancel``), :meth:`Slurm.machine_states` tells a cluster
 whose allocation Slurm ended (``stopped``), and :meth:`Slurm.start` asks for a new one.
 
-Release: ``scancel`` the job, then wait until Slurm no longer runs it. A node released alone
+Release: ``scancel`` the job, then wait until Slurm no longer runs it; a Slurm that does not
+answer for ``cancel_wait`` seconds is a ProvisionError naming the job and its ``scancel``. A node released alone
 (lost, replaced) cancels its job only once no node of the pool holds it any more.
 """
 
@@ -156,8 +157,11 @@ class Slurm(Allocations, Provider):
             nodes = self._wait_running(job, report, timeout)
             instances = self._describe(spec, job, nodes, numbers)
             self.held(job, {inst.id for inst in instances})
-        except BaseException:
-            self.let_go(spec)
+        except BaseException as exc:
+            try:
+                self.let_go(spec)
+            except ProvisionError as left:  # (Slurm could not be asked, a Ctrl-C's cleanup included:
+                raise left from exc  # the user is told what to check, never that nothing is left)
             raise
         return instances
 
