@@ -5,8 +5,12 @@ confirm gone is never reported gone; the error names it and the ``scancel`` to r
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -70,3 +74,45 @@ def test_a_failed_allocations_cleanup_while_slurm_does_not_answer_names_the_pool
     assert "jobs named skyward-stray not confirmed gone" in said, said
     assert "`scancel --me --name=skyward-stray`" in said and "`squeue --me --name=skyward-stray`" in said, said
     assert slurm.run("scancel", "--me", "--name=skyward-stray").returncode == 0  # (nothing_left checks it)
+
+
+#: squeue as Slurm ships it, each call's arguments written to a log first.
+LOGGED_SQUEUE = """#!/bin/sh
+echo "$@" >> {log}
+exec {squeue} "$@"
+"""
+
+
+def test_a_request_killed_unanswered_has_its_late_job_found_by_name_and_cancelled(slurm, tmp_path,
+                                                                                   monkeypatch) -> None:
+    # Every node busy, so the pool's request is sbatch's; the controller holds it (job_submit's
+    # gate) past the request's timeout, the sbatch is killed, and Slurm makes the job only after
+    # the provider has looked for the pool's jobs by name once.
+    blocker = slurm.run("salloc", "--no-shell", "--exclusive", f"--nodes={len(slurm.nodes)}", "--job-name=blocker")
+    assert blocker.returncode == 0, blocker.stderr
+    bin_dir, log = tmp_path / "bin", tmp_path / "squeue.log"
+    bin_dir.mkdir()
+    log.touch()
+    (bin_dir / "squeue").write_text(LOGGED_SQUEUE.format(log=log, squeue=shutil.which("squeue")))
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    provider = sky.Slurm()
+    provider.request_timeout, provider.cancel_wait = 2.0, 15.0
+    try:
+        with slurm.gate("batch") as gate:
+            def release_once_looked() -> None:
+                gate.wait_held()
+                while "--name=skyward-" not in log.read_text():  # (the request killed, its jobs looked for)
+                    time.sleep(0.02)
+                gate.release()
+
+            releaser = threading.Thread(target=release_once_looked)
+            releaser.start()
+            with pytest.raises(sky.ProvisionError, match="did not answer within 2s"):
+                with sky.ComputePool(provider=provider, nodes=2, console=False, start_timeout=60):
+                    pass
+            releaser.join()
+        assert gate.released
+    finally:
+        slurm.run("scancel", "--name=blocker")
+    assert slurm.wait_jobs_gone() == []  # the late job cancelled (it would run once the blocker is gone)

@@ -72,6 +72,8 @@ class Allocations:
     #: Seconds a release waits for Slurm to confirm a job gone, asking again while Slurm does not
     #: answer (then a ProvisionError names the job and the ``scancel`` to run).
     cancel_wait: float = 60.0
+    #: Seconds an allocation request (salloc, sbatch) may take before it is killed.
+    request_timeout: float = 60.0
 
     # -- plan: the request, without I/O --------------------------------------------------------
     def sbatch_argv(self, spec: PoolSpec) -> list[str]:
@@ -114,13 +116,13 @@ class Allocations:
         def waiting(command: str) -> Callable[[], None]:
             return lambda: report(f"interrupted: waiting for Slurm's answer to {command} to cancel what it got")
 
-        granted = self.commands.request(self.salloc_argv(spec), waiting("salloc"))
+        granted = self.commands.request(self.salloc_argv(spec), waiting("salloc"), self.request_timeout)
         found = re.search(r"Granted job allocation (\d+)", granted.stderr + granted.stdout)
         if granted.returncode == 0 and found:
             return found.group(1), granted.interrupted
         if granted.interrupted is not None:
             raise granted.interrupted
-        result = self.commands.request(self.sbatch_argv(spec), waiting("sbatch"))
+        result = self.commands.request(self.sbatch_argv(spec), waiting("sbatch"), self.request_timeout)
         if result.returncode == 0:
             return result.stdout.strip().split(";")[0], result.interrupted
         raise result.interrupted or self.refused(spec, result.said())
@@ -130,25 +132,41 @@ class Allocations:
         self._held[job] = ids
         self._asked.pop(job, None)
 
-    def let_go(self, spec: PoolSpec) -> None:
+    def let_go(self, spec: PoolSpec, late: bool = False) -> None:
         """Cancel what this thread's failed allocation got, or may have got (see the docstring).
-        Raises ProvisionError naming what is left to check when Slurm cannot be asked."""
+        ``late``: a request was killed unanswered, so its job may come later: look for one of the
+        pool's name for up to ``cancel_wait`` seconds. Raises ProvisionError naming what is left
+        to check when Slurm cannot be asked."""
         me, timeout = threading.get_ident(), self.cancel_wait
         name = f"skyward-{spec.pool_id}"
-        with _ONE_REQUEST:
-            others = {job for job, thread in self._asked.items() if thread != me} | set(self._held)
-            mine = {job for job, thread in self._asked.items() if thread == me}
-            listed = self.asked(["squeue", "-h", "--me", f"--name={name}", "-o", "%i"], time.monotonic() + timeout)
-            strays = set(listed.stdout.split()) - others if listed.returncode == 0 else set()
-        unconfirmed = [] if listed.returncode == 0 else [self.unconfirmed(
-            f"jobs named {name}", listed.said(), timeout, f"squeue --me --name={name}", f"scancel --me --name={name}")]
-        for job in sorted(mine | strays):
-            self._asked.pop(job, None)
-            self._held.pop(job, None)
-            try:
-                self.cancel(job, timeout)
-            except ProvisionError as exc:
-                unconfirmed.append(exc)
+        deadline, pauses, found = time.monotonic() + timeout, looks(), False
+        unconfirmed: list[ProvisionError] = []
+        while True:
+            with _ONE_REQUEST:
+                others = {job for job, thread in self._asked.items() if thread != me} | set(self._held)
+                mine = {job for job, thread in self._asked.items() if thread == me}
+                listed = self.asked(["squeue", "-h", "--me", f"--name={name}", "-o", "%i"], deadline)
+                strays = set(listed.stdout.split()) - others if listed.returncode == 0 else set()
+            if listed.returncode != 0:
+                unconfirmed.append(self.unconfirmed(f"jobs named {name}", listed.said(), timeout,
+                                                    f"squeue --me --name={name}", f"scancel --me --name={name}"))
+            for job in sorted(mine | strays):
+                found = True
+                self._asked.pop(job, None)
+                self._held.pop(job, None)
+                try:
+                    self.cancel(job, timeout)
+                except ProvisionError as exc:
+                    unconfirmed.append(exc)
+            if unconfirmed or found or not late:
+                break
+            if time.monotonic() >= deadline:
+                unconfirmed.append(ProvisionError(
+                    f"no job named {name} came of the request Slurm did not answer within {timeout:g}s; should "
+                    f"`squeue --me --name={name}` list one later, end it with `scancel --me --name={name}`",
+                    provider=self.name))
+                break
+            time.sleep(next(pauses))
         if unconfirmed:
             raise ProvisionError("; ".join(str(exc) for exc in unconfirmed), provider=self.name)
 

@@ -55,7 +55,7 @@ from skyward.errors import CapacityError, ConfigError, ProvisionError, SlurmTime
 from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider
 from skyward.providers.slurm import limits
 from skyward.providers.slurm.allocations import ENDED, POLL, Allocations, looks
-from skyward.providers.slurm.commands import SlurmCommands, login_host
+from skyward.providers.slurm.commands import UNANSWERED, SlurmCommands, login_host
 
 if TYPE_CHECKING:
     from skyward.providers.ssh import SSH
@@ -152,14 +152,15 @@ class Slurm(Allocations, Provider):
     def _allocate(self, spec: PoolSpec, numbers: list[int], report: Callable[[str], None],
                   timeout: float) -> list[Instance]:
         """One allocation of ``len(numbers)`` nodes, described as the pool's nodes ``numbers``."""
+        job = None
         try:  # (whatever cuts it short, a Ctrl-C in salloc included, leaves no allocation)
             job = self.submit(dataclasses.replace(spec, nodes=len(numbers)), report)
             nodes = self._wait_running(job, report, timeout)
             instances = self._describe(spec, job, nodes, numbers)
             self.held(job, {inst.id for inst in instances})
         except BaseException as exc:
-            try:
-                self.let_go(spec)
+            try:  # (a request killed unanswered: its job may come later)
+                self.let_go(spec, late=job is None and isinstance(exc, ProvisionError) and exc.code == UNANSWERED)
             except ProvisionError as left:  # (Slurm could not be asked, a Ctrl-C's cleanup included:
                 raise left from exc  # the user is told what to check, never that nothing is left)
             raise
