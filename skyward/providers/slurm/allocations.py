@@ -15,6 +15,10 @@ of the pool's name (``skyward-<pool id>``, the user's own) that the provider nei
 waits for in another thread, are cancelled, each until squeue no longer lists it running or
 pending. Requests are made one at a time in a process, and the job ids recorded under the same
 lock, so no other request's job is unrecorded then.
+
+A failed ``squeue`` (or ``scancel``) means "unknown", never "gone": it is asked again for
+:attr:`Allocations.cancel_wait` seconds, and if Slurm still does not answer, a ProvisionError
+says which jobs are not confirmed gone and the ``squeue`` and ``scancel`` to run once it does.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from collections.abc import Callable, Iterator
 from skyward._retry import Backoff
 from skyward.errors import ConfigError, ProvisionError
 from skyward.providers.base import PoolSpec
-from skyward.providers.slurm.commands import SlurmCommands
+from skyward.providers.slurm.commands import Said, SlurmCommands
 
 __all__ = ["ENDED", "Allocations", "looks"]
 
@@ -65,6 +69,11 @@ class Allocations:
     #: Job id -> the ids of the pool's instances in it; job id -> the thread waiting for it.
     _held: dict[str, set[str]]
     _asked: dict[str, int]
+    #: Seconds a release waits for Slurm to confirm a job gone, asking again while Slurm does not
+    #: answer (then a ProvisionError names the job and the ``scancel`` to run).
+    cancel_wait: float = 60.0
+    #: Seconds an allocation request (salloc, sbatch) may take before it is killed.
+    request_timeout: float = 60.0
 
     # -- plan: the request, without I/O --------------------------------------------------------
     def sbatch_argv(self, spec: PoolSpec) -> list[str]:
@@ -107,13 +116,13 @@ class Allocations:
         def waiting(command: str) -> Callable[[], None]:
             return lambda: report(f"interrupted: waiting for Slurm's answer to {command} to cancel what it got")
 
-        granted = self.commands.request(self.salloc_argv(spec), waiting("salloc"))
+        granted = self.commands.request(self.salloc_argv(spec), waiting("salloc"), self.request_timeout)
         found = re.search(r"Granted job allocation (\d+)", granted.stderr + granted.stdout)
         if granted.returncode == 0 and found:
             return found.group(1), granted.interrupted
         if granted.interrupted is not None:
             raise granted.interrupted
-        result = self.commands.request(self.sbatch_argv(spec), waiting("sbatch"))
+        result = self.commands.request(self.sbatch_argv(spec), waiting("sbatch"), self.request_timeout)
         if result.returncode == 0:
             return result.stdout.strip().split(";")[0], result.interrupted
         raise result.interrupted or self.refused(spec, result.said())
@@ -123,21 +132,43 @@ class Allocations:
         self._held[job] = ids
         self._asked.pop(job, None)
 
-    def let_go(self, spec: PoolSpec) -> None:
-        """Cancel what this thread's failed allocation got, or may have got (see the docstring)."""
-        me = threading.get_ident()
-        with _ONE_REQUEST:
-            others = {job for job, thread in self._asked.items() if thread != me} | set(self._held)
-            mine = {job for job, thread in self._asked.items() if thread == me}
-            try:
-                out = self.commands.run(["squeue", "-h", "--me", f"--name=skyward-{spec.pool_id}", "-o", "%i"]).stdout
-            except (ConfigError, ProvisionError):  # (Slurm out of reach: the error that brought us here says so)
-                out = ""
-            strays = set(out.split()) - others
-        for job in sorted(mine | strays):
-            self._asked.pop(job, None)
-            self._held.pop(job, None)
-            self.cancel(job)
+    def let_go(self, spec: PoolSpec, late: bool = False) -> None:
+        """Cancel what this thread's failed allocation got, or may have got (see the docstring).
+        ``late``: a request was killed unanswered, so its job may come later: look for one of the
+        pool's name for up to ``cancel_wait`` seconds. Raises ProvisionError naming what is left
+        to check when Slurm cannot be asked."""
+        me, timeout = threading.get_ident(), self.cancel_wait
+        name = f"skyward-{spec.pool_id}"
+        deadline, pauses, found = time.monotonic() + timeout, looks(), False
+        unconfirmed: list[ProvisionError] = []
+        while True:
+            with _ONE_REQUEST:
+                others = {job for job, thread in self._asked.items() if thread != me} | set(self._held)
+                mine = {job for job, thread in self._asked.items() if thread == me}
+                listed = self.asked(["squeue", "-h", "--me", f"--name={name}", "-o", "%i"], deadline)
+                strays = set(listed.stdout.split()) - others if listed.returncode == 0 else set()
+            if listed.returncode != 0:
+                unconfirmed.append(self.unconfirmed(f"jobs named {name}", listed.said(), timeout,
+                                                    f"squeue --me --name={name}", f"scancel --me --name={name}"))
+            for job in sorted(mine | strays):
+                found = True
+                self._asked.pop(job, None)
+                self._held.pop(job, None)
+                try:
+                    self.cancel(job, timeout)
+                except ProvisionError as exc:
+                    unconfirmed.append(exc)
+            if unconfirmed or found or not late:
+                break
+            if time.monotonic() >= deadline:
+                unconfirmed.append(ProvisionError(
+                    f"no job named {name} came of the request Slurm did not answer within {timeout:g}s; should "
+                    f"`squeue --me --name={name}` list one later, end it with `scancel --me --name={name}`",
+                    provider=self.name))
+                break
+            time.sleep(next(pauses))
+        if unconfirmed:
+            raise ProvisionError("; ".join(str(exc) for exc in unconfirmed), provider=self.name)
 
     # -- what Slurm refused ----------------------------------------------------------------------
     def refused(self, spec: PoolSpec, said: str) -> Exception:
@@ -187,16 +218,44 @@ class Allocations:
         return total
 
     # -- cancel --------------------------------------------------------------------------------
-    def cancel(self, job: str, timeout: float = 60.0) -> None:
-        """Cancel ``job`` and wait until Slurm no longer runs it; raise if it still does."""
-        self.commands.run(["scancel", "--quiet", job])
+    def cancel(self, job: str, timeout: float | None = None) -> None:
+        """Cancel ``job`` and wait until Slurm no longer runs it; raise ProvisionError if it still
+        does after ``timeout``, or if Slurm could not be asked meanwhile (a failed ``squeue`` or
+        ``scancel`` is asked again, never read as "gone"): the error names the command to run."""
+        timeout = self.cancel_wait if timeout is None else timeout
         deadline = time.monotonic() + timeout
         pauses = looks()
+        sent = False
         while True:
-            result = self.commands.run(["squeue", "-h", f"--jobs={job}", "-o", "%T"])
+            if not sent:  # (again after a failed scancel: the controller may be back)
+                sent = self.asked(["scancel", "--quiet", job], deadline, once=True).returncode == 0
+            result = self.asked(["squeue", "-h", f"--jobs={job}", "-o", "%T"], deadline, once=True)
             state = result.stdout.strip()
-            if not state or state in ENDED:
+            gone = "invalid job id" in result.stderr.lower()  # (Slurm has forgotten it)
+            if gone or (result.returncode == 0 and (not state or state in ENDED)):
                 return
             if time.monotonic() >= deadline:
+                if result.returncode != 0:
+                    raise self.unconfirmed(f"job {job}", result.said(), timeout, f"squeue --jobs={job}",
+                                           f"scancel {job}")
                 raise ProvisionError(f"Slurm job {job} still {state} {timeout:g}s after scancel", provider=self.name)
             time.sleep(next(pauses))
+
+    def asked(self, argv: list[str], deadline: float, once: bool = False) -> Said:
+        """``argv``'s answer, asked again while it fails until ``deadline`` (once: not again);
+        a command that did not answer in time comes back as a failure (exit code -1)."""
+        pauses = looks()
+        while True:
+            try:
+                result = self.commands.run(argv, timeout=max(1.0, deadline - time.monotonic()))
+            except ProvisionError as exc:  # (it did not answer in time, or the login node is out of reach)
+                result = Said(-1, "", str(exc))
+            if once or result.returncode == 0 or time.monotonic() >= deadline:
+                return result
+            time.sleep(min(next(pauses), max(0.0, deadline - time.monotonic())))
+
+    def unconfirmed(self, what: str, said: str, timeout: float, check: str, end: str) -> ProvisionError:
+        """The error for Slurm's {what} not confirmed gone: Slurm could not be asked."""
+        return ProvisionError(f"Slurm's {what} not confirmed gone: Slurm could not be asked for {timeout:g}s "
+                              f"({said}); once it answers, check with `{check}` and end it with `{end}`",
+                              provider=self.name)

@@ -17,7 +17,9 @@ an SSH channel whose end kills it (a dropped connection leaves no request behind
 (Ctrl-C) waits for the request's answer before it goes on, so any job the request made is in
 Slurm's queue by then, where the caller's cleanup finds it. Only a request that outlives its own
 timeout is killed, and then ``salloc``'s late grant is ended by the controller itself (it cancels
-an allocation whose answer it cannot deliver); ``sbatch``'s would not be.
+an allocation whose answer it cannot deliver); ``sbatch``'s would not be: the caller looks for
+a job of the pool's name for a while and cancels it (:data:`UNANSWERED` marks such a request's
+error; :meth:`~skyward.providers.slurm.allocations.Allocations.let_go`).
 
 The readings of Slurm's output that more than one step needs live here too: ``scontrol show``'s
 fields of a job, of nodes and of partitions.
@@ -41,10 +43,13 @@ from skyward.machine import SSHAddress
 if TYPE_CHECKING:
     from skyward.providers.ssh import SSH
 
-__all__ = ["COMMANDS", "Said", "SlurmCommands"]
+__all__ = ["COMMANDS", "UNANSWERED", "Said", "SlurmCommands"]
 
 #: The commands the provider runs (on the login node).
 COMMANDS = ("sbatch", "salloc", "squeue", "scancel", "scontrol", "sinfo", "srun")
+#: The ProvisionError code of a command whose answer never came (timed out, login node lost):
+#: what it did is unknown.
+UNANSWERED = "unanswered"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +127,8 @@ class SlurmCommands:
                 raise ConfigError("provider", "a machine where Slurm's commands are on PATH",
                                   shlex.join(argv[:1])) from exc
             except subprocess.TimeoutExpired as exc:
-                raise ProvisionError(f"`{shown}` did not answer within {timeout:g}s", provider="slurm") from exc
+                raise ProvisionError(f"`{shown}` did not answer within {timeout:g}s", provider="slurm",
+                                     code=UNANSWERED) from exc
             return Said(done.returncode, done.stdout, done.stderr)
         try:
             if alone:
@@ -133,10 +139,10 @@ class SlurmCommands:
             result = self._transport().run(shlex.join(argv), timeout=timeout)
         except TimeoutError as exc:
             raise ProvisionError(f"`{shown}` on {self.shown} did not answer within {timeout:g}s",
-                                 provider="slurm") from exc
+                                 provider="slurm", code=UNANSWERED) from exc
         except (BootstrapError, OSError, EOFError) as exc:
             raise ProvisionError(f"cannot run `{shown}` on the login node {self.shown}: {exc}",
-                                 provider="slurm") from exc
+                                 provider="slurm", code=UNANSWERED) from exc
         return Said(result.exit_code, result.stdout, result.stderr)
 
     def request(self, argv: list[str], waiting: Callable[[], None], timeout: float = 60.0) -> Said:

@@ -38,7 +38,8 @@ client (:mod:`skyward.clusters.steps`); one that ends by its autostop runs
 :attr:`Slurm.autostop_release` (``scancel``), :meth:`Slurm.machine_states` tells a cluster
 whose allocation Slurm ended (``stopped``), and :meth:`Slurm.start` asks for a new one.
 
-Release: ``scancel`` the job, then wait until Slurm no longer runs it. A node released alone
+Release: ``scancel`` the job, then wait until Slurm no longer runs it; a Slurm that does not
+answer for ``cancel_wait`` seconds is a ProvisionError naming the job and its ``scancel``. A node released alone
 (lost, replaced) cancels its job only once no node of the pool holds it any more.
 """
 
@@ -54,7 +55,7 @@ from skyward.errors import CapacityError, ConfigError, ProvisionError, SlurmTime
 from skyward.providers.base import HostEnvironment, Instance, PoolSpec, Provider
 from skyward.providers.slurm import limits
 from skyward.providers.slurm.allocations import ENDED, POLL, Allocations, looks
-from skyward.providers.slurm.commands import SlurmCommands, login_host
+from skyward.providers.slurm.commands import UNANSWERED, SlurmCommands, login_host
 
 if TYPE_CHECKING:
     from skyward.providers.ssh import SSH
@@ -151,13 +152,17 @@ class Slurm(Allocations, Provider):
     def _allocate(self, spec: PoolSpec, numbers: list[int], report: Callable[[str], None],
                   timeout: float) -> list[Instance]:
         """One allocation of ``len(numbers)`` nodes, described as the pool's nodes ``numbers``."""
+        job = None
         try:  # (whatever cuts it short, a Ctrl-C in salloc included, leaves no allocation)
             job = self.submit(dataclasses.replace(spec, nodes=len(numbers)), report)
             nodes = self._wait_running(job, report, timeout)
             instances = self._describe(spec, job, nodes, numbers)
             self.held(job, {inst.id for inst in instances})
-        except BaseException:
-            self.let_go(spec)
+        except BaseException as exc:
+            try:  # (a request killed unanswered: its job may come later)
+                self.let_go(spec, late=job is None and isinstance(exc, ProvisionError) and exc.code == UNANSWERED)
+            except ProvisionError as left:  # (Slurm could not be asked, a Ctrl-C's cleanup included:
+                raise left from exc  # the user is told what to check, never that nothing is left)
             raise
         return instances
 
