@@ -281,6 +281,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
 
                 shape = clusters.pool_args(dict(cluster), shape)
             connections: Mapping[int, Any] = {}  # (kept open past the detach to follow the job over)
+            follows = False  # (a job was submitted to the cluster, and this run follows it)
             try:
                 with contextlib.ExitStack() as stack:
                     try:  # entering provisions: a refusal for capacity moves on to the next candidate
@@ -294,7 +295,8 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
                         continue
                     phase[0] = "setup"
                     _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
-                    if cluster is not None and len(phase) > 1 and not detach_run:  # a job to follow
+                    follows = cluster is not None and len(phase) > 1 and not detach_run
+                    if follows:
                         from skyward.launch.cluster import kept_connections
 
                         connections = kept_connections(pool)
@@ -303,7 +305,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
 
                 close_connections(connections)
                 raise
-            if cluster is not None and len(phase) > 1 and not detach_run:  # follow it, the cluster let go
+            if follows:  # the cluster let go: follow the job
                 from skyward.launch.cluster import follow
 
                 return follow(str(cluster["name"]), int(phase[1]), bool(phase[2]), connections, err)
