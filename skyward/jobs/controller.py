@@ -142,15 +142,33 @@ def stop(timeout: float = 30.0) -> list[int]:
     return left
 
 
+def _take(fd: int) -> bool:
+    """Take the controller's lock on ``fd``; False when another controller holds it. A look
+    (:func:`running`, the start's helper) holds it shared for a moment: that is waited out, not
+    taken for a controller."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        probe = os.open(_lock_path(), os.O_RDONLY)
+        try:
+            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # (held exclusively: a controller)
+        finally:
+            os.close(probe)
+        time.sleep(0.005)
+
+
 def serve() -> int:
     """The controller's loop (``python -m skyward.jobs.controller``); returns its exit status."""
     from skyward.jobs.watch import Watcher
 
     idle = float(os.environ.get(IDLE_VARIABLE, IDLE_SECONDS))
     fd = os.open(_lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not _take(fd):
         return 0  # (another controller runs)
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
