@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from skyward.transport import Transport
 
 __all__ = ["LOG_CHUNK", "JobRow", "cancel", "cluster_record", "each_node", "follow_job", "jobs", "log_since", "logs",
-           "merged", "run_tool"]
+           "merged", "run_tool", "stopped_following"]
 
 #: ``skyward logs --status``'s exit codes (SkyPilot's), also those of a ``launch -c``/``exec``
 #: that followed its job to the end.
@@ -306,6 +306,13 @@ def _stop_others(record: ClusterRecord, job_id: int, node: int) -> None:
                 run_tool(record, inst, "cancel", str(job_id))
 
 
+def stopped_following(name: str, job_id: int) -> str:
+    """What a run that followed job ``job_id`` of cluster ``name`` says when Ctrl-C stops it
+    (the job goes on)."""
+    return (f"skyward: stopped following job {job_id}; it goes on on cluster {name} "
+            f"(`skyward logs {name} {job_id}`, `skyward cancel {name} {job_id}`)\n")
+
+
 def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[str] | None = None,
                transports: Mapping[int, Transport] | None = None) -> int:
     """Follow job ``job_id`` until it ends (what ``launch -c``/``exec`` do after submitting); returns
@@ -327,8 +334,7 @@ def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[s
     try:
         ends = logs(name, job_id, out, on_end=on_end, transports=transports)
     except KeyboardInterrupt:
-        err.write(f"skyward: stopped following job {job_id}; it goes on on cluster {name} "
-                  f"(`skyward logs {name} {job_id}`, `skyward cancel {name} {job_id}`)\n")
+        err.write(stopped_following(name, job_id))
         return 130
     for stop in stopping:
         stop.join()

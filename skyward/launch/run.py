@@ -17,9 +17,7 @@ Two steps, as everywhere a plan can be checked without I/O:
   exit code (128 + N for a signal N), 1 for any other error, 130 when interrupted.
 
 On Local an accelerator is stood in for: ``L4:2`` gives each node 2 worker processes and
-``SKYPILOT_NUM_GPUS_PER_NODE=2`` (see :mod:`skyward.launch.where`).
-
-The workdir is used in place on the Local provider (the nodes are this machine); on other
+``SKYPILOT_NUM_GPUS_PER_NODE=2`` (see :mod:`skyward.launch.where`). The workdir is used in place on the Local provider (the nodes are this machine); on other
 providers it is packed once, sent to every node as a task argument and unpacked into
 ``~/.skyward/workdirs/<task id>``. Secrets travel the same way as other variables (inside the
 task, over the pool's connection) and are never printed: plans and errors show ``***``.
@@ -297,26 +295,25 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
                     _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
                     follows = cluster is not None and len(phase) > 1 and not detach_run
                     if follows:
-                        from skyward.launch.cluster import kept_connections
-
-                        connections = kept_connections(pool)
+                        connections = clusters.kept_connections(pool)
             except BaseException:
-                from skyward.launch.cluster import close_connections
-
-                close_connections(connections)
+                if connections:
+                    clusters.close_connections(connections)
                 raise
             if follows:  # the cluster let go: follow the job
-                from skyward.launch.cluster import follow
-
-                return follow(str(cluster["name"]), int(phase[1]), bool(phase[2]), connections, err)
+                return clusters.follow(str(cluster["name"]), int(phase[1]), bool(phase[2]), connections, err)
             return 0
         return 1
     except CommandFailed as exc:
         err.write(f"skyward: {phase[0]} failed on node {exc.node}: {exc}\n")
         return exc.exit_code if exc.exit_code > 0 else 128 - exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # (a job submitted to the cluster and followed goes on, whenever this comes)
+        from skyward.clusters.jobs import stopped_following
+
         left = "detached; the cluster stays up" if cluster is not None else "the pool was torn down"
-        err.write(f"skyward: interrupted; {left}\n")
+        followed = cluster is not None and len(phase) > 1 and not detach_run
+        err.write(stopped_following(str((cluster or {})["name"]), int(phase[1])) if followed
+                  else f"skyward: interrupted; {left}\n")
         return 130
     except SkywardError as exc:
         err.write(f"skyward: error: {exc}\n")
