@@ -1,13 +1,14 @@
 """How a pool grows: start time, threads, client and worker memory, broadcast and gather from 2 to
 1,000 nodes.
 
-    python bench/scaling.py            # Local 2, 64, 128, 256, 512, 1000 nodes and SSH 1, 2, 4, 8 test hosts,
+    python bench/scaling.py            # Local 2, 64, 128, 256, 512, 1000 nodes and SSH 8, 64 test hosts,
                                        # 3 repetitions; writes its section of docs/benchmarks.md
                                        # (kept when bench/run.py rewrites the page)
     python bench/scaling.py --quick    # Local 1, 4, 16 nodes, once; prints the figures only
     python bench/scaling.py --no-ssh   # Local only
     python bench/scaling.py --local-sizes 8,128,512 --no-ssh --reps 1   # chosen Local sizes
     python bench/scaling.py --local-sizes 2,64 --no-ssh --print   # prints the section, writes nothing
+    python bench/scaling.py --no-local --ssh-sizes 8,64 --print   # SSH only: 8 and 64 test hosts
     python bench/scaling.py --local-sizes 2,64 --against /work/main
                                        # the same sizes with another checkout's skyward, interleaved
                                        # with this one's (ratios in the same run); prints only
@@ -53,12 +54,12 @@ from _common import hosts_wheelhouse, loadavg, write_section  # noqa: E402
 
 OWNER = "bench/scaling.py"
 LOCAL_SIZES = (2, 64, 128, 256, 512, 1000)
-SSH_SIZES = (1, 2, 4, 8)
+SSH_SIZES = (8, 64)
 BROADCASTS = 20
 GATHERED = 1024
 #: Tasks per node in the gather, past GATHERED (1,000 nodes: 100,000 tasks).
 GATHERED_PER_NODE = 100
-METRICS = ("start", "threads", "client_kib", "worker_kib", "broadcast", "gathered", "gather", "close")
+METRICS = ("start", "busy", "threads", "client_kib", "worker_kib", "broadcast", "gathered", "gather", "close")
 
 
 def gathered(nodes: int) -> int:
@@ -102,6 +103,15 @@ def pss_kib(pids: list[int]) -> float:
     return total
 
 
+def busy_s() -> float:
+    """CPU time this machine's cores have spent busy since boot, all processes (Linux /proc/stat):
+    the difference over a start says whether that start kept the cores busy (then it was
+    CPU-bound) or waited (then something in it was serial)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
 def rss_kib() -> float:
     """This process's resident memory now, KiB (Linux)."""
     with open("/proc/self/statm") as f:
@@ -127,10 +137,10 @@ def client(nodes: int, ssh: dict[str, Any] | None, result_path: str, root: str =
     import threading
 
     threads, rss = threading.active_count(), rss_kib()
-    started = time.perf_counter()
+    busy, own, started = busy_s(), time.process_time(), time.perf_counter()
     pool = sky.ComputePool(nodes=nodes, console=False, start_timeout=600, **kw).__enter__()
     try:
-        start = time.perf_counter() - started
+        start, busy, own = time.perf_counter() - started, busy_s() - busy, time.process_time() - own
         threads, client_kib = threading.active_count() - threads, (rss_kib() - rss) / nodes
         worker_kib = pss_kib(my_workers()) / nodes if ssh is None else 0.0
         assert noop() @ pool == [None] * nodes  # warm: the function is on every worker
@@ -150,7 +160,8 @@ def client(nodes: int, ssh: dict[str, Any] | None, result_path: str, root: str =
     left = my_workers() if ssh is None else []
     assert not left, f"{len(left)} worker processes left after the pool closed"
     with open(result_path, "w") as f:
-        json.dump({"start": start, "threads": threads, "client_kib": client_kib, "worker_kib": worker_kib,
+        json.dump({"start": start, "busy": busy / (start * (os.cpu_count() or 1)),
+                   "client_cpu": own / start, "threads": threads, "client_kib": client_kib, "worker_kib": worker_kib,
                    "broadcast": statistics.median(trips), "gathered": count, "gather": gather, "close": close}, f)
 
 
@@ -186,7 +197,8 @@ def measure(sizes: tuple[int, ...], reps: int, ssh: dict[str, Any] | None,
 
 
 def report_sample(what: str, rep: int, reps: int, n: int, s: dict[str, float]) -> None:
-    print(f"[scaling] {what} rep {rep + 1}/{reps} {n:>3} nodes: start {s['start']:.2f}s, threads "
+    print(f"[scaling] {what} rep {rep + 1}/{reps} {n:>3} nodes: start {s['start']:.2f}s (cores "
+          f"{s['busy']:.0%} busy, the client's CPU {s['client_cpu']:.0%} of one core), threads "
                   f"+{s['threads']}, client {s['client_kib']:.0f} KiB/node, workers {s['worker_kib']:.0f} KiB/node, broadcast "
                   f"{s['broadcast'] * 1e3:.1f}ms, gather {s['gather']:,.0f}/s, close {s['close']:.2f}s "
                   f"(load {loadavg()[0]:.1f})", file=sys.stderr, flush=True)
@@ -250,15 +262,27 @@ def report(local: dict[int, list[dict[str, float]]], ssh: dict[int, list[dict[st
         head,
         rule,
     ]
-    rows, cost = table(local)
-    lines += [*rows, "", cost] if cost else rows
+    if local:
+        rows, cost = table(local)
+        lines += [*rows, "", cost] if cost else rows
+    else:
+        lines[-2:] = ["Not measured (--no-local)."]
     lines += ["", "### SSH (test hosts, warm image, one node per host)", ""]
     if isinstance(ssh, dict):
         rows, cost = table(ssh)
         lines += [head, rule, *rows] + (["", cost] if cost else [])
+        lines += ["", start_ratio(ssh)]
     else:
         lines.append(f"Not measured: {ssh or 'skipped (--no-ssh or --quick)'}.")
     return "\n".join(lines)
+
+
+def start_ratio(samples: dict[int, list[dict[str, float]]]) -> str:
+    """The largest pool's start over the smallest's (medians), the figure of the target
+    "64 hosts within 2x the time of 8"."""
+    small, big = min(samples), max(samples)
+    ratio = statistics.median(s["start"] for s in samples[big]) / statistics.median(s["start"] for s in samples[small])
+    return f"Start of {big} hosts ÷ start of {small} hosts (medians, same run): **{ratio:.2f}×**."
 
 
 def measure_ssh(sizes: tuple[int, ...], reps: int) -> dict[int, list[dict[str, float]]] | str:
@@ -312,6 +336,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3; --quick: 1)")
     parser.add_argument("--local-sizes", default=None, help="comma-separated Local pool sizes (default "
                         + ",".join(map(str, LOCAL_SIZES)) + ")")
+    parser.add_argument("--ssh-sizes", default=None, help="comma-separated SSH pool sizes, one test host per "
+                        "node (default " + ",".join(map(str, SSH_SIZES)) + ")")
+    parser.add_argument("--no-local", action="store_true", help="SSH only")
     parser.add_argument("--print", action="store_true", help="print the section, do not write it")
     parser.add_argument("--against", default=None, help="another checkout (its root folder): Local sizes run "
                         "with its skyward too, interleaved; prints both tables and their ratios, writes nothing")
@@ -322,8 +349,9 @@ def main() -> None:
     reps = args.reps or (1 if args.quick else 3)
     load_start = loadavg()
     sizes = tuple(int(n) for n in args.local_sizes.split(",")) if args.local_sizes else LOCAL_SIZES
-    local = measure((1, 4, 16) if args.quick else sizes, reps, None)[0]
-    ssh = None if args.quick or args.no_ssh else measure_ssh(SSH_SIZES, reps)
+    local = {} if args.no_local else measure((1, 4, 16) if args.quick else sizes, reps, None)[0]
+    ssh_sizes = tuple(int(n) for n in args.ssh_sizes.split(",")) if args.ssh_sizes else SSH_SIZES
+    ssh = None if args.quick or args.no_ssh else measure_ssh(ssh_sizes, reps)
     section = report(local, ssh, reps, args.quick, load_start, os.cpu_count() or 1)
     print(section)
     if not args.quick and not args.print:
