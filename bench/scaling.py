@@ -12,6 +12,7 @@
     python bench/scaling.py --local-sizes 2,64 --against /work/main
                                        # the same sizes with another checkout's skyward, interleaved
                                        # with this one's (ratios in the same run); prints only
+    python bench/scaling.py --no-local --ssh-sizes 8,64 --against /work/main   # the same, SSH
 
 Each measurement is a fresh client process (``--client``) that opens a pool of N nodes and reports:
 
@@ -181,6 +182,12 @@ def run_once(nodes: int, ssh: dict[str, Any] | None, root: str = ROOT) -> dict[s
             return json.load(f)
 
 
+def ssh_for(ssh: dict[str, Any] | None, k: int) -> dict[str, Any] | None:
+    """The SSH settings for checkout number ``k``: an image of its own (its own environment on
+    the hosts, so that checkouts taking turns never reinstall each other's skyward)."""
+    return None if ssh is None else dict(ssh, image_tag=f"{ssh['image_tag']}-{k}")
+
+
 def measure(sizes: tuple[int, ...], reps: int, ssh: dict[str, Any] | None,
             roots: tuple[str, ...] = (ROOT,)) -> list[dict[int, list[dict[str, float]]]]:
     """Samples per size, one dict per checkout of ``roots`` (each size run with each checkout in
@@ -191,7 +198,7 @@ def measure(sizes: tuple[int, ...], reps: int, ssh: dict[str, Any] | None,
             for k in range(len(roots)) if rep % 2 == 0 else reversed(range(len(roots))):
                 what = ("SSH" if ssh else "Local") + (f" [{roots[k]}]" if len(roots) > 1 else "")
                 load = loadavg()[0]
-                samples[k][n].append(dict(run_once(n, ssh, roots[k]), load=load))
+                samples[k][n].append(dict(run_once(n, ssh_for(ssh, k), roots[k]), load=load))
                 report_sample(what, rep, reps, n, samples[k][n][-1])
     return samples
 
@@ -212,7 +219,7 @@ def slope(xs: list[float], ys: list[float]) -> float:
 
 def table(samples: dict[int, list[dict[str, float]]]) -> tuple[list[str], str]:
     med = {n: {m: statistics.median(s[m] for s in runs) for m in METRICS} for n, runs in samples.items()}
-    rows = [f"| {n} | {v['start']:.2f} | {v['start'] / n * 1e3:.1f} | {v['threads']:.0f} | {v['client_kib']:.0f} | "
+    rows = [f"| {n} | {v['start']:.2f} | {v['start'] / n * 1e3:.1f} | {v['busy']:.0%} | {v['threads']:.0f} | {v['client_kib']:.0f} | "
             f"{v['worker_kib'] / 1024:.1f} | {v['broadcast'] * 1e3:.2f} | {v['gathered']:,.0f} | {v['gather']:,.0f} | "
             f"{v['gathered'] / v['gather']:.2f} | {v['close']:.2f} |"
             for n, v in med.items()]
@@ -233,9 +240,9 @@ def table(samples: dict[int, list[dict[str, float]]]) -> tuple[list[str], str]:
 
 def report(local: dict[int, list[dict[str, float]]], ssh: dict[int, list[dict[str, float]]] | str | None,
            reps: int, quick: bool, load_start: list[float], cores: int) -> str:
-    head = ("| nodes | start s | start ms/node | threads added | client KiB/node | worker MiB/node | broadcast ms "
+    head = ("| nodes | start s | start ms/node | cores busy in start | threads added | client KiB/node | worker MiB/node | broadcast ms "
             "| tasks gathered | gather tasks/s | gather s | close s |")
-    rule = "|" + " --- |" * 11
+    rule = "|" + " --- |" * 12
     load = loadavg()
     lines = [
         "## Scaling: start, threads, client memory, broadcast and gather with the pool's size",
@@ -247,7 +254,9 @@ def report(local: dict[int, list[dict[str, float]]], ssh: dict[int, list[dict[st
         "",
         f"Each figure is the median of {reps} repetition{'s' if reps != 1 else ''}, each a fresh client process "
         "opening a pool of that size (sizes interleaved). *start*: entering the pool until every worker is "
-        "ready; *threads added*: the client's threads with the pool open, less before; *client KiB/node*: the "
+        "ready; *cores busy in start*: the CPU time all of this machine's processes used during the start "
+        "(/proc/stat, other work included) over the start's length times the cores (near 100%: the start "
+        "was CPU-bound, not waiting on something serial); *threads added*: the client's threads with the pool open, less before; *client KiB/node*: the "
         f"client's resident memory with the pool open, less before, per node; *worker MiB/node*: the "
         "proportional set size (shared pages divided among their sharers) of a node's worker, its guard and "
         f"keeper (Local only); *broadcast*: the median of {BROADCASTS} `noop() @ pool`, every node's answer back; "
@@ -285,7 +294,8 @@ def start_ratio(samples: dict[int, list[dict[str, float]]]) -> str:
     return f"Start of {big} hosts ÷ start of {small} hosts (medians, same run): **{ratio:.2f}×**."
 
 
-def measure_ssh(sizes: tuple[int, ...], reps: int) -> dict[int, list[dict[str, float]]] | str:
+def measure_ssh(sizes: tuple[int, ...], reps: int,
+                roots: tuple[str, ...] = (ROOT,)) -> list[dict[int, list[dict[str, float]]]] | str:
     sys.path.insert(0, ROOT)
     try:
         from tests.hosts import testhosts
@@ -303,17 +313,22 @@ def measure_ssh(sizes: tuple[int, ...], reps: int) -> dict[int, list[dict[str, f
                               "known_hosts_all": h.known_hosts_all} for h in hosts],
                    "wheelhouse": wheelhouse, "image_tag": f"scaling-{uuid.uuid4().hex}"}
             print(f"[scaling] SSH: building the image on {max(sizes)} hosts", file=sys.stderr, flush=True)
-            run_once(max(sizes), ssh)  # every host builds the image once: the measured starts are warm
-            return measure(sizes, reps, ssh)[0]
+            for k, root in enumerate(roots):  # every host builds each image once: the measured starts are warm
+                run_once(max(sizes), ssh_for(ssh, k), root)
+            return measure(sizes, reps, ssh, roots)
         finally:
             testhosts.down(prefix=slot.prefix)
 
 
-def compare(sizes: tuple[int, ...], reps: int, against: str) -> None:
-    """This checkout against ``against``, the same sizes interleaved: both tables, and this one's
-    medians over the other's."""
+def compare(sizes: tuple[int, ...], reps: int, against: str, ssh: bool = False) -> None:
+    """This checkout against ``against``, the same sizes interleaved (Local, or with ``ssh`` SSH
+    test hosts): both tables, and this one's medians over the other's."""
     load = loadavg()
-    ours, theirs = measure(sizes, reps, None, (ROOT, os.path.abspath(against)))
+    roots = (ROOT, os.path.abspath(against))
+    both = measure_ssh(sizes, reps, roots) if ssh else measure(sizes, reps, None, roots)
+    if isinstance(both, str):
+        raise SystemExit(f"bench/scaling.py: SSH not measured: {both}")
+    ours, theirs = both
     print(f"load average {load[0]:.2f} at the start, {loadavg()[0]:.2f} at the end")
     for name, samples in ((ROOT, ours), (against, theirs)):
         print(f"\n{name}:\n" + "\n".join(table(samples)[0]))
@@ -322,7 +337,8 @@ def compare(sizes: tuple[int, ...], reps: int, against: str) -> None:
         mine = {m: statistics.median(s[m] for s in ours[n]) for m in METRICS}
         other = {m: statistics.median(s[m] for s in theirs[n]) for m in METRICS}
         print(f"  {n} nodes: " + ", ".join(f"{m} {mine[m] / other[m]:.2f}x" for m in
-                                            ("start", "client_kib", "worker_kib", "broadcast", "gather", "close")
+                                            ("start", "busy", "client_kib", "worker_kib", "broadcast", "gather",
+                                             "close")
                                             if other[m]))
 
 
@@ -344,14 +360,18 @@ def main() -> None:
                         "with its skyward too, interleaved; prints both tables and their ratios, writes nothing")
     args = parser.parse_args()
     if args.against:
-        compare(tuple(int(n) for n in (args.local_sizes or "2,64").split(",")), args.reps or 1, args.against)
+        if args.no_local:  # SSH sizes, on the test hosts
+            compare(tuple(int(n) for n in (args.ssh_sizes or "8,64").split(",")), args.reps or 1, args.against, True)
+        else:
+            compare(tuple(int(n) for n in (args.local_sizes or "2,64").split(",")), args.reps or 1, args.against)
         return
     reps = args.reps or (1 if args.quick else 3)
     load_start = loadavg()
     sizes = tuple(int(n) for n in args.local_sizes.split(",")) if args.local_sizes else LOCAL_SIZES
     local = {} if args.no_local else measure((1, 4, 16) if args.quick else sizes, reps, None)[0]
     ssh_sizes = tuple(int(n) for n in args.ssh_sizes.split(",")) if args.ssh_sizes else SSH_SIZES
-    ssh = None if args.quick or args.no_ssh else measure_ssh(ssh_sizes, reps)
+    measured = None if args.quick or args.no_ssh else measure_ssh(ssh_sizes, reps)
+    ssh = measured[0] if isinstance(measured, list) else measured
     section = report(local, ssh, reps, args.quick, load_start, os.cpu_count() or 1)
     print(section)
     if not args.quick and not args.print:
