@@ -1,4 +1,5 @@
-"""An SSH pool reaches its hosts at once, not one after another (real sshd test hosts).
+"""An SSH pool reaches its hosts at once, not one after another, and a host's preparation
+ends without a second command (real sshd test hosts).
 
 Each host is reached through a ProxyCommand (``~/.ssh/config``) that holds its connection
 until every host's connection has begun: a pool that connected one host at a time would wait
@@ -68,3 +69,21 @@ def test_an_ssh_pool_connects_to_its_hosts_at_once(test_hosts, wheelhouse, tmp_p
     ended = [k for k, (_, word) in enumerate(order) if word == "connected"]
     assert len(began) == len(ended) == len(hosts)
     assert max(began) < min(ended), order
+
+
+def test_a_streamed_command_gives_its_exit_code_and_leaves_nothing_of_its_group(test_hosts):
+    # A process left in the background holds the command's output open: the group ends it,
+    # with the switch, as it reports the exit code (once the stream waited for it to end).
+    from skyward.transport.ssh import SSHTransport
+
+    host = test_hosts[0]
+    transport = SSHTransport(host.ip, port=host.port, user=host.user, key_filename=host.key_path,
+                             known_hosts=[host.known_hosts], connect_timeout=5)
+    lines: list[tuple[str, str]] = []
+    try:
+        code = transport.stream("sleep 4343 & echo started; (exit 3)", lambda s, line: lines.append((s, line)),
+                                timeout=20)
+        assert (code, lines) == (3, [("stdout", "started")])
+        assert host.processes(r"^sleep 4343") == []
+    finally:
+        transport.close()
