@@ -52,7 +52,7 @@ def test_an_ssh_pool_connects_to_its_hosts_at_once(test_hosts, wheelhouse, tmp_p
     monkeypatch.setenv("HOME", str(tmp_path))
     provider = sky.SSH([f"gated{i}" for i in range(len(hosts))], user=hosts[0].user, key=hosts[0].key_path,
                        known_hosts=hosts[0].known_hosts_all, find_links=[wheelhouse], no_index=True,
-                       connect_timeout=5)
+                       connect_timeout=30)  # (a loaded machine starts the gates slowly)
     logs: list[tuple[int, str]] = []
 
     def seen(event: ev.Event) -> None:
