@@ -1,16 +1,18 @@
 """How a pool grows: start time, threads, client and worker memory, broadcast and gather from 2 to
 1,000 nodes.
 
-    python bench/scaling.py            # Local 2, 64, 128, 256, 512, 1000 nodes and SSH 1, 2, 4, 8 test hosts,
+    python bench/scaling.py            # Local 2, 64, 128, 256, 512, 1000 nodes and SSH 8, 64 test hosts,
                                        # 3 repetitions; writes its section of docs/benchmarks.md
                                        # (kept when bench/run.py rewrites the page)
     python bench/scaling.py --quick    # Local 1, 4, 16 nodes, once; prints the figures only
     python bench/scaling.py --no-ssh   # Local only
     python bench/scaling.py --local-sizes 8,128,512 --no-ssh --reps 1   # chosen Local sizes
     python bench/scaling.py --local-sizes 2,64 --no-ssh --print   # prints the section, writes nothing
+    python bench/scaling.py --no-local --ssh-sizes 8,64 --print   # SSH only: 8 and 64 test hosts
     python bench/scaling.py --local-sizes 2,64 --against /work/main
                                        # the same sizes with another checkout's skyward, interleaved
                                        # with this one's (ratios in the same run); prints only
+    python bench/scaling.py --no-local --ssh-sizes 8,64 --against /work/main   # the same, SSH
 
 Each measurement is a fresh client process (``--client``) that opens a pool of N nodes and reports:
 
@@ -53,12 +55,12 @@ from _common import hosts_wheelhouse, loadavg, write_section  # noqa: E402
 
 OWNER = "bench/scaling.py"
 LOCAL_SIZES = (2, 64, 128, 256, 512, 1000)
-SSH_SIZES = (1, 2, 4, 8)
+SSH_SIZES = (8, 64)
 BROADCASTS = 20
 GATHERED = 1024
 #: Tasks per node in the gather, past GATHERED (1,000 nodes: 100,000 tasks).
 GATHERED_PER_NODE = 100
-METRICS = ("start", "threads", "client_kib", "worker_kib", "broadcast", "gathered", "gather", "close")
+METRICS = ("start", "busy", "threads", "client_kib", "worker_kib", "broadcast", "gathered", "gather", "close")
 
 
 def gathered(nodes: int) -> int:
@@ -102,6 +104,15 @@ def pss_kib(pids: list[int]) -> float:
     return total
 
 
+def busy_s() -> float:
+    """CPU time this machine's cores have spent busy since boot, all processes (Linux /proc/stat):
+    the difference over a start says whether that start kept the cores busy (then it was
+    CPU-bound) or waited (then something in it was serial)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
 def rss_kib() -> float:
     """This process's resident memory now, KiB (Linux)."""
     with open("/proc/self/statm") as f:
@@ -127,10 +138,10 @@ def client(nodes: int, ssh: dict[str, Any] | None, result_path: str, root: str =
     import threading
 
     threads, rss = threading.active_count(), rss_kib()
-    started = time.perf_counter()
+    busy, own, started = busy_s(), time.process_time(), time.perf_counter()
     pool = sky.ComputePool(nodes=nodes, console=False, start_timeout=600, **kw).__enter__()
     try:
-        start = time.perf_counter() - started
+        start, busy, own = time.perf_counter() - started, busy_s() - busy, time.process_time() - own
         threads, client_kib = threading.active_count() - threads, (rss_kib() - rss) / nodes
         worker_kib = pss_kib(my_workers()) / nodes if ssh is None else 0.0
         assert noop() @ pool == [None] * nodes  # warm: the function is on every worker
@@ -150,7 +161,8 @@ def client(nodes: int, ssh: dict[str, Any] | None, result_path: str, root: str =
     left = my_workers() if ssh is None else []
     assert not left, f"{len(left)} worker processes left after the pool closed"
     with open(result_path, "w") as f:
-        json.dump({"start": start, "threads": threads, "client_kib": client_kib, "worker_kib": worker_kib,
+        json.dump({"start": start, "busy": busy / (start * (os.cpu_count() or 1)),
+                   "client_cpu": own / start, "threads": threads, "client_kib": client_kib, "worker_kib": worker_kib,
                    "broadcast": statistics.median(trips), "gathered": count, "gather": gather, "close": close}, f)
 
 
@@ -170,6 +182,12 @@ def run_once(nodes: int, ssh: dict[str, Any] | None, root: str = ROOT) -> dict[s
             return json.load(f)
 
 
+def ssh_for(ssh: dict[str, Any] | None, k: int) -> dict[str, Any] | None:
+    """The SSH settings for checkout number ``k``: an image of its own (its own environment on
+    the hosts, so that checkouts taking turns never reinstall each other's skyward)."""
+    return None if ssh is None else dict(ssh, image_tag=f"{ssh['image_tag']}-{k}")
+
+
 def measure(sizes: tuple[int, ...], reps: int, ssh: dict[str, Any] | None,
             roots: tuple[str, ...] = (ROOT,)) -> list[dict[int, list[dict[str, float]]]]:
     """Samples per size, one dict per checkout of ``roots`` (each size run with each checkout in
@@ -180,13 +198,14 @@ def measure(sizes: tuple[int, ...], reps: int, ssh: dict[str, Any] | None,
             for k in range(len(roots)) if rep % 2 == 0 else reversed(range(len(roots))):
                 what = ("SSH" if ssh else "Local") + (f" [{roots[k]}]" if len(roots) > 1 else "")
                 load = loadavg()[0]
-                samples[k][n].append(dict(run_once(n, ssh, roots[k]), load=load))
+                samples[k][n].append(dict(run_once(n, ssh_for(ssh, k), roots[k]), load=load))
                 report_sample(what, rep, reps, n, samples[k][n][-1])
     return samples
 
 
 def report_sample(what: str, rep: int, reps: int, n: int, s: dict[str, float]) -> None:
-    print(f"[scaling] {what} rep {rep + 1}/{reps} {n:>3} nodes: start {s['start']:.2f}s, threads "
+    print(f"[scaling] {what} rep {rep + 1}/{reps} {n:>3} nodes: start {s['start']:.2f}s (cores "
+          f"{s['busy']:.0%} busy, the client's CPU {s['client_cpu']:.0%} of one core), threads "
                   f"+{s['threads']}, client {s['client_kib']:.0f} KiB/node, workers {s['worker_kib']:.0f} KiB/node, broadcast "
                   f"{s['broadcast'] * 1e3:.1f}ms, gather {s['gather']:,.0f}/s, close {s['close']:.2f}s "
                   f"(load {loadavg()[0]:.1f})", file=sys.stderr, flush=True)
@@ -200,7 +219,7 @@ def slope(xs: list[float], ys: list[float]) -> float:
 
 def table(samples: dict[int, list[dict[str, float]]]) -> tuple[list[str], str]:
     med = {n: {m: statistics.median(s[m] for s in runs) for m in METRICS} for n, runs in samples.items()}
-    rows = [f"| {n} | {v['start']:.2f} | {v['start'] / n * 1e3:.1f} | {v['threads']:.0f} | {v['client_kib']:.0f} | "
+    rows = [f"| {n} | {v['start']:.2f} | {v['start'] / n * 1e3:.1f} | {v['busy']:.0%} | {v['threads']:.0f} | {v['client_kib']:.0f} | "
             f"{v['worker_kib'] / 1024:.1f} | {v['broadcast'] * 1e3:.2f} | {v['gathered']:,.0f} | {v['gather']:,.0f} | "
             f"{v['gathered'] / v['gather']:.2f} | {v['close']:.2f} |"
             for n, v in med.items()]
@@ -221,9 +240,9 @@ def table(samples: dict[int, list[dict[str, float]]]) -> tuple[list[str], str]:
 
 def report(local: dict[int, list[dict[str, float]]], ssh: dict[int, list[dict[str, float]]] | str | None,
            reps: int, quick: bool, load_start: list[float], cores: int) -> str:
-    head = ("| nodes | start s | start ms/node | threads added | client KiB/node | worker MiB/node | broadcast ms "
+    head = ("| nodes | start s | start ms/node | cores busy in start | threads added | client KiB/node | worker MiB/node | broadcast ms "
             "| tasks gathered | gather tasks/s | gather s | close s |")
-    rule = "|" + " --- |" * 11
+    rule = "|" + " --- |" * 12
     load = loadavg()
     lines = [
         "## Scaling: start, threads, client memory, broadcast and gather with the pool's size",
@@ -235,7 +254,9 @@ def report(local: dict[int, list[dict[str, float]]], ssh: dict[int, list[dict[st
         "",
         f"Each figure is the median of {reps} repetition{'s' if reps != 1 else ''}, each a fresh client process "
         "opening a pool of that size (sizes interleaved). *start*: entering the pool until every worker is "
-        "ready; *threads added*: the client's threads with the pool open, less before; *client KiB/node*: the "
+        "ready; *cores busy in start*: the CPU time all of this machine's processes used during the start "
+        "(/proc/stat, other work included) over the start's length times the cores (near 100%: the start "
+        "was CPU-bound, not waiting on something serial); *threads added*: the client's threads with the pool open, less before; *client KiB/node*: the "
         f"client's resident memory with the pool open, less before, per node; *worker MiB/node*: the "
         "proportional set size (shared pages divided among their sharers) of a node's worker, its guard and "
         f"keeper (Local only); *broadcast*: the median of {BROADCASTS} `noop() @ pool`, every node's answer back; "
@@ -250,18 +271,31 @@ def report(local: dict[int, list[dict[str, float]]], ssh: dict[int, list[dict[st
         head,
         rule,
     ]
-    rows, cost = table(local)
-    lines += [*rows, "", cost] if cost else rows
+    if local:
+        rows, cost = table(local)
+        lines += [*rows, "", cost] if cost else rows
+    else:
+        lines[-2:] = ["Not measured (--no-local)."]
     lines += ["", "### SSH (test hosts, warm image, one node per host)", ""]
     if isinstance(ssh, dict):
         rows, cost = table(ssh)
         lines += [head, rule, *rows] + (["", cost] if cost else [])
+        lines += ["", start_ratio(ssh)]
     else:
         lines.append(f"Not measured: {ssh or 'skipped (--no-ssh or --quick)'}.")
     return "\n".join(lines)
 
 
-def measure_ssh(sizes: tuple[int, ...], reps: int) -> dict[int, list[dict[str, float]]] | str:
+def start_ratio(samples: dict[int, list[dict[str, float]]]) -> str:
+    """The largest pool's start over the smallest's (medians), the figure of the target
+    "64 hosts within 2x the time of 8"."""
+    small, big = min(samples), max(samples)
+    ratio = statistics.median(s["start"] for s in samples[big]) / statistics.median(s["start"] for s in samples[small])
+    return f"Start of {big} hosts ÷ start of {small} hosts (medians, same run): **{ratio:.2f}×**."
+
+
+def measure_ssh(sizes: tuple[int, ...], reps: int,
+                roots: tuple[str, ...] = (ROOT,)) -> list[dict[int, list[dict[str, float]]]] | str:
     sys.path.insert(0, ROOT)
     try:
         from tests.hosts import testhosts
@@ -279,17 +313,22 @@ def measure_ssh(sizes: tuple[int, ...], reps: int) -> dict[int, list[dict[str, f
                               "known_hosts_all": h.known_hosts_all} for h in hosts],
                    "wheelhouse": wheelhouse, "image_tag": f"scaling-{uuid.uuid4().hex}"}
             print(f"[scaling] SSH: building the image on {max(sizes)} hosts", file=sys.stderr, flush=True)
-            run_once(max(sizes), ssh)  # every host builds the image once: the measured starts are warm
-            return measure(sizes, reps, ssh)[0]
+            for k, root in enumerate(roots):  # every host builds each image once: the measured starts are warm
+                run_once(max(sizes), ssh_for(ssh, k), root)
+            return measure(sizes, reps, ssh, roots)
         finally:
             testhosts.down(prefix=slot.prefix)
 
 
-def compare(sizes: tuple[int, ...], reps: int, against: str) -> None:
-    """This checkout against ``against``, the same sizes interleaved: both tables, and this one's
-    medians over the other's."""
+def compare(sizes: tuple[int, ...], reps: int, against: str, ssh: bool = False) -> None:
+    """This checkout against ``against``, the same sizes interleaved (Local, or with ``ssh`` SSH
+    test hosts): both tables, and this one's medians over the other's."""
     load = loadavg()
-    ours, theirs = measure(sizes, reps, None, (ROOT, os.path.abspath(against)))
+    roots = (ROOT, os.path.abspath(against))
+    both = measure_ssh(sizes, reps, roots) if ssh else measure(sizes, reps, None, roots)
+    if isinstance(both, str):
+        raise SystemExit(f"bench/scaling.py: SSH not measured: {both}")
+    ours, theirs = both
     print(f"load average {load[0]:.2f} at the start, {loadavg()[0]:.2f} at the end")
     for name, samples in ((ROOT, ours), (against, theirs)):
         print(f"\n{name}:\n" + "\n".join(table(samples)[0]))
@@ -298,7 +337,8 @@ def compare(sizes: tuple[int, ...], reps: int, against: str) -> None:
         mine = {m: statistics.median(s[m] for s in ours[n]) for m in METRICS}
         other = {m: statistics.median(s[m] for s in theirs[n]) for m in METRICS}
         print(f"  {n} nodes: " + ", ".join(f"{m} {mine[m] / other[m]:.2f}x" for m in
-                                            ("start", "client_kib", "worker_kib", "broadcast", "gather", "close")
+                                            ("start", "busy", "client_kib", "worker_kib", "broadcast", "gather",
+                                             "close")
                                             if other[m]))
 
 
@@ -312,18 +352,26 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3; --quick: 1)")
     parser.add_argument("--local-sizes", default=None, help="comma-separated Local pool sizes (default "
                         + ",".join(map(str, LOCAL_SIZES)) + ")")
+    parser.add_argument("--ssh-sizes", default=None, help="comma-separated SSH pool sizes, one test host per "
+                        "node (default " + ",".join(map(str, SSH_SIZES)) + ")")
+    parser.add_argument("--no-local", action="store_true", help="SSH only")
     parser.add_argument("--print", action="store_true", help="print the section, do not write it")
     parser.add_argument("--against", default=None, help="another checkout (its root folder): Local sizes run "
                         "with its skyward too, interleaved; prints both tables and their ratios, writes nothing")
     args = parser.parse_args()
     if args.against:
-        compare(tuple(int(n) for n in (args.local_sizes or "2,64").split(",")), args.reps or 1, args.against)
+        if args.no_local:  # SSH sizes, on the test hosts
+            compare(tuple(int(n) for n in (args.ssh_sizes or "8,64").split(",")), args.reps or 1, args.against, True)
+        else:
+            compare(tuple(int(n) for n in (args.local_sizes or "2,64").split(",")), args.reps or 1, args.against)
         return
     reps = args.reps or (1 if args.quick else 3)
     load_start = loadavg()
     sizes = tuple(int(n) for n in args.local_sizes.split(",")) if args.local_sizes else LOCAL_SIZES
-    local = measure((1, 4, 16) if args.quick else sizes, reps, None)[0]
-    ssh = None if args.quick or args.no_ssh else measure_ssh(SSH_SIZES, reps)
+    local = {} if args.no_local else measure((1, 4, 16) if args.quick else sizes, reps, None)[0]
+    ssh_sizes = tuple(int(n) for n in args.ssh_sizes.split(",")) if args.ssh_sizes else SSH_SIZES
+    measured = None if args.quick or args.no_ssh else measure_ssh(ssh_sizes, reps)
+    ssh = measured[0] if isinstance(measured, list) else measured
     section = report(local, ssh, reps, args.quick, load_start, os.cpu_count() or 1)
     print(section)
     if not args.quick and not args.print:

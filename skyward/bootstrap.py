@@ -109,7 +109,7 @@ def _array(name: str, values: Sequence[str]) -> str:
 
 def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[str] = (),
            no_index: bool = False, system_site_packages: bool | Sequence[str] = False,
-           env_file: str | None = None, script_path: str | None = None) -> Script:
+           env_file: str | None = None, script_path: str | None = None, wheel_sha: str = "") -> Script:
     """The bootstrap script for ``image`` under ``root`` on the remote host.
 
     ``skyward_wheel`` is the path of the client's skyward wheel on the host (the client copies
@@ -124,7 +124,8 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
 
     ``env_file`` is where the image's env is written (default ``{env}/.skyward-env``);
     ``script_path``, the file the script will be run from, is deleted by the script first
-    thing (it holds the env values).
+    thing (it holds the env values). ``wheel_sha``: the first 16 hex digits of the wheel's
+    sha256 when the client knows them (else the script computes them, one Python start more).
 
     Raises:
         ConfigError: ``root`` is neither absolute nor ``~``-relative.
@@ -163,6 +164,7 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
         # Space-separated, as uv reads UV_EXTRA_INDEX_URL (the URLs were checked to hold none).
         f"INDEX_URLS={shlex.quote(' '.join(image.pip_indexes))}",
         f"WHEEL={_q(skyward_wheel)}",
+        f"WHEEL_SHA={shlex.quote(wheel_sha)}",
         f"PYTHON_VERSION={shlex.quote(image.resolved_python)}",
         f"PYTHON_DOWNLOADS={shlex.quote(image.env.get('UV_PYTHON_DOWNLOADS', 'never'))}",
         _array("SOURCE_ARGS", local_args),  # for uv pip install (indexes: INDEX_URLS)
@@ -376,7 +378,7 @@ _SETUP = r"""  step setup
 
 _SKYWARD = r"""step skyward
 [ -f "$WHEEL" ] || fail "the skyward wheel is not at $WHEEL"
-WHEEL_SHA="$("$PY" -c 'import hashlib, sys
+[ -n "$WHEEL_SHA" ] || WHEEL_SHA="$("$PY" -c 'import hashlib, sys
 print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest()[:16])' "$WHEEL")"
 if [ -f "$ENV_DIR/.skyward-wheel-$WHEEL_SHA" ]; then
   echo "skyward wheel $WHEEL_SHA already installed"

@@ -151,7 +151,7 @@ class _Preparation:
         path = f"{root}/bootstrap/{tag}.sh"
         script = render(image, root=root, skyward_wheel=remote_wheel, find_links=p.find_links,
                         no_index=p.no_index, system_site_packages=p.system_site_packages,
-                        env_file=env_file, script_path=path)
+                        env_file=env_file, script_path=path, wheel_sha=wheel.sha256[:16])
         t.put_bytes(script.text.encode(), path, mode=0o600)
         try:
             self._bootstrap(path)

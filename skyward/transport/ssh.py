@@ -60,6 +60,7 @@ from skyward.transport.base import CommandResult, Transport, WorkerLaunch, guard
 __all__ = ["SSHChannel", "SSHTransport"]
 
 _PID_MARKER = "::skyward-pid:: "
+_END_MARKER = "::skyward-exit:: "
 # paramiko's default window is 2 MiB; a larger one keeps big task payloads flowing on links
 # with some latency (the window is credit, not memory allocated up front).
 _WINDOW = 16 * 1024 * 1024
@@ -193,28 +194,33 @@ class SSHTransport(Transport):
         """
         lock = threading.Lock()
         pid: list[int] = []
+        ended: list[int] = []  # the command's exit code, said by the group as it killed itself
 
         def emit(stream: str) -> Callable[[bytes], None]:
             def call(raw: bytes) -> None:
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
                 with lock:
-                    if stream == "stdout" and not pid and line.startswith(_PID_MARKER):
-                        number = line[len(_PID_MARKER):].strip()
-                        if number.isdigit():
-                            pid.append(int(number))
-                            return
+                    for marker, found in ((_PID_MARKER, pid), (_END_MARKER, ended)):
+                        if stream == "stdout" and not found and line.startswith(marker):
+                            number = line[len(marker):].strip()
+                            if number.isdigit():
+                                found.append(int(number))
+                                return
                     on_line(stream, line)
             return call
 
         # sshd makes each session its own process group: "$$" names it. Its stdin stays open
-        # while the command runs: the dead man's switch (the connection dropping ends it).
-        wrapped = f"printf '%s%s\\n' {shlex.quote(_PID_MARKER)} \"$$\" && {guarded(command)}"
+        # while the command runs: the dead man's switch (the connection dropping ends it). Once
+        # the command is over, the group says its exit code and kills itself, the switch with it:
+        # nothing of it is left, and no second command (a walk over the host's /proc) must
+        # confirm that; past a timeout or an interruption, that command does.
+        ending = f"{command}\nr=$?; printf '%s%s\\n' {shlex.quote(_END_MARKER)} \"$r\"; kill -9 -$$"
+        wrapped = f"printf '%s%s\\n' {shlex.quote(_PID_MARKER)} \"$$\" && {guarded(ending)}"
         try:
-            return self._exec(wrapped, emit("stdout"), emit("stderr"), timeout=timeout, lines=True, hold_stdin=True)
+            code = self._exec(wrapped, emit("stdout"), emit("stderr"), timeout=timeout, lines=True, hold_stdin=True)
+            return ended[0] if ended else code
         finally:
-            # Timed out, interrupted or done: nothing of the command's group is left when this
-            # returns (done, only the switch itself was: it ends with the channel, now confirmed).
-            if pid:
+            if pid and not ended:
                 with contextlib.suppress(ConnectionError):
                     self.kill_group(pid[0], 10.0)
 
