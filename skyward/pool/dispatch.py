@@ -25,6 +25,7 @@ from skyward import events as ev
 from skyward._retry import Backoff, retry
 from skyward.compute import PendingCompute
 from skyward.errors import ConfigError
+from skyward.pool.batch import submit_batch
 from skyward.pool.connection import NodeConnection
 from skyward.pool.retry import retrying
 
@@ -185,18 +186,25 @@ class Dispatcher:
         return retry(once, Backoff(attempts=attempts, delay=0.0), giveup=giveup, on_retry=again)
 
     def gather(self, pending: tuple[PendingCompute[Any], ...], stream: bool, ordered: bool) -> Any:
+        """Each task of the fast path goes to the node a lone call would pick; each node then
+        gets its tasks in few frames (:mod:`skyward.pool.batch`). Queued or retried tasks go
+        one by one (their future cancels itself on its worker)."""
         self._connections()
-        owners: list[NodeConnection | None] = []
-        futures: list[Future[Any]] = []
+        owners: list[NodeConnection | None] = [None] * len(pending)
+        futures: list[Future[Any]] = [None] * len(pending)  # type: ignore[list-item]
         pick = self.picker() if self.queue is None else self.least_busy
-        for p in pending:
+        batches: dict[NodeConnection, list[int]] = {}
+        for i, p in enumerate(pending):
             if self.queue is None and not p.options.retries:  # the fast path
                 conn = pick()
-                futures.append(conn.submit(p.payload(), p.options.name, p.options.timeout))
-                owners.append(conn)
-            else:  # (queued or retried: the future cancels itself on its worker)
-                futures.append(self._submit(p))
-                owners.append(None)
+                batches.setdefault(conn, []).append(i)
+                owners[i] = conn
+            else:
+                futures[i] = self._submit(p)
+        for conn, indices in batches.items():
+            tasks = [(pending[i].payload(), pending[i].options.name, pending[i].options.timeout) for i in indices]
+            for i, future in zip(indices, submit_batch(conn, tasks), strict=True):
+                futures[i] = future
         if stream:
             return _stream(futures, owners, ordered)
         return collect(futures, owners)

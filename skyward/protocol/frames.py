@@ -39,6 +39,7 @@ class Kind:
     # client -> worker (SETUP first, always: nothing else is written before it)
     SETUP = "setup"          # (SETUP, messages.Setup) + payload: the plugins
     TASK = "task"            # (TASK, task_id, name) + payload: (fn, args, kwargs)
+    TASKS = "tasks"          # (TASKS, ((task_id, name, n_parts), ...)) + each task's payload parts in turn
     CANCEL = "cancel"        # (CANCEL, task_id)
     PING = "ping"            # (PING,)
     SHUTDOWN = "shutdown"    # (SHUTDOWN,)
@@ -49,6 +50,7 @@ class Kind:
     OUTPUT = "output"        # (OUTPUT, task_id, stream, text, more) - a line, or a piece of one (more)
     RESULT = "result"        # (RESULT, task_id) + payload: the return value
     ERROR = "error"          # (ERROR, task_id, messages.RemoteFailure)
+    REPLIES = "replies"      # (REPLIES, ((RESULT, task_id, n_parts) | (ERROR, task_id, failure), ...)) + parts
     HEARTBEAT = "heartbeat"  # (HEARTBEAT,)
     PREEMPT = "preempt"      # (PREEMPT, _preempt.Preemption) - a spot notice, once per kind
     BYE = "bye"              # (BYE,) - clean shutdown finished
@@ -85,7 +87,7 @@ class FrameWriter:
         header = _layout(f"!I{count}Q").pack(count, *sizes)
         with self._lock:
             write = self._stream.write
-            if count <= 2 and sizes[-1] < _SMALL_FRAME:  # one write of the whole frame
+            if (count <= 2 and sizes[-1] < _SMALL_FRAME) or sum(sizes) < _SMALL_FRAME:  # one write
                 write(b"".join((header, *parts)))
             else:
                 write(header)
