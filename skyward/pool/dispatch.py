@@ -28,6 +28,7 @@ from skyward.errors import ConfigError
 from skyward.pool.batch import submit_batch
 from skyward.pool.connection import NodeConnection
 from skyward.pool.retry import retrying
+from skyward.protocol import Payload
 
 if TYPE_CHECKING:
     from skyward.pool.elastic import Elastic
@@ -99,12 +100,14 @@ class Dispatcher:
             return conn.call(pending.payload(), pending.options.name, pending.options.timeout)
         return self._submit(pending).result()
 
-    def _submit(self, pending: PendingCompute[Any]) -> Future[Any]:
-        """Send through the queue and/or with retries (the calls the fast path does not take)."""
+    def _submit(self, pending: PendingCompute[Any], sent: Future[Any] | None = None,
+                payload: Payload | None = None) -> Future[Any]:
+        """Send through the queue and/or with retries (the calls the fast path does not take);
+        ``sent``: a task with retries whose first attempt is under way (a gather's batch)."""
         self._connections()  # (raises when the pool is not open)
         if self._elastic is not None:
             self._elastic.raise_error()
-        payload, options = pending.payload(), pending.options
+        payload, options = payload or pending.payload(), pending.options
         if self.queue is not None:
             queue = self.queue
             if not options.retries:
@@ -118,7 +121,11 @@ class Dispatcher:
 
             return retrying(queued, options.retries, options.name, self._emit, self._is_open)
 
+        first = [sent] if sent is not None else []
+
         def direct() -> Future[Any]:
+            if first:
+                return first.pop()
             if self._elastic is not None and not any(c.alive for c in self._connections()):
                 self._elastic.wait_ready()  # every node lost: wait for a replacement
             return self.least_busy().submit(payload, options.name, options.timeout)
@@ -186,25 +193,26 @@ class Dispatcher:
         return retry(once, Backoff(attempts=attempts, delay=0.0), giveup=giveup, on_retry=again)
 
     def gather(self, pending: tuple[PendingCompute[Any], ...], stream: bool, ordered: bool) -> Any:
-        """Each task of the fast path goes to the node a lone call would pick; each node then
-        gets its tasks in few frames (:mod:`skyward.pool.batch`). Queued or retried tasks go
-        one by one (their future cancels itself on its worker)."""
+        """Each task goes to the node a lone call would pick; each node then gets its tasks in
+        few frames (:mod:`skyward.pool.batch`); a task with retries is sent again alone when
+        its node is lost. An elastic pool's tasks go through its queue, one by one."""
         self._connections()
         owners: list[NodeConnection | None] = [None] * len(pending)
         futures: list[Future[Any]] = [None] * len(pending)  # type: ignore[list-item]
-        pick = self.picker() if self.queue is None else self.least_busy
         batches: dict[NodeConnection, list[int]] = {}
+        pick = self.picker() if self.queue is None else self.least_busy
         for i, p in enumerate(pending):
-            if self.queue is None and not p.options.retries:  # the fast path
+            if self.queue is None:
                 conn = pick()
                 batches.setdefault(conn, []).append(i)
-                owners[i] = conn
+                owners[i] = None if p.options.retries else conn  # (a retried one cancels itself)
             else:
                 futures[i] = self._submit(p)
         for conn, indices in batches.items():
-            tasks = [(pending[i].payload(), pending[i].options.name, pending[i].options.timeout) for i in indices]
-            for i, future in zip(indices, submit_batch(conn, tasks), strict=True):
-                futures[i] = future
+            payloads = [pending[i].payload() for i in indices]
+            tasks = [(pl, pending[i].options.name, pending[i].options.timeout) for pl, i in zip(payloads, indices)]
+            for i, pl, future in zip(indices, payloads, submit_batch(conn, tasks), strict=True):
+                futures[i] = self._submit(pending[i], future, pl) if pending[i].options.retries else future
         if stream:
             return _stream(futures, owners, ordered)
         return collect(futures, owners)
