@@ -271,30 +271,27 @@ class Dispatcher:
 class _Picks:
     """The least busy live node for each of many tasks, round-robin among equals (as
     :meth:`Dispatcher.least_busy`), from a heap of the nodes by tasks in flight: a pick is
-    O(log N) and counts as one more task on its node. The heap is read afresh from the nodes
-    every N picks (O(N), so O(1) a pick): answers that came meanwhile count, as they do for
-    ``least_busy``. A 1,000-node gather of 100,000 tasks scanned every node for every task."""
+    O(log N) and counts as one more task on its node. The heap is read from the nodes once,
+    at the first pick: a gather picks every task's node before it sends any (in batches), so
+    its picks are the load that the nodes' own counts do not show yet. A 1,000-node gather of
+    100,000 tasks scanned every node for every task."""
 
     def __init__(self, conns: list[NodeConnection], start: int, picked: Callable[[int], None]):
         self._conns = conns
         self._picked = picked  # told the last node picked, so that the next call goes on from it
-        self._last = start - 1
-        self._left = 0
-        self._heap: list[tuple[int, int, int]] = []  # (in flight, place after the last pick, index)
+        self._start = start
+        self._heap: list[tuple[int, int, int]] | None = None  # (in flight, place after the first, index)
 
     def next(self) -> NodeConnection:
         conns, heap = self._conns, self._heap
-        if not self._left:
-            n, first = len(conns), self._last + 1
-            heap[:] = [(c.inflight, (k - first) % n, k) for k, c in enumerate(conns) if c.alive]
+        if heap is None:
+            n, first = len(conns), self._start
+            heap = self._heap = [(c.inflight, (k - first) % n, k) for k, c in enumerate(conns) if c.alive]
             heapq.heapify(heap)
-            self._left = n
         while heap:
             load, place, k = heap[0]
             if conns[k].alive:
                 heapq.heapreplace(heap, (load + 1, place, k))
-                self._left -= 1
-                self._last = k
                 self._picked(k)
                 return conns[k]
             heapq.heappop(heap)  # lost meanwhile: never picked again
