@@ -21,14 +21,16 @@ from skyward.protocol import Kind, Payload, loads_payload
 
 if TYPE_CHECKING:
     from skyward.messages import RemoteFailure
-    from skyward.pool.connection import NodeConnection
+
+#: A :class:`skyward.pool.connection.NodeConnection` (which imports this module).
+Connection = Any
 
 #: Tasks in one TASKS frame at most: a batch's replies come when the worker has run it, so a
 #: bound keeps the first results coming while the rest of the node's tasks run.
 BATCH = 64
 
 
-def submit_batch(conn: NodeConnection, tasks: Sequence[tuple[Payload, str, float | None]]) -> list[Future[Any]]:
+def submit_batch(conn: Connection, tasks: Sequence[tuple[Payload, str, float | None]]) -> list[Future[Any]]:
     """Send ``tasks`` (payload, name, timeout) to ``conn``'s worker in frames of at most
     :data:`BATCH`; a Future each, as :meth:`NodeConnection.submit` returns."""
     if len(tasks) == 1:
@@ -54,7 +56,7 @@ def submit_batch(conn: NodeConnection, tasks: Sequence[tuple[Payload, str, float
     return futures
 
 
-def resolve(conn: NodeConnection, entries: Sequence[tuple[Any, ...]], parts: list[Any]) -> None:
+def resolve(conn: Connection, entries: Sequence[tuple[Any, ...]], parts: list[Any]) -> None:
     """A REPLIES frame: resolve each task's future (results, then errors as ERROR does)."""
     at = 0
     for entry in entries:
