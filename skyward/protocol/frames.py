@@ -87,7 +87,7 @@ class FrameWriter:
         header = _layout(f"!I{count}Q").pack(count, *sizes)
         with self._lock:
             write = self._stream.write
-            if (count <= 2 and sizes[-1] < _SMALL_FRAME) or sum(sizes) < _SMALL_FRAME:  # one write
+            if (count <= 2 and sizes[-1] < _SMALL_FRAME) or sum(sizes) < _JOINED:  # one write
                 write(b"".join((header, *parts)))
             else:
                 write(header)
@@ -250,6 +250,9 @@ def _buffer(n: int) -> Any:
 
 #: Frames whose payload pickle is smaller than this are joined and written in one call.
 _SMALL_FRAME = 16 * 1024
+#: ... and a frame of many small parts up to this size (a batch of tasks or of answers): one
+#: copy costs less than a write a part.
+_JOINED = 1 << 20
 
 
 def _layout(fmt: str) -> struct.Struct:
