@@ -81,6 +81,20 @@ def resolve(conn: Connection, entries: Sequence[tuple[Any, ...]], parts: list[An
                 fail(task.future, failure.rebuild(conn.node))
 
 
+class TaskFuture(Future[Any]):
+    """A task's future: cancelling it stops the task on its worker (``conn.cancel``)."""
+
+    def __init__(self, conn: Connection):
+        super().__init__()
+        self._conn = conn
+
+    def cancel(self) -> bool:
+        if not super().cancel():
+            return False
+        self._conn.cancel(self)
+        return True
+
+
 def fail(future: Any, error: BaseException) -> None:
     """Fail ``future`` unless it is settled already (a user may cancel it at any moment)."""
     if not future.done():

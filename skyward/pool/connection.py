@@ -1,7 +1,8 @@
 """The client's end of one worker: its channel, its in-flight tasks, and who reads its stream.
 
 Frames from the worker are handled in one place (:meth:`NodeConnection._handle`): RESULT/ERROR
-(and REPLIES, many of them: :mod:`skyward.pool.batch`) resolve the task's :class:`~concurrent.futures.Future`, OUTPUT becomes events, and when the
+(and REPLIES, many of them: :mod:`skyward.pool.batch`) resolve the task's
+:class:`~concurrent.futures.Future`, OUTPUT becomes events, and when the
 stream ends unexpectedly every in-flight task fails with :class:`~skyward.errors.WorkerLost`
 carrying the exit code and the last lines of output.
 
@@ -30,7 +31,7 @@ from skyward import events as ev
 from skyward.errors import ConnectionLost, SkywardError, WorkerLost
 from skyward.messages import Fatal
 from skyward.pool import batch, ioloop, worker_log
-from skyward.pool.batch import fail
+from skyward.pool.batch import TaskFuture, fail
 from skyward.pool.liveness import Liveness, confirm_gone, exit_status, explained
 from skyward.pool.turns import Reply, Turns
 from skyward.protocol import FrameReader, FrameWriter, Kind, Payload
@@ -121,8 +122,7 @@ class NodeConnection:
         the task on the worker."""
         future: Any = reply
         if future is None:
-            future = Future()
-            future.add_done_callback(self._cancelled_by_user)
+            future = TaskFuture(self)
         task_id = next(_task_ids)
         task = _Task(future, name, time.monotonic())
         with self._lock:  # (checked under the lock: _lose() takes the in-flight tasks under it)
@@ -162,10 +162,6 @@ class NodeConnection:
         """Have the loop read now if nobody does (the pool is closing: BYE is coming)."""
         with self._lock:
             self._turns.need_thread()
-
-    def _cancelled_by_user(self, future: Future[Any]) -> None:
-        if future.cancelled():
-            self.cancel(future)
 
     def interrupt(self, future: Future[Any]) -> None:
         """Ask the worker to stop the task behind ``future``; its future resolves when it does."""

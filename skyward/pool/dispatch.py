@@ -318,7 +318,7 @@ def collect(futures: list[Future[Any]], owners: list[NodeConnection] | list[Node
     except BaseException:  # Ctrl-C while waiting: stop what we started
         cancel(futures, owners)
         raise
-    error = next((f.exception() for f in futures if f in done and f.exception() is not None), None)
+    error = next((e for f in futures if f in done and (e := f.exception()) is not None), None)
     if error is not None:
         if on_failure is None:
             cancel(futures, owners)
