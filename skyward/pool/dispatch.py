@@ -208,11 +208,17 @@ class Dispatcher:
                 owners[i] = None if p.options.retries else conn  # (a retried one cancels itself)
             else:
                 futures[i] = self._submit(p)
-        for conn, indices in batches.items():
-            payloads = [pending[i].payload() for i in indices]
-            tasks = [(pl, pending[i].options.name, pending[i].options.timeout) for pl, i in zip(payloads, indices)]
-            for i, pl, future in zip(indices, payloads, submit_batch(conn, tasks), strict=True):
-                futures[i] = self._submit(pending[i], future, pl) if pending[i].options.retries else future
+        payloads = {conn: [pending[i].payload() for i in indices] for conn, indices in batches.items()}
+        try:  # (every task serialized first: one that cannot be is raised before any is sent)
+            for conn, indices in batches.items():
+                tasks = [(pl, pending[i].options.name, pending[i].options.timeout)
+                         for pl, i in zip(payloads[conn], indices, strict=True)]
+                for i, pl, future in zip(indices, payloads[conn], submit_batch(conn, tasks), strict=True):
+                    futures[i] = self._submit(pending[i], future, pl) if pending[i].options.retries else future
+        except BaseException:  # (Ctrl-C): stop what was sent
+            sent = [k for k, f in enumerate(futures) if f is not None]
+            cancel([futures[k] for k in sent], [owners[k] for k in sent])
+            raise
         if stream:
             return _stream(futures, owners, ordered)
         return collect(futures, owners)
