@@ -75,3 +75,29 @@ def test_a_node_lost_in_the_middle_of_a_batch_has_its_tasks_retried_on_the_other
         assert retried and all(e.lost_node == 1 for e in retried)
         lost = [e for e in seen if isinstance(e, ev.NodeStage) and e.stage == "lost"]
         assert [e.node for e in lost] == [1]
+
+
+@sky.compute
+def fail_at_once() -> None:
+    raise KeyError("first")
+
+
+@sky.compute
+def touch_after(path: str, delay: float) -> None:
+    import time
+
+    time.sleep(delay)
+    open(path, "w").close()
+
+
+def test_a_failed_gather_cancels_the_rest_of_its_batch_on_the_worker(tmp_path) -> None:
+    seen: list[ev.Event] = []
+    with sky.ComputePool(nodes=1, console=False, on_event=seen.append) as pool:
+        rest = [touch_after(str(tmp_path / f"t{i}"), 0.5) for i in range(40)]  # 20 s if all ran
+        with pytest.raises(KeyError, match="first"):
+            sky.gather(fail_at_once(), *rest) >> pool
+        assert [e.count for e in seen if isinstance(e, ev.TasksSent)] == [41]
+        # One slot: the worker runs its tasks in order, so any of the batch not cancelled would
+        # have run before these.
+        assert sky.gather(*(square(i) for i in range(100))) >> pool == [i * i for i in range(100)]
+        assert len(list(tmp_path.iterdir())) <= 3

@@ -291,6 +291,7 @@ class Agent:
             elif kind == Kind.PING:
                 pass
             elif kind == Kind.CANCEL:
+                self._replies.forget(control[1])  # (a resident worker's are never held)
                 executor.cancel(control[1] if self.resident is None else self.resident.inner(self.session, control[1]))
             elif kind == Kind.SHUTDOWN:
                 self._finish(True)

@@ -63,6 +63,16 @@ class Replies:
             self._held.set()
         return True
 
+    def forget(self, task_id: int) -> None:
+        """A batched task was cancelled: it may never answer (one that had not started)."""
+        with self._lock:
+            if task_id not in self._owed:
+                return
+            self._owed.discard(task_id)
+            last = not self._owed
+        if last:
+            self.flush()
+
     def flush(self) -> None:
         """Send what is held, in one frame."""
         with self._lock:
