@@ -26,6 +26,7 @@ __all__ = [
     "TaskOutput",
     "TaskRetried",
     "TaskStarted",
+    "TasksSent",
 ]
 
 Stage = Literal["provisioning", "connecting", "bootstrapping", "starting", "ready", "stopping", "stopped", "lost"]
@@ -115,6 +116,15 @@ class TaskStarted:
     task_id: int
     node: int
     name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TasksSent:
+    """``count`` tasks of a gather went to ``node`` in one frame (each also has its
+    ``TaskStarted``): a gather sends each node its tasks in batches, not a frame a task."""
+
+    node: int
+    count: int
 
 
 @dataclass(frozen=True, slots=True)

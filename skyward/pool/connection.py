@@ -1,7 +1,8 @@
 """The client's end of one worker: its channel, its in-flight tasks, and who reads its stream.
 
 Frames from the worker are handled in one place (:meth:`NodeConnection._handle`): RESULT/ERROR
-resolve the task's :class:`~concurrent.futures.Future`, OUTPUT becomes events, and when the
+(and REPLIES, many of them: :mod:`skyward.pool.batch`) resolve the task's
+:class:`~concurrent.futures.Future`, OUTPUT becomes events, and when the
 stream ends unexpectedly every in-flight task fails with :class:`~skyward.errors.WorkerLost`
 carrying the exit code and the last lines of output.
 
@@ -22,17 +23,18 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from skyward import events as ev
 from skyward.errors import ConnectionLost, SkywardError, WorkerLost
-from skyward.messages import Fatal, RemoteFailure
-from skyward.pool import ioloop, worker_log
+from skyward.messages import Fatal
+from skyward.pool import batch, ioloop, worker_log
+from skyward.pool.batch import TaskFuture, fail
 from skyward.pool.liveness import Liveness, confirm_gone, exit_status, explained
 from skyward.pool.turns import Reply, Turns
-from skyward.protocol import FrameReader, FrameWriter, Kind, Payload, loads_payload
+from skyward.protocol import FrameReader, FrameWriter, Kind, Payload
 from skyward.transport.base import Channel
 
 _task_ids = itertools.count(1)
@@ -108,11 +110,19 @@ class NodeConnection:
 
     def submit(self, payload: Payload, name: str, timeout: float | None, reply: Reply | None = None) -> Future[Any]:
         """Send a task; its result resolves the returned Future (or ``reply``, for :meth:`call`)."""
+        task_id, future = self.register(name, timeout, reply)
+        if task_id is not None:
+            with contextlib.suppress(WorkerLost):  # (_lose() already failed the future)
+                self.send((Kind.TASK, task_id, name), payload)
+        return future
+
+    def register(self, name: str, timeout: float | None, reply: Reply | None = None) -> tuple[int | None, Any]:
+        """A new task's id and future, before it is sent (id None: the worker is gone, the
+        future failed). The future is left PENDING, so that ``future.cancel()`` works: it stops
+        the task on the worker."""
         future: Any = reply
         if future is None:
-            # Left PENDING, so that ``future.cancel()`` works: it stops the task on the worker.
-            future = Future()
-            future.add_done_callback(self._cancelled_by_user)
+            future = TaskFuture(self)
         task_id = next(_task_ids)
         task = _Task(future, name, time.monotonic())
         with self._lock:  # (checked under the lock: _lose() takes the in-flight tasks under it)
@@ -121,17 +131,13 @@ class NodeConnection:
                 self._tasks[task_id] = task
                 self._turns.need_thread()  # (a reply a caller waits for is read by that caller)
         if not alive:
-            _fail(future, self.loss())
-            return future
+            fail(future, self.loss())
+            return None, future
         if timeout is not None:
             task.timer = ioloop.get().call_later(timeout, lambda: self._expire(task_id, timeout))
         if self.listening:
             self.emit(ev.TaskStarted(task_id, self.node, name))
-        try:
-            self.send((Kind.TASK, task_id, name), payload)
-        except WorkerLost:
-            pass  # _lose() already failed the future
-        return future
+        return task_id, future
 
     def call(self, payload: Payload, name: str, timeout: float | None) -> Any:
         """Run a task and return its result, reading the reply on this thread when possible."""
@@ -156,10 +162,6 @@ class NodeConnection:
         """Have the loop read now if nobody does (the pool is closing: BYE is coming)."""
         with self._lock:
             self._turns.need_thread()
-
-    def _cancelled_by_user(self, future: Future[Any]) -> None:
-        if future.cancelled():
-            self.cancel(future)
 
     def interrupt(self, future: Future[Any]) -> None:
         """Ask the worker to stop the task behind ``future``; its future resolves when it does."""
@@ -200,7 +202,7 @@ class NodeConnection:
                 pass
         self.emit(ev.TaskFinished(task_id, self.node, task.name, False, time.monotonic() - task.started))
         if not task.future.done():
-            _fail(task.future, TaskTimeout(task.name, timeout, node=self.node))
+            fail(task.future, TaskTimeout(task.name, timeout, node=self.node))
 
     # -- receiving ---------------------------------------------------------------------------
     def _stream_ended(self, why: str | None) -> None:
@@ -239,20 +241,9 @@ class NodeConnection:
     def _handle(self, control: tuple, parts: list[Any]) -> None:
         kind = control[0]
         if kind == Kind.RESULT:
-            task = self._finish(control[1], True)
-            if task is not None:
-                try:
-                    value = loads_payload(parts)
-                except BaseException as exc:
-                    _fail(task.future, exc)
-                else:
-                    with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
-                        task.future.set_result(value)
-        elif kind == Kind.ERROR:
-            task = self._finish(control[1], False)
-            if task is not None:
-                failure: RemoteFailure = control[2]
-                _fail(task.future, failure.rebuild(self.node))
+            batch.resolve(self, ((kind, control[1], len(parts)),), parts)
+        elif kind in (Kind.ERROR, Kind.REPLIES):
+            batch.resolve(self, (control,) if kind == Kind.ERROR else control[1], parts)
         elif kind == Kind.OUTPUT:
             _, task_id, stream, text, more = control
             self.tail.append(text)
@@ -274,7 +265,7 @@ class NodeConnection:
             if self.local_rank == 0:  # (every worker process of the node heard it: one event)
                 self.emit(ev.NodePreempting(self.node, n.action, n.at, n.kind, getattr(n, "heard", None)))
 
-    def _finish(self, task_id: int, ok: bool) -> _Task | None:
+    def finish(self, task_id: int, ok: bool) -> _Task | None:
         with self._lock:
             task = self._tasks.pop(task_id, None)
         if task is None:
@@ -322,7 +313,7 @@ class NodeConnection:
         for task in tasks.values():
             if task.timer:
                 task.timer.cancel()
-            _fail(task.future, self.lost)
+            fail(task.future, self.lost)
         if not self.closing:
             self.emit(ev.NodeStage(self.node, "lost", what))
 
@@ -370,7 +361,7 @@ class NodeConnection:
         for task in leftovers.values():
             if task.timer:
                 task.timer.cancel()
-            _fail(task.future, ConnectionLost(self.node, "the worker was stopped before the task finished"))
+            fail(task.future, ConnectionLost(self.node, "the worker was stopped before the task finished"))
         return problem
 
     @property
@@ -392,9 +383,3 @@ class NodeConnection:
             return ready.result()
         return getattr(self.channel, "pgid", None)
 
-
-def _fail(future: Any, error: BaseException) -> None:
-    """Fail ``future`` unless it is settled already (a user may cancel it at any moment)."""
-    if not future.done():
-        with contextlib.suppress(InvalidStateError):
-            future.set_exception(error)

@@ -25,8 +25,10 @@ from skyward import events as ev
 from skyward._retry import Backoff, retry
 from skyward.compute import PendingCompute
 from skyward.errors import ConfigError
+from skyward.pool.batch import submit_batch
 from skyward.pool.connection import NodeConnection
 from skyward.pool.retry import retrying
+from skyward.protocol import Payload
 
 if TYPE_CHECKING:
     from skyward.pool.elastic import Elastic
@@ -98,12 +100,14 @@ class Dispatcher:
             return conn.call(pending.payload(), pending.options.name, pending.options.timeout)
         return self._submit(pending).result()
 
-    def _submit(self, pending: PendingCompute[Any]) -> Future[Any]:
-        """Send through the queue and/or with retries (the calls the fast path does not take)."""
+    def _submit(self, pending: PendingCompute[Any], sent: Future[Any] | None = None,
+                payload: Payload | None = None) -> Future[Any]:
+        """Send through the queue and/or with retries (the calls the fast path does not take);
+        ``sent``: a task with retries whose first attempt is under way (a gather's batch)."""
         self._connections()  # (raises when the pool is not open)
         if self._elastic is not None:
             self._elastic.raise_error()
-        payload, options = pending.payload(), pending.options
+        payload, options = payload or pending.payload(), pending.options
         if self.queue is not None:
             queue = self.queue
             if not options.retries:
@@ -117,7 +121,11 @@ class Dispatcher:
 
             return retrying(queued, options.retries, options.name, self._emit, self._is_open)
 
+        first = [sent] if sent is not None else []
+
         def direct() -> Future[Any]:
+            if first:
+                return first.pop()
             if self._elastic is not None and not any(c.alive for c in self._connections()):
                 self._elastic.wait_ready()  # every node lost: wait for a replacement
             return self.least_busy().submit(payload, options.name, options.timeout)
@@ -185,18 +193,32 @@ class Dispatcher:
         return retry(once, Backoff(attempts=attempts, delay=0.0), giveup=giveup, on_retry=again)
 
     def gather(self, pending: tuple[PendingCompute[Any], ...], stream: bool, ordered: bool) -> Any:
+        """Each task goes to the node a lone call would pick; each node then gets its tasks in
+        few frames (:mod:`skyward.pool.batch`); a task with retries is sent again alone when
+        its node is lost. An elastic pool's tasks go through its queue, one by one."""
         self._connections()
-        owners: list[NodeConnection | None] = []
-        futures: list[Future[Any]] = []
+        owners: list[NodeConnection | None] = [None] * len(pending)
+        futures: list[Future[Any]] = [None] * len(pending)  # type: ignore[list-item]
+        batches: dict[NodeConnection, list[int]] = {}
         pick = self.picker() if self.queue is None else self.least_busy
-        for p in pending:
-            if self.queue is None and not p.options.retries:  # the fast path
+        for i, p in enumerate(pending):
+            if self.queue is None:
                 conn = pick()
-                futures.append(conn.submit(p.payload(), p.options.name, p.options.timeout))
-                owners.append(conn)
-            else:  # (queued or retried: the future cancels itself on its worker)
-                futures.append(self._submit(p))
-                owners.append(None)
+                batches.setdefault(conn, []).append(i)
+                owners[i] = None if p.options.retries else conn  # (a retried one cancels itself)
+            else:
+                futures[i] = self._submit(p)
+        payloads = {conn: [pending[i].payload() for i in indices] for conn, indices in batches.items()}
+        try:  # (every task serialized first: one that cannot be is raised before any is sent)
+            for conn, indices in batches.items():
+                tasks = [(pl, pending[i].options.name, pending[i].options.timeout)
+                         for pl, i in zip(payloads[conn], indices, strict=True)]
+                for i, pl, future in zip(indices, payloads[conn], submit_batch(conn, tasks), strict=True):
+                    futures[i] = self._submit(pending[i], future, pl) if pending[i].options.retries else future
+        except BaseException:  # (Ctrl-C): stop what was sent
+            sent = [k for k, f in enumerate(futures) if f is not None]
+            cancel([futures[k] for k in sent], [owners[k] for k in sent])
+            raise
         if stream:
             return _stream(futures, owners, ordered)
         return collect(futures, owners)
@@ -255,30 +277,27 @@ class Dispatcher:
 class _Picks:
     """The least busy live node for each of many tasks, round-robin among equals (as
     :meth:`Dispatcher.least_busy`), from a heap of the nodes by tasks in flight: a pick is
-    O(log N) and counts as one more task on its node. The heap is read afresh from the nodes
-    every N picks (O(N), so O(1) a pick): answers that came meanwhile count, as they do for
-    ``least_busy``. A 1,000-node gather of 100,000 tasks scanned every node for every task."""
+    O(log N) and counts as one more task on its node. The heap is read from the nodes once,
+    at the first pick: a gather picks every task's node before it sends any (in batches), so
+    its picks are the load that the nodes' own counts do not show yet. A 1,000-node gather of
+    100,000 tasks scanned every node for every task."""
 
     def __init__(self, conns: list[NodeConnection], start: int, picked: Callable[[int], None]):
         self._conns = conns
         self._picked = picked  # told the last node picked, so that the next call goes on from it
-        self._last = start - 1
-        self._left = 0
-        self._heap: list[tuple[int, int, int]] = []  # (in flight, place after the last pick, index)
+        self._start = start
+        self._heap: list[tuple[int, int, int]] | None = None  # (in flight, place after the first, index)
 
     def next(self) -> NodeConnection:
         conns, heap = self._conns, self._heap
-        if not self._left:
-            n, first = len(conns), self._last + 1
-            heap[:] = [(c.inflight, (k - first) % n, k) for k, c in enumerate(conns) if c.alive]
+        if heap is None:
+            n, first = len(conns), self._start
+            heap = self._heap = [(c.inflight, (k - first) % n, k) for k, c in enumerate(conns) if c.alive]
             heapq.heapify(heap)
-            self._left = n
         while heap:
             load, place, k = heap[0]
             if conns[k].alive:
                 heapq.heapreplace(heap, (load + 1, place, k))
-                self._left -= 1
-                self._last = k
                 self._picked(k)
                 return conns[k]
             heapq.heappop(heap)  # lost meanwhile: never picked again
@@ -305,7 +324,7 @@ def collect(futures: list[Future[Any]], owners: list[NodeConnection] | list[Node
     except BaseException:  # Ctrl-C while waiting: stop what we started
         cancel(futures, owners)
         raise
-    error = next((f.exception() for f in futures if f in done and f.exception() is not None), None)
+    error = next((e for f in futures if f in done and (e := f.exception()) is not None), None)
     if error is not None:
         if on_failure is None:
             cancel(futures, owners)

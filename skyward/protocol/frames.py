@@ -39,6 +39,7 @@ class Kind:
     # client -> worker (SETUP first, always: nothing else is written before it)
     SETUP = "setup"          # (SETUP, messages.Setup) + payload: the plugins
     TASK = "task"            # (TASK, task_id, name) + payload: (fn, args, kwargs)
+    TASKS = "tasks"          # (TASKS, ((task_id, name, n_parts), ...)) + each task's payload parts in turn
     CANCEL = "cancel"        # (CANCEL, task_id)
     PING = "ping"            # (PING,)
     SHUTDOWN = "shutdown"    # (SHUTDOWN,)
@@ -49,6 +50,7 @@ class Kind:
     OUTPUT = "output"        # (OUTPUT, task_id, stream, text, more) - a line, or a piece of one (more)
     RESULT = "result"        # (RESULT, task_id) + payload: the return value
     ERROR = "error"          # (ERROR, task_id, messages.RemoteFailure)
+    REPLIES = "replies"      # (REPLIES, ((RESULT, task_id, n_parts) | (ERROR, task_id, failure), ...)) + parts
     HEARTBEAT = "heartbeat"  # (HEARTBEAT,)
     PREEMPT = "preempt"      # (PREEMPT, _preempt.Preemption) - a spot notice, once per kind
     BYE = "bye"              # (BYE,) - clean shutdown finished
@@ -85,7 +87,7 @@ class FrameWriter:
         header = _layout(f"!I{count}Q").pack(count, *sizes)
         with self._lock:
             write = self._stream.write
-            if count <= 2 and sizes[-1] < _SMALL_FRAME:  # one write of the whole frame
+            if (count <= 2 and sizes[-1] < _SMALL_FRAME) or sum(sizes) < _JOINED:  # one write
                 write(b"".join((header, *parts)))
             else:
                 write(header)
@@ -248,6 +250,9 @@ def _buffer(n: int) -> Any:
 
 #: Frames whose payload pickle is smaller than this are joined and written in one call.
 _SMALL_FRAME = 16 * 1024
+#: ... and a frame of many small parts up to this size (a batch of tasks or of answers): one
+#: copy costs less than a write a part.
+_JOINED = 1 << 20
 
 
 def _layout(fmt: str) -> struct.Struct:

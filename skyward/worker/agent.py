@@ -25,6 +25,7 @@ stream for it and handles everything else. Lifecycle:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import os
@@ -34,33 +35,22 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, NoReturn
+from typing import Any
 
 from skyward.runtime import instance as runtime_instance, preemption as _preempt
-from skyward._procs import group_members
 from skyward.messages import Fatal, Setup
 from skyward.plugins._base import Plugin
 from skyward.protocol import FrameReader, FrameWriter, Kind, loads_payload, spinner
 from skyward.runtime.cluster import AUTOSTOPPED
 from skyward.worker import keeper
+from skyward.worker.keeper import group_has_others, kill_group_and_exit
 from skyward.worker.executors import Executor, Task, make_executor
 from skyward.worker.log import log
 from skyward.worker.output import route_output
+from skyward.worker.replies import Replies
 from skyward.worker.resident import Link, Resident, listening
 
 SETUP_TIMEOUT = 60.0
-
-
-def _kill_group_and_exit(code: int) -> NoReturn:
-    """Stop everything this worker started, then exit without running more Python code.
-
-    Under a keeper, exiting is enough: the keeper kills the whole tree once the worker is gone
-    (killing the group here would kill the keeper first)."""
-    try:
-        if not keeper.kept:
-            os.killpg(os.getpgrp(), signal.SIGKILL)  # includes this process
-    finally:
-        os._exit(code)
 
 
 class Agent:
@@ -82,6 +72,8 @@ class Agent:
         self._clean = False  # ... by SHUTDOWN
         self.autostopped = False  # (resident) ... by the cluster's autostop
         self._spin: Any = None
+        self._batch: collections.deque[Task] = collections.deque()  # a TASKS frame's tasks not yet taken
+        self._replies = Replies(self.write)
 
     # -- sending ---------------------------------------------------------------------------
     def send(self, control: tuple, payload: Any = None) -> None:
@@ -93,6 +85,13 @@ class Agent:
             if session != self.session:
                 return  # a task of a client that has left: its result goes nowhere
             control = (control[0], task_id, *control[2:])
+        elif control[0] in _ANSWERS and self._replies.hold(control, payload):
+            return  # (a batched task's answer: it goes with its batch's)
+        self.write(control, payload)
+
+    def write(self, control: tuple, payload: Any = None) -> None:
+        """Write a frame; a client that is gone ends the session (or the worker)."""
+        session = self.session
         try:
             self.writer.send(control, payload)
         except (OSError, ValueError):
@@ -100,14 +99,14 @@ class Agent:
                 self.resident.cut(session)
                 return
             # The client is gone; nothing to report to.
-            _kill_group_and_exit(0 if self.stopping.is_set() else 2)
+            kill_group_and_exit(0 if self.stopping.is_set() else 2)
 
     def send_output(self, task_id: int | None, stream: str, text: str, more: bool = False) -> None:
         self.send((Kind.OUTPUT, task_id, stream, text, more))
 
     # -- start -----------------------------------------------------------------------------
     def handshake(self) -> tuple[Setup, tuple[Plugin, ...]]:
-        timer = threading.Timer(SETUP_TIMEOUT, lambda: (log("no SETUP from the client"), _kill_group_and_exit(3)))
+        timer = threading.Timer(SETUP_TIMEOUT, lambda: (log("no SETUP from the client"), kill_group_and_exit(3)))
         timer.daemon = True
         timer.start()
         try:
@@ -117,11 +116,11 @@ class Agent:
         finally:
             timer.cancel()
         if frame is None:
-            _kill_group_and_exit(0)
+            kill_group_and_exit(0)
         control, parts = frame
         if control[0] != Kind.SETUP or not isinstance(control[1], Setup):
             log(f"expected SETUP, got {control[0]!r}")
-            _kill_group_and_exit(3)
+            kill_group_and_exit(3)
         plugins = tuple(loads_payload(parts)) if parts else ()
         return control[1], plugins
 
@@ -141,7 +140,7 @@ class Agent:
                 self.last_heard = time.monotonic()
             elif silent_for > idle_timeout:
                 log(f"no word from the client for {silent_for:.0f}s (idle_timeout={idle_timeout:g}s); exiting")
-                _kill_group_and_exit(4)
+                kill_group_and_exit(4)
 
     def run(self) -> int:
         setup, plugins = self.handshake()
@@ -183,14 +182,15 @@ class Agent:
             self.stopping.set()
             self.executor.shutdown(grace=setup.shutdown_grace)
             if not clean:
-                _kill_group_and_exit(AUTOSTOPPED if self.autostopped else 0)
+                kill_group_and_exit(AUTOSTOPPED if self.autostopped else 0)
             # Leaving the ExitStack runs the plugins' exits (e.g. destroy_process_group);
             # a watchdog makes sure a hook that hangs cannot keep the worker alive.
-            watchdog = threading.Timer(15.0, lambda: (log("plugin shutdown hung"), _kill_group_and_exit(6)))
+            watchdog = threading.Timer(15.0, lambda: (log("plugin shutdown hung"), kill_group_and_exit(6)))
             watchdog.daemon = True
             watchdog.start()
             with self._listening():  # a client that vanishes meanwhile ends the worker at once
                 app.close()
+        self._replies.flush()
         self.send((Kind.BYE,))
         return 0
 
@@ -221,7 +221,7 @@ class Agent:
                     frame = None
                 if frame is None or frame[0][0] == Kind.SHUTDOWN:
                     log("the client went away while the worker was starting")
-                    _kill_group_and_exit(0)
+                    kill_group_and_exit(0)
                 self.last_heard = time.monotonic()
 
         thread = threading.Thread(target=listen, name="skyward-start-listener", daemon=True)
@@ -263,6 +263,8 @@ class Agent:
         executor = self.executor
         assert executor is not None
         while not self._done.is_set():
+            if self._batch:
+                return self._batch.popleft()
             if self._spin is not None and not self.reader.buffered() and executor.idle():
                 self._spin()  # the next task may be on its way: don't fall asleep just yet
             try:
@@ -284,9 +286,12 @@ class Agent:
                 inner = self.resident.inner(self.session, control[1])
                 self._live.add(inner)
                 return (inner, control[2], parts)
+            elif kind == Kind.TASKS:
+                self._take(control[1], parts)
             elif kind == Kind.PING:
                 pass
             elif kind == Kind.CANCEL:
+                self._replies.forget(control[1])  # (a resident worker's are never held)
                 executor.cancel(control[1] if self.resident is None else self.resident.inner(self.session, control[1]))
             elif kind == Kind.SHUTDOWN:
                 self._finish(True)
@@ -306,6 +311,19 @@ class Agent:
             else:
                 log(f"unknown message {kind!r}")
         return None
+
+    def _take(self, entries: tuple[tuple[int, str, int], ...], parts: list[Any]) -> None:
+        """A batch of tasks: queued for :meth:`next_task`; their answers go back in batches
+        (a resident worker's one at a time: its ids are the session's)."""
+        at = 0
+        for task_id, name, count in entries:
+            inner = task_id if self.resident is None else self.resident.inner(self.session, task_id)
+            self._batch.append((inner, name, parts[at:at + count]))
+            at += count
+            if self.resident is not None:
+                self._live.add(inner)
+        if self.resident is None:
+            self._replies.expect(task_id for task_id, _, _ in entries)
 
     def _next_session(self) -> bool:
         """(Resident) The client's session is over: cancel its tasks, then wait for the next
@@ -334,6 +352,7 @@ class Agent:
 
 
 _TASK_REPLIES = (Kind.RESULT, Kind.ERROR, Kind.OUTPUT)
+_ANSWERS = (Kind.RESULT, Kind.ERROR)
 
 
 def main(resident_options: dict[str, Any] | None = None) -> int:
@@ -375,11 +394,7 @@ def main(resident_options: dict[str, Any] | None = None) -> int:
     if resident is not None:
         resident.close()
     # Tasks may have started processes of their own; none may outlive the worker.
-    if keeper.kept or _group_has_others():
-        _kill_group_and_exit(code)
+    if keeper.kept or group_has_others():
+        kill_group_and_exit(code)
     os._exit(code)
 
-
-def _group_has_others() -> bool:
-    members = group_members(os.getpgrp())
-    return members is None or any(pid != os.getpid() for pid in members)

@@ -38,8 +38,9 @@ import os
 import signal
 import sys
 import time
+from typing import NoReturn
 
-from skyward._procs import descendants
+from skyward._procs import descendants, group_members
 from skyward.worker.log import log
 
 PR_SET_PDEATHSIG = 1
@@ -159,3 +160,21 @@ def _exit_as(status: int) -> None:
         os.kill(os.getpid(), sig)
         os._exit(128 + sig)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def kill_group_and_exit(code: int) -> NoReturn:
+    """Stop everything this worker started, then exit without running more Python code.
+
+    Under a keeper, exiting is enough: the keeper kills the whole tree once the worker is gone
+    (killing the group here would kill the keeper first)."""
+    try:
+        if not kept:
+            os.killpg(os.getpgrp(), signal.SIGKILL)  # includes this process
+    finally:
+        os._exit(code)
+
+
+def group_has_others() -> bool:
+    """True when this process group has another process (or that cannot be told)."""
+    members = group_members(os.getpgrp())
+    return members is None or any(pid != os.getpid() for pid in members)
