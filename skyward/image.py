@@ -85,11 +85,21 @@ class Image:
     include: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self._is_default():  # (nothing to check: pydantic, ~0.15 s to import, stays unloaded)
+            object.__setattr__(self, "env", EnvVars(()))
+            return
         from skyward._image_fields import check_fields  # pydantic: loaded on first use
 
         checked = check_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
         for name, value in checked.items():
             object.__setattr__(self, name, value)  # frozen: normalise once, here
+
+    def _is_default(self) -> bool:
+        """Every field is its default as given (``Image()``, what a pool without one runs): what
+        the checks would return is known."""
+        return (self.python == "auto" and type(self.python) is str and type(self.env) is dict and not self.env
+                and all(type(v) is tuple and not v for v in (self.pip, self.pip_indexes, self.apt, self.setup,
+                                                            self.include)))
 
     # -- reading -------------------------------------------------------------------------
 

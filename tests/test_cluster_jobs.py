@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -308,3 +309,18 @@ def test_a_follower_looks_again_within_milliseconds_at_first_then_every_follow_p
     assert schedule[0] <= 0.01
     assert sum(schedule[:5]) < FOLLOW_POLL  # five looks where there was one
     assert schedule == sorted(schedule) and schedule[-1] == max(schedule) == FOLLOW_POLL
+
+
+def test_a_follower_sees_its_command_end_at_once_not_at_the_end_of_its_pause(tmp_path: Path) -> None:
+    # The queue removes a running command's pid file as the command ends: a follower waiting out
+    # a long pause returns as soon as the file goes (a stat every few milliseconds).
+    from skyward.runtime import jobtool
+
+    pid_file = tmp_path / "7.pid"
+    pid_file.write_text("1")
+    returned = threading.Event()
+    waiter = threading.Thread(target=lambda: (jobtool.watch(str(pid_file), 600.0), returned.set()), daemon=True)
+    waiter.start()
+    assert not returned.wait(0.05)  # (the file is there: it waits)
+    pid_file.unlink()
+    assert returned.wait(30)  # (a fraction of its 600 s pause)

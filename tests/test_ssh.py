@@ -295,6 +295,56 @@ def test_a_process_group_whose_only_member_is_a_zombie_counts_as_ended(test_host
         transport.close()
 
 
+def test_a_stream_not_confirmed_gone_still_leaves_nothing_of_its_group(test_hosts):
+    """``confirm_gone=False`` (skyward's job follower) skips the round trip that sees the group
+    gone, not its end: the stream's dead man's switch ends it as the channel closes. The test
+    hosts share this machine's process ids: the group is looked for here."""
+    host = test_hosts[0]
+    transport = _transport(host)
+    said: list[str] = []
+    try:
+        # (the command is `exec`ed by the stream's shell: its $$ leads the session's group)
+        assert transport.stream("echo $$", lambda kind, line: said.append(line), confirm_gone=False) == 0
+        group = int(said[-1])
+
+        def members() -> list[str]:  # (its running members: a zombie runs nothing)
+            running = []
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    fields = stat.read_text().rsplit(") ", 1)[1].split()
+                except (OSError, IndexError):
+                    continue
+                if fields[2] == str(group) and fields[0] not in ("Z", "X"):
+                    running.append(stat.parent.name)
+            return running
+
+        assert wait_until(lambda: members() == [], 10), members()
+    finally:
+        transport.close()
+
+
+def test_a_connection_warmed_ahead_is_the_one_reach_hands_out_once(test_hosts):
+    """``skyward exec NAME`` starts the handshakes before the pool's modules load: the pool's
+    ``reach`` gets that connection (once; the next is a fresh one), and the warm ones no one
+    took are closed by ``release``."""
+    from skyward.machine import Instance, SSHAddress
+    from skyward.transport import reach, warm
+
+    host = test_hosts[0]
+    inst = Instance("h0", 0, host.ip, ssh=SSHAddress(host.ip, host.user, host.port, host.key_path,
+                                                      (host.known_hosts,), connect_timeout=5))
+    warm.warm([inst])
+    first = reach(inst)
+    try:
+        assert first.run("echo warm", timeout=30).stdout.strip() == "warm"
+        assert reach(inst) is not first and warm.take(inst) is None
+        warm.warm([inst])
+        warm.release()
+        assert warm.take(inst) is None
+    finally:
+        first.close()
+
+
 # -- the client killed -------------------------------------------------------------------------------
 
 CLIENT = r"""

@@ -181,6 +181,19 @@ def cluster_pool_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _exec(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
+    from skyward.clusters.state import ClusterStore
+    from skyward.transport import warm
+
+    known = ClusterStore().get(args.name) if isinstance(args.name, str) else None
+    if known is not None:  # the handshakes go on while the pool's modules load (transport.warm)
+        warm.warm(known.instances)
+    try:
+        return _exec_on(args, out, err)
+    finally:
+        warm.release()
+
+
+def _exec_on(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     from skyward.clusters.session import resolve
     from skyward.errors import ConfigError
     from skyward.launch import execute

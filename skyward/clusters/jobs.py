@@ -252,7 +252,10 @@ def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int
         given = (transports or {}).get(inst.node)
         transport = given or reach(inst)
         try:
-            transport.stream(_tool(record, inst.node, "follow", str(job_id), "1" if follow else "0", str(tail)), line)
+            # (the follower starts nothing: its group, with the stream's dead man's switch, ends as
+            # the stream closes; confirming it would cost a round trip per node at every follow's end)
+            transport.stream(_tool(record, inst.node, "follow", str(job_id), "1" if follow else "0", str(tail)), line,
+                             confirm_gone=False)
         finally:
             if given is None:
                 with contextlib.suppress(Exception):

@@ -8,7 +8,8 @@ import contextlib
 import hashlib
 import json
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JobShape", "SetupBlock", "Workdir", "as_on_cluster", "close_connections", "demand", "follow",
            "kept_connections", "pool_args", "run_directory", "run_on", "setup_done",
-           "setup_failed", "setup_hash", "setup_needed", "submit_job"]
+           "setup_failed", "setup_hash", "setup_needed", "start_following", "submit_job"]
 
 
 class SetupBlock(Protocol):
@@ -151,16 +152,42 @@ def follow(name: str, job: int, setup_ran: bool, connections: Mapping[int, Trans
     open past its detach: :func:`kept_connections`), then close them; returns the job's exit
     status (:func:`skyward.clusters.jobs.follow_job`). A setup that failed is forgotten
     (``--fast`` runs it again next time)."""
+    return start_following(name, job, setup_ran, connections, err)()
+
+
+def start_following(name: str, job: int, setup_ran: bool, connections: Mapping[int, Transport],
+                    err: IO[str]) -> Callable[[], int]:
+    """:func:`follow`, begun in a thread of its own: the job's log is read while the pool
+    detaches (the detach confirms each bridge gone, a round trip per node, ~0.1 s: the job
+    runs meanwhile). Returns the wait for its end, which gives :func:`follow`'s exit status
+    (raising what the follow raised) and forgets a failed setup only then, once the detach has
+    written the cluster's record. An interrupt of the wait stops following, never the job."""
     from skyward.clusters.jobs import FAILED_SETUP, follow_job
 
     ended: list[str] = []
-    try:
-        code = follow_job(name, job, sys.stdout, err, ended, transports=connections)
-    finally:
-        close_connections(connections)
-    if setup_ran and ended == [FAILED_SETUP]:
-        setup_failed(name)
-    return code
+    result: list[int] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(follow_job(name, job, sys.stdout, err, ended, transports=connections))
+        except BaseException as exc:  # (raised by the wait, in the caller's thread)
+            failure.append(exc)
+        finally:
+            close_connections(connections)
+
+    thread = threading.Thread(target=run, name=f"skyward-follow-{job}", daemon=True)
+    thread.start()
+
+    def wait() -> int:
+        thread.join()
+        if failure:
+            raise failure[0]
+        if setup_ran and ended == [FAILED_SETUP]:
+            setup_failed(name)
+        return result[0]
+
+    return wait
 
 
 def setup_needed(pool: ComputePool, p: SetupBlock) -> bool:

@@ -279,7 +279,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
 
                 shape = clusters.pool_args(dict(cluster), shape)
             connections: Mapping[int, Any] = {}  # (kept open past the detach to follow the job over)
-            follows = False  # (a job was submitted to the cluster, and this run follows it)
+            following: Callable[[], int] | None = None  # (the wait for the job this run follows)
             try:
                 with contextlib.ExitStack() as stack:
                     try:  # entering provisions: a refusal for capacity moves on to the next candidate
@@ -293,16 +293,16 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
                         continue
                     phase[0] = "setup"
                     _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
-                    follows = cluster is not None and len(phase) > 1 and not detach_run
-                    if follows:
+                    if cluster is not None and len(phase) > 1 and not detach_run:
+                        # (the job is followed while the pool detaches: the cluster lets go meanwhile)
                         connections = clusters.kept_connections(pool)
+                        following = clusters.start_following(str(cluster["name"]), int(phase[1]), bool(phase[2]),
+                                                             connections, err)
             except BaseException:
-                if connections:
+                if connections:  # (a follow begun ends with them)
                     clusters.close_connections(connections)
                 raise
-            if follows:  # the cluster let go: follow the job
-                return clusters.follow(str(cluster["name"]), int(phase[1]), bool(phase[2]), connections, err)
-            return 0
+            return following() if following is not None else 0
         return 1
     except CommandFailed as exc:
         err.write(f"skyward: {phase[0]} failed on node {exc.node}: {exc}\n")

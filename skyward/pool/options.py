@@ -5,18 +5,21 @@
 ``image=None`` is ``sky.Image()``, an accelerator string is parsed). Any bad value raises
 :class:`~skyward.errors.ConfigError` naming the parameter, what is accepted, and the value.
 
-Imported on first use (it imports pydantic, see :mod:`skyward._config`).
+The checks are pydantic's (:mod:`skyward.pool.option_fields`, see :mod:`skyward._config`),
+loaded only for values that are not plainly valid: pydantic costs ~0.15 s to import, most of
+what ``ComputePool(name=...)`` in a fresh process (``skyward exec NAME``) would spend before
+connecting. The plain check accepts a subset of what pydantic accepts, with the same result,
+and hands anything else (every error included) to pydantic.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass, fields
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, InstanceOf
-
-from skyward._config import STRICT, Count, Flag, Seconds, reject, validate
-from skyward.accelerators import Accelerator, parse_accelerator
+from skyward.accelerators import Accelerator
 from skyward.image import Image
 from skyward.plugins._base import Plugin
 from skyward.providers.base import Provider
@@ -24,72 +27,28 @@ from skyward.providers.base import Provider
 __all__ = ["PoolOptions", "pool_options"]
 
 
-def _provider(value: Any) -> Any:
-    if value is None:
-        from skyward.providers.local import Local
-
-        return Local()
-    return value
-
-
-def _plugins(value: Any) -> Any:
-    if isinstance(value, Plugin):
-        reject("a list of sky.Plugin values", value, detail="pass even one plugin in a list: plugins=[plugin]")
-    if not isinstance(value, (list, tuple)):
-        reject("a list of sky.Plugin values", value)
-    return tuple(value)
-
-
-NODES = "an integer >= 1, or (min, max) with 1 <= min <= max for an elastic pool"
-
-
-def _nodes(value: Any) -> Any:
-    def count(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-    if count(value):
-        return value
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(count(v) for v in value) and value[0] <= value[1]:
-        return (value[0], value[1])
-    reject(NODES, value)
-
-
-def _plugin(value: Any) -> Plugin:
-    if not isinstance(value, Plugin):
-        reject("a sky.Plugin, e.g. sky.plugins.torch()", value)
-    return value
-
-
-class PoolOptions(BaseModel):
+@dataclass(frozen=True)
+class PoolOptions:
     """Every option of a pool, checked and with its defaults filled in."""
 
-    model_config = STRICT
-
-    provider: Annotated[InstanceOf[Provider], BeforeValidator(_provider),
-                        Field(description="a provider such as sky.Local(), sky.SSH(...) or sky.AWS(...)")]
-    nodes: Annotated[int | tuple[int, int], BeforeValidator(_nodes), Field(description=NODES)] = 1
-    scale_up_after: Seconds = 5.0
-    scale_down_after: Seconds = 60.0
-    replace_lost: Annotated[bool | None, Field(description="True, False or None (True for a (min, max) pool)")] = None
-    concurrency: Count = 1
-    executor: Annotated[Literal["thread", "process"], Field(description="'thread' or 'process'")] = "thread"
-    idle_timeout: Seconds = 30.0
-    heartbeat_interval: Seconds = 1.0
-    start_timeout: Seconds = 120.0
-    start_parallelism: Count = 32
-    console: Flag = True
-    dashboard: Flag = False
-    on_event: Annotated[Callable[..., Any] | None,
-                        Field(description="a function taking one skyward event, or None")] = None
-    plugins: Annotated[tuple[Annotated[Any, AfterValidator(_plugin)], ...], BeforeValidator(_plugins),
-                       Field(description="a list of sky.Plugin values")] = ()
-    image: Annotated[InstanceOf[Image], BeforeValidator(lambda v: Image() if v is None else v),
-                     Field(description="a sky.Image(...)")]
-    accelerator: Annotated[InstanceOf[Accelerator] | None, BeforeValidator(parse_accelerator),
-                           Field(description='an accelerator such as "A100" or "H100:8", or None')] = None
-    processes_per_node: Annotated[Count | None,
-                                  Field(description="an integer >= 1, or None (one per GPU with the torch "
-                                                    "plugin on GPU nodes, else 1)")] = None
+    provider: Provider
+    image: Image
+    nodes: int | tuple[int, int] = 1
+    scale_up_after: float = 5.0
+    scale_down_after: float = 60.0
+    replace_lost: bool | None = None
+    concurrency: int = 1
+    executor: Literal["thread", "process"] = "thread"
+    idle_timeout: float = 30.0
+    heartbeat_interval: float = 1.0
+    start_timeout: float = 120.0
+    start_parallelism: int = 32
+    console: bool = True
+    dashboard: bool = False
+    on_event: Callable[..., Any] | None = None
+    plugins: tuple[Plugin, ...] = ()
+    accelerator: Accelerator | None = None
+    processes_per_node: int | None = None
 
     @property
     def elastic(self) -> bool:
@@ -118,8 +77,52 @@ class PoolOptions(BaseModel):
         return 1
 
 
+
+_SECONDS = ("scale_up_after", "scale_down_after", "idle_timeout", "heartbeat_interval", "start_timeout")
+_COUNTS = ("concurrency", "start_parallelism")
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 1
+
+
+def _plain(values: dict[str, Any]) -> PoolOptions | None:
+    """The options when every value is plainly valid (the common ones, in the types pydantic
+    keeps as they are); None for anything else, which pydantic then judges."""
+    if not set(values) <= {f.name for f in fields(PoolOptions)}:
+        return None
+    v = dict(values)
+    checks = [v["provider"] is None or isinstance(v["provider"], Provider),
+              v["image"] is None or isinstance(v["image"], Image),
+              _count(v.get("nodes", 1)), v.get("replace_lost") in (None, True, False),
+              v.get("executor", "thread") in ("thread", "process") and type(v.get("executor", "thread")) is str,
+              *(type(v.get(k, False)) is bool for k in ("console", "dashboard")),
+              *(_count(v.get(k, 1)) for k in _COUNTS),
+              *(type(v.get(k, 1.0)) is float and 0 < v.get(k, 1.0) < math.inf for k in _SECONDS),
+              v.get("on_event") is None or callable(v["on_event"]),
+              type(v.get("plugins", ())) in (tuple, list) and not v.get("plugins", ()),
+              v.get("accelerator") is None or isinstance(v["accelerator"], Accelerator),
+              v.get("processes_per_node") is None or _count(v["processes_per_node"])]
+    if not all(checks):
+        return None
+    if v["provider"] is None:
+        from skyward.providers.local import Local
+
+        v["provider"] = Local()
+    v["image"] = Image() if v["image"] is None else v["image"]
+    v["plugins"] = ()
+    return PoolOptions(**v)
+
+
 def pool_options(**values: Any) -> PoolOptions:
     """Validate ``ComputePool``'s keyword arguments; raises ConfigError for the first bad one."""
     values.setdefault("provider", None)
     values.setdefault("image", None)
-    return validate(PoolOptions, values)
+    plain = _plain(values)
+    if plain is not None:
+        return plain
+    from skyward._config import validate
+    from skyward.pool.option_fields import PoolFields
+
+    checked = validate(PoolFields, values)
+    return PoolOptions(**{f.name: getattr(checked, f.name) for f in fields(PoolOptions)})

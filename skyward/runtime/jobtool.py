@@ -149,6 +149,21 @@ def pauses() -> Iterator[float]:
         pause = min(q.FOLLOW_POLL, pause * 1.5)
 
 
+def watch(pid_file: str, pause: float) -> None:
+    """Wait ``pause`` seconds, or less: until ``pid_file`` (a job's command running: the queue
+    removes it as the command ends, just before it writes how it ended) goes away, looked at
+    every 5 ms. A look is one ``stat``, where a look at the job's state opens its database: a
+    short job's end is seen within milliseconds, not at the next of the growing pauses. Without
+    the file (the command has just ended, and its end is being written; or a setup gives way to
+    its run) the wait is at most 20 ms."""
+    until = time.monotonic() + pause
+    if not os.path.exists(pid_file):
+        time.sleep(min(pause, 0.02))
+        return
+    while (left := until - time.monotonic()) > 0 and os.path.exists(pid_file):
+        time.sleep(min(0.005, left))
+
+
 def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -> int:
     """Write node ``node``'s log of ``job`` to stdout (the last ``tail`` lines first, all when
     negative); with ``keep_following``, until the job has ended there, then its end on stderr as
@@ -167,6 +182,7 @@ def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -
         now = state() or now
     out = sys.stdout.buffer
     path = q.log_path(base, node, job)
+    running = os.path.join(os.path.dirname(path), f"{job}.pid")  # (there while a command of the job runs)
     with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
         if tail >= 0:
             f.seek(max(0, os.fstat(f.fileno()).st_size - 1_000_000))
@@ -180,7 +196,7 @@ def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -
                 continue
             if not keep_following or now[0] not in q.ACTIVE:
                 break
-            time.sleep(next(looks))
+            watch(running, next(looks))
             now = state() or now
     out.flush()
     if keep_following:

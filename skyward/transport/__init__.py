@@ -20,6 +20,11 @@ def reach(instance: Instance) -> Transport:
     either way its workers start through the instance's ``launcher`` command, when it has one
     (run on the machine the transport reaches)."""
     if instance.ssh is not None:
+        from skyward.transport import warm
+
+        found = warm.take(instance)  # (a connection opened ahead of need: skyward.transport.warm)
+        if found is not None:
+            return found
         from skyward.transport.ssh import SSHTransport
 
         return SSHTransport.to(instance.ssh, instance.launcher)

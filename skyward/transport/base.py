@@ -119,10 +119,14 @@ class Transport(ABC):
         """Run a POSIX shell command to completion (``stdin``, if given, is its whole input)."""
 
     @abstractmethod
-    def stream(self, command: str, on_line: Callable[[str, str], None], *, timeout: float | None = None) -> int:
+    def stream(self, command: str, on_line: Callable[[str, str], None], *, timeout: float | None = None,
+               confirm_gone: bool = True) -> int:
         """Run ``command``, calling ``on_line(stream, line)`` ("stdout"/"stderr") per output line,
         serialised; return its exit code (-1: it ended without one). After ``timeout`` seconds
-        the command and everything it started are killed and TimeoutError is raised."""
+        the command and everything it started are killed and TimeoutError is raised. Nothing it
+        started is left when this returns, confirmed where that takes a round trip (SSH) unless
+        ``confirm_gone`` is false: for a command known to start nothing (skyward's own job
+        follower), whose process group the dead man's switch ends as the stream closes."""
 
     @abstractmethod
     def put(self, local_path: str, remote_path: str, *, mode: int | None = None) -> None:

@@ -193,7 +193,8 @@ class LocalTransport(Transport):
                            timeout, stdin)
         return CommandResult(code, "".join(out), "".join(err))
 
-    def stream(self, command: str, on_line: Callable[[str, str], None], *, timeout: float | None = None) -> int:
+    def stream(self, command: str, on_line: Callable[[str, str], None], *, timeout: float | None = None,
+               confirm_gone: bool = True) -> int:  # (the session is killed and waited for here: no round trip)
         # Under the dead man's switch: if this process dies, the pipe's end closes with it.
         return self._spawn(guarded(command), on_line, timeout, None)
 

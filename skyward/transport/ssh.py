@@ -184,7 +184,8 @@ class SSHTransport(Transport):
         code = self._exec(command, out.append, err.append, timeout=timeout, lines=False, stdin=stdin)
         return CommandResult(code, b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace"))
 
-    def stream(self, command: str, on_line: Callable[[str, str], None], *, timeout: float | None = None) -> int:
+    def stream(self, command: str, on_line: Callable[[str, str], None], *, timeout: float | None = None,
+               confirm_gone: bool = True) -> int:
         """Run ``command``, calling ``on_line(stream, line)`` for each output line as it comes.
 
         ``stream`` is "stdout" or "stderr"; calls are serialised. Returns the exit code (-1 if
@@ -213,14 +214,17 @@ class SSHTransport(Transport):
         # while the command runs: the dead man's switch (the connection dropping ends it). Once
         # the command is over, the group says its exit code and kills itself, the switch with it:
         # nothing of it is left, and no second command (a walk over the host's /proc) must
-        # confirm that; past a timeout or an interruption, that command does.
+        # confirm that; past a timeout or an interruption, that command does (and, unless
+        # confirm_gone=False, after a command that ended without saying its code).
         ending = f"{command}\nr=$?; printf '%s%s\\n' {shlex.quote(_END_MARKER)} \"$r\"; kill -9 -$$"
         wrapped = f"printf '%s%s\\n' {shlex.quote(_PID_MARKER)} \"$$\" && {guarded(ending)}"
+        done = False
         try:
             code = self._exec(wrapped, emit("stdout"), emit("stderr"), timeout=timeout, lines=True, hold_stdin=True)
+            done = True
             return ended[0] if ended else code
         finally:
-            if pid and not ended:
+            if pid and not ended and (confirm_gone or not done):
                 with contextlib.suppress(ConnectionError):
                     self.kill_group(pid[0], 10.0)
 
