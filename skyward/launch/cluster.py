@@ -173,14 +173,17 @@ def start_following(name: str, job: int, setup_ran: bool, connections: Mapping[i
             result.append(follow_job(name, job, sys.stdout, err, ended, transports=connections))
         except BaseException as exc:  # (raised by the wait, in the caller's thread)
             failure.append(exc)
-        finally:
-            close_connections(connections)
 
     thread = threading.Thread(target=run, name=f"skyward-follow-{job}", daemon=True)
     thread.start()
 
     def wait() -> int:
-        thread.join()
+        # (the connections close here, not as the follow ends: the pool's detach, which may
+        # still be confirming its bridges gone over them, is over once the caller waits)
+        try:
+            thread.join()
+        finally:
+            close_connections(connections)
         if failure:
             raise failure[0]
         if setup_ran and ended == [FAILED_SETUP]:
