@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from skyward.transport import Transport
 
 __all__ = ["LOG_CHUNK", "JobRow", "cancel", "cluster_record", "each_node", "follow_job", "jobs", "log_since", "logs",
-           "merged", "run_tool", "stopped_following"]
+           "merged", "run_tool"]
 
 #: ``skyward logs --status``'s exit codes (SkyPilot's), also those of a ``launch -c``/``exec``
 #: that followed its job to the end.
@@ -309,19 +309,12 @@ def _stop_others(record: ClusterRecord, job_id: int, node: int) -> None:
                 run_tool(record, inst, "cancel", str(job_id))
 
 
-def stopped_following(name: str, job_id: int) -> str:
-    """What a run that followed job ``job_id`` of cluster ``name`` says when Ctrl-C stops it
-    (the job goes on)."""
-    return (f"skyward: stopped following job {job_id}; it goes on on cluster {name} "
-            f"(`skyward logs {name} {job_id}`, `skyward cancel {name} {job_id}`)\n")
-
-
 def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[str] | None = None,
                transports: Mapping[int, Transport] | None = None) -> int:
     """Follow job ``job_id`` until it ends (what ``launch -c``/``exec`` do after submitting); returns
     SkyPilot's code for how it ended (0 succeeded, 100 failed, 103 cancelled; ``ended`` gets the
     state). A setup that fails on one node ends the job's part on the others (as SkyPilot's job
-    stops at a failed setup). An interrupt stops following, never the job. (How it ended comes
+    stops at a failed setup). (How it ended comes
     with the log: a cluster torn down right after its last job, ``--down``, cannot be asked again.)
     ``transports``: open connections to the nodes, as :func:`logs` takes them."""
     record = cluster_record(name)
@@ -334,11 +327,7 @@ def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[s
             stopping.append(stop)
             stop.start()
 
-    try:
-        ends = logs(name, job_id, out, on_end=on_end, transports=transports)
-    except KeyboardInterrupt:
-        err.write(stopped_following(name, job_id))
-        return 130
+    ends = logs(name, job_id, out, on_end=on_end, transports=transports)
     for stop in stopping:
         stop.join()
     if not ends:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from skyward.pool.pool import ComputePool
     from skyward.transport import Transport
 
-__all__ = ["JobShape", "SetupBlock", "Workdir", "as_on_cluster", "close_connections", "demand", "follow",
+__all__ = ["JobShape", "SetupBlock", "Workdir", "as_on_cluster", "close_connections", "demand",
            "kept_connections", "pool_args", "run_directory", "run_on", "setup_done",
            "setup_failed", "setup_hash", "setup_needed", "start_following", "submit_job"]
 
@@ -147,21 +147,16 @@ def close_connections(connections: Mapping[int, Transport]) -> None:
             transport.close()
 
 
-def follow(name: str, job: int, setup_ran: bool, connections: Mapping[int, Transport], err: IO[str]) -> int:
-    """Follow job ``job`` of cluster ``name`` to its end over ``connections`` (the pool's, kept
-    open past its detach: :func:`kept_connections`), then close them; returns the job's exit
-    status (:func:`skyward.clusters.jobs.follow_job`). A setup that failed is forgotten
-    (``--fast`` runs it again next time)."""
-    return start_following(name, job, setup_ran, connections, err)()
-
-
 def start_following(name: str, job: int, setup_ran: bool, connections: Mapping[int, Transport],
                     err: IO[str]) -> Callable[[], int]:
-    """:func:`follow`, begun in a thread of its own: the job's log is read while the pool
-    detaches (the detach confirms each bridge gone, a round trip per node, ~0.1 s: the job
-    runs meanwhile). Returns the wait for its end, which gives :func:`follow`'s exit status
-    (raising what the follow raised) and forgets a failed setup only then, once the detach has
-    written the cluster's record. An interrupt of the wait stops following, never the job."""
+    """Follow job ``job`` of cluster ``name`` to its end over ``connections`` (the pool's, kept
+    open past its detach: :func:`kept_connections`; closed after), in a thread of its own: the
+    job's log is read while the pool detaches (the detach confirms each bridge gone, a round
+    trip per node, ~0.1 s: the job runs meanwhile). Returns the wait for its end, which gives
+    the job's exit status (:func:`skyward.clusters.jobs.follow_job`; raising what the follow
+    raised) and forgets a failed setup (``--fast`` runs it again next time) only then, once the
+    detach has written the cluster's record. An interrupt of the wait stops following, never
+    the job (the caller says so)."""
     from skyward.clusters.jobs import FAILED_SETUP, follow_job
 
     ended: list[str] = []

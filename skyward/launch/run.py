@@ -308,12 +308,14 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
         err.write(f"skyward: {phase[0]} failed on node {exc.node}: {exc}\n")
         return exc.exit_code if exc.exit_code > 0 else 128 - exc.exit_code
     except KeyboardInterrupt:  # (a job submitted to the cluster and followed goes on, whenever this comes)
-        from skyward.clusters.jobs import stopped_following
-
         left = "detached; the cluster stays up" if cluster is not None else "the pool was torn down"
-        followed = cluster is not None and len(phase) > 1 and not detach_run
-        err.write(stopped_following(str((cluster or {})["name"]), int(phase[1])) if followed
-                  else f"skyward: interrupted; {left}\n")
+        if cluster is not None and len(phase) > 1 and not detach_run:
+            name, job = cluster["name"], phase[1]
+            left = f"stopped following job {job}; it goes on on cluster {name} (`skyward logs {name} {job}`, " \
+                   f"`skyward cancel {name} {job}`)"
+            err.write(f"skyward: {left}\n")
+        else:
+            err.write(f"skyward: interrupted; {left}\n")
         return 130
     except SkywardError as exc:
         err.write(f"skyward: error: {exc}\n")

@@ -107,7 +107,7 @@ class Dispatcher:
         self._connections()  # (raises when the pool is not open)
         if self._elastic is not None:
             self._elastic.raise_error()
-        payload, options = payload or pending.payload(), pending.options
+        payload, options = pending.payload() if payload is None else payload, pending.options
         if self.queue is not None:
             queue = self.queue
             if not options.retries:
