@@ -4,6 +4,7 @@ autostop waiting for the queue. Every wait is on a state, with a bound."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -296,6 +297,28 @@ def test_the_queue_and_cancel_on_ssh_hosts(home: str, tmp_path: Path, test_hosts
     assert [p for p in pids if pid_alive(p)] == []
     assert jobs.job("hosts", 2).status == "CANCELLED"
     assert manage.down("hosts") == []
+
+
+def test_a_followed_job_that_ends_before_the_detach_leaves_it_the_connections(home: str, tmp_path: Path,
+                                                                              test_hosts, wheelhouse) -> None:
+    """``exec NAME 'echo'`` follows its job while the pool detaches, over the same SSH
+    connections; a job that ends first must not close them under the detach (which confirms
+    each bridge gone over them: it failed with "the SSH connection ... was closed", exit 1)."""
+    from skyward import ComputePool
+    from skyward.launch import cluster as clusters
+
+    provider = ssh_provider(test_hosts[:2], wheelhouse)
+    assert execute(plan(task(tmp_path, QUICK)), provider=provider, console=False, cluster={"name": "fol"}) == 0
+    err = io.StringIO()
+    with ComputePool(name="fol") as pool:  # (attaches: the cluster is up)
+        shape = plan(task(tmp_path, QUICK))
+        job = clusters.submit_job(pool, shape, "true", {}, None)
+        following = clusters.start_following("fol", job, False, clusters.kept_connections(pool), err)
+        until(lambda: not any(t.name == f"skyward-follow-{job}" for t in threading.enumerate()), 60,
+              "the follow to see the job end")
+    assert following() == 0, err.getvalue()
+    assert jobs.job("fol", job).status == "SUCCEEDED"
+    assert manage.down("fol") == []
 
 
 def test_a_follower_looks_again_within_milliseconds_at_first_then_every_follow_poll() -> None:

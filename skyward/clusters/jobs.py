@@ -314,8 +314,8 @@ def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[s
     """Follow job ``job_id`` until it ends (what ``launch -c``/``exec`` do after submitting); returns
     SkyPilot's code for how it ended (0 succeeded, 100 failed, 103 cancelled; ``ended`` gets the
     state). A setup that fails on one node ends the job's part on the others (as SkyPilot's job
-    stops at a failed setup). (How it ended comes
-    with the log: a cluster torn down right after its last job, ``--down``, cannot be asked again.)
+    stops at a failed setup). (How it ended comes with the log: a cluster torn down right after
+    its last job, ``--down``, cannot be asked again.)
     ``transports``: open connections to the nodes, as :func:`logs` takes them."""
     record = cluster_record(name)
     nodes = sorted(inst.node for inst in record.instances)
