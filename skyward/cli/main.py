@@ -271,6 +271,10 @@ def _down_pool(args: argparse.Namespace, out: IO[str], err: IO[str]) -> int:
     if not left.empty:
         err.write(f"skyward: error: not confirmed removed after {args.timeout:g}s: {left.describe()}\n")
         return 1
+    from skyward.providers.aws.release import remove_files
+
+    for gone in found.pools:  # (their private files: a killed client's login key among them)
+        remove_files(gone)
     out.write(f"removed and confirmed: {what} ({len(found.live_instances)} instance(s), "
               f"{len(found.key_pairs)} key pair(s), {len(found.security_groups)} security group(s))\n")
     return 0

@@ -11,11 +11,13 @@ writes the counts to docs/reliability.md.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -252,7 +254,12 @@ def down_removes_what_the_watchdog_would(cloud) -> None:
     are the watchdog's to power off, see WATCHDOG); ``skyward down --all`` removes them all."""
     left = cloud.leftovers()
     assert len(left.get("instances", ())) == 2 and left.get("key_pairs") and left.get("security_groups"), left
+    pools = [t["Value"] for k in cloud.client().describe_key_pairs(KeyNames=left["key_pairs"])["KeyPairs"]
+             for t in k.get("Tags", ()) if t["Key"] == "skyward:pool"]
+    scratch = [d for pool in pools for d in glob.glob(os.path.join(tempfile.gettempdir(), f"skyward-aws-{pool}-*"))]
     down = subprocess.run([sys.executable, "-m", "skyward.cli", "down", "--all", "--timeout", "60"],
                           capture_output=True, text=True, timeout=90, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert down.returncode == 0 and "removed and confirmed" in down.stdout, down.stdout + down.stderr
+    # the killed client's private directory goes with its machines (it may hold their login key)
+    assert pools and scratch and [d for d in scratch if os.path.exists(d)] == [], (pools, scratch)
     # (the aws fixture checks afterwards that nothing is left)

@@ -31,7 +31,7 @@ from skyward.providers.aws.keys import new_key_pair, write_private
 from skyward.providers.aws.plan import LaunchPlan
 from skyward.providers.base import Instance
 
-__all__ = ["PoolState", "create_access", "launch", "lookup_public_ip", "resolve_ssh_cidr"]
+__all__ = ["PoolState", "create_access", "launch", "lookup_public_ip", "resolve_ssh_cidr", "scratch_prefix"]
 
 
 @dataclass
@@ -78,6 +78,12 @@ def resolve_ssh_cidr(ssh_cidr: str | None, ip_lookup_url: str) -> str:
     return f"{address}/{32 if ':' not in address else 128}"
 
 
+def scratch_prefix(pool_id: str) -> str:
+    """The name an unnamed pool's private directory starts with (made by ``tempfile`` in the
+    launching machine's temporary directory; a named cluster's is :func:`machines.cluster_directory`)."""
+    return f"skyward-aws-{pool_id}-"
+
+
 def create_access(ec2: api.EC2, pool: PoolState, *, ssh_cidr: str, ssh_key: str | None, public_key: str | None,
                   make_host_key: bool, ports: Sequence[tuple[int, int]] = ()) -> tuple[str, watchdog.HostKey | None]:
     """Make the pool's private directory and keys, then its key pair and security group on AWS.
@@ -87,7 +93,7 @@ def create_access(ec2: api.EC2, pool: PoolState, *, ssh_cidr: str, ssh_key: str 
     public halves are sent to AWS. Returns the security group's id and, with
     ``make_host_key``, the host key the pool's machines install at boot (else None).
     """
-    pool.directory = pool.directory or tempfile.mkdtemp(prefix=f"skyward-aws-{pool.pool_id}-")  # mode 0700
+    pool.directory = pool.directory or tempfile.mkdtemp(prefix=scratch_prefix(pool.pool_id))  # mode 0700
     if ssh_key is not None:
         pool.key_path, public = ssh_key, public_key or ""
     else:

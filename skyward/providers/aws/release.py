@@ -14,8 +14,11 @@ Ctrl-C cannot cut it short, and notes on the launch's error what could not be re
 from __future__ import annotations
 
 import contextlib
+import glob
+import os
 import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -23,10 +26,10 @@ from typing import Any
 from skyward.errors import ProvisionError
 from skyward.providers.aws import ec2 as api
 from skyward.providers.aws import inventory, machines
-from skyward.providers.aws.launch import PoolState
+from skyward.providers.aws.launch import PoolState, scratch_prefix
 from skyward.providers.base import Instance
 
-__all__ = ["Releasing", "destroy"]
+__all__ = ["Releasing", "destroy", "remove_files"]
 
 
 class Releasing:
@@ -135,10 +138,20 @@ def destroy(ec2: api.EC2, pool_id: str, directory: str | None, *, timeout: float
     left = inventory.destroy(ec2, pool_id, timeout=timeout, settle=settle)
     if left.empty:
         if directory is None:
-            directory = str(machines.cluster_directory(pool_id))
-        if directory:
+            remove_files(pool_id)
+        elif directory:
             shutil.rmtree(directory, ignore_errors=True)
     return left
+
+
+def remove_files(pool_id: str) -> None:
+    """Delete the private files (login key, known_hosts) of pool ``pool_id``, once its machines
+    are gone, from a process that did not launch it: a named cluster's under ``SKYWARD_HOME``,
+    or an unnamed pool's whose client was killed (``skyward down`` on the machine that launched
+    it finds that one by its name in the temporary directory)."""
+    pattern = os.path.join(glob.escape(tempfile.gettempdir()), glob.escape(scratch_prefix(pool_id)) + "*")
+    for directory in [*glob.glob(pattern), str(machines.cluster_directory(pool_id))]:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _pool_of(item: Mapping[str, Any]) -> str:
