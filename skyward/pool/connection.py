@@ -241,7 +241,7 @@ class NodeConnection:
     def _handle(self, control: tuple, parts: list[Any]) -> None:
         kind = control[0]
         if kind == Kind.RESULT:
-            batch.resolve(self, ((kind, control[1], len(parts)),), parts)
+            batch.result(self, control[1], parts)
         elif kind in (Kind.ERROR, Kind.REPLIES):
             batch.resolve(self, (control,) if kind == Kind.ERROR else control[1], parts)
         elif kind == Kind.OUTPUT:

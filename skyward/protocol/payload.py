@@ -51,7 +51,12 @@ def is_plain(value: Any, depth: int = 0) -> bool:
     if depth >= 3:
         return False
     if t is tuple or t is list:
-        return not value or (len(value) <= 64 and all(is_plain(v, depth + 1) for v in value))
+        if len(value) > 64:
+            return False
+        for v in value:  # (a loop, not all(): this runs on every call's arguments)
+            if type(v) not in _PLAIN and not is_plain(v, depth + 1):
+                return False
+        return True
     if t is dict:
         return not value or len(value) <= 64 and all(is_plain(k, depth + 1) and is_plain(v, depth + 1) for k, v in value.items())
     if t.__name__ == "ndarray" and t.__module__ == "numpy":
