@@ -93,6 +93,8 @@ def dumps_payload(value: Any) -> Payload:
     Plain data (numbers, strings, bytes, numpy arrays, and small containers of them) goes
     through the C pickler, several times faster than cloudpickle's set-up for a small value.
     """
+    if value is None:  # (what most tasks without a result return: made once)
+        return _NONE
     buffers: list[memoryview] = []
 
     def keep(buf: pickle.PickleBuffer) -> bool:
@@ -107,6 +109,9 @@ def dumps_payload(value: Any) -> Payload:
     else:
         data = dumps_by_value(value, buffer_callback=keep)
     return Payload(data, buffers)
+
+
+_NONE = Payload(pickle.dumps(None, protocol=5))
 
 
 def loads_payload(parts: Sequence[Any]) -> Any:
