@@ -81,8 +81,10 @@ def result(conn: Connection, task_id: int, parts: list[Any]) -> None:
     except BaseException as exc:
         fail(task.future, exc)
     else:
-        with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
+        try:
             task.future.set_result(value)
+        except InvalidStateError:  # cancelled meanwhile (a try, not suppress(): this is every result)
+            pass
 
 
 class TaskFuture(Future[Any]):

@@ -112,8 +112,10 @@ class NodeConnection:
         """Send a task; its result resolves the returned Future (or ``reply``, for :meth:`call`)."""
         task_id, future = self.register(name, timeout, reply)
         if task_id is not None:
-            with contextlib.suppress(WorkerLost):  # (_lose() already failed the future)
+            try:
                 self.send((Kind.TASK, task_id, name), payload)
+            except WorkerLost:  # (_lose() already failed the future)
+                pass
         return future
 
     def register(self, name: str, timeout: float | None, reply: Reply | None = None) -> tuple[int | None, Any]:

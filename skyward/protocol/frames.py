@@ -231,7 +231,15 @@ class FrameReader:
             self._lo += first
         else:
             control = pickle.loads(self._take(first))
-        return control, [self._take(n) for n in lens[1:]]
+        parts = []
+        for n in lens[1:]:
+            lo = self._lo
+            if self._hi - lo >= n:  # (the usual small part, read along with its header: a copy)
+                parts.append(self._buf[lo:lo + n])
+                self._lo = lo + n
+            else:
+                parts.append(self._take(n))
+        return control, parts
 
 
 #: Parts from this size on are received into memory mapped and populated in one go.
