@@ -208,7 +208,7 @@ class FrameReader:
 
     def recv(self) -> tuple[tuple, list[bytearray]] | None:
         """Return ``(control, payload_parts)``; payload_parts is empty for plain messages."""
-        if not self._fill(_COUNT.size):
+        if self._hi - self._lo < _COUNT.size and not self._fill(_COUNT.size):  # (checks inlined)
             if self._hi > self._lo:
                 raise EOFError("stream ended inside a frame header")
             return None
@@ -217,16 +217,18 @@ class FrameReader:
             raise EOFError(f"corrupt frame header (parts={count})")
         head = _COUNT.size + _LEN.size * count
         if head <= _CHUNK:
-            if not self._fill(head):
+            if self._hi - self._lo < head and not self._fill(head):
                 raise EOFError("stream ended inside a frame header")
-            lens = (_LENS[count] if count < 3 else _layout(f"!{count}Q")).unpack_from(self._buf, self._lo + _COUNT.size)
+            layout = _LENS[count] if count < 3 else _layout(f"!{count}Q")
+            lens = layout.unpack_from(self._buf, self._lo + _COUNT.size)
             self._lo += head
         else:  # a frame with thousands of buffers
             self._lo += _COUNT.size
             lens = _layout(f"!{count}Q").unpack(self._take(head - _COUNT.size))
         self.received += head + sum(lens)
         first = lens[0]
-        if first <= _CHUNK and self._fill(first):  # the control part, unpickled in place
+        # The control part, unpickled in place.
+        if first <= _CHUNK and (self._hi - self._lo >= first or self._fill(first)):
             control = pickle.loads(self._view[self._lo:self._lo + first])
             self._lo += first
         else:
