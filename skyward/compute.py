@@ -342,6 +342,8 @@ def _pool(pool: Any, op: str) -> Pool:
 def _reject_open_files(p: PendingCompute[Any]) -> None:
     """An open file is this process's handle, not data: cloudpickle would silently send a copy
     of what is left to read (as a StringIO), so say so instead, naming the argument."""
+    if not p.args and not p.kwargs:
+        return
     import io
 
     if not any(isinstance(v, io.IOBase) for v in (*p.args, *p.kwargs.values())):

@@ -62,23 +62,29 @@ def resolve(conn: Connection, entries: Sequence[tuple[Any, ...]], parts: list[An
     for entry in entries:
         kind, task_id = entry[0], entry[1]
         if kind == Kind.RESULT:
-            mine = parts[at:at + entry[2]]
+            result(conn, task_id, parts[at:at + entry[2]])
             at += entry[2]
-            task = conn.finish(task_id, True)
-            if task is None:
-                continue
-            try:
-                value = loads_payload(mine)
-            except BaseException as exc:
-                fail(task.future, exc)
-            else:
-                with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
-                    task.future.set_result(value)
         else:
             task = conn.finish(task_id, False)
             if task is not None:
                 failure: RemoteFailure = entry[2]
                 fail(task.future, failure.rebuild(conn.node))
+
+
+def result(conn: Connection, task_id: int, parts: list[Any]) -> None:
+    """A task's RESULT (a frame of its own, or one of a REPLIES frame's): resolve its future."""
+    task = conn.finish(task_id, True)
+    if task is None:
+        return
+    try:
+        value = loads_payload(parts)
+    except BaseException as exc:
+        fail(task.future, exc)
+    else:
+        try:
+            task.future.set_result(value)
+        except InvalidStateError:  # cancelled meanwhile (a try, not suppress(): this is every result)
+            pass
 
 
 class TaskFuture(Future[Any]):

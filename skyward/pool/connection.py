@@ -112,8 +112,10 @@ class NodeConnection:
         """Send a task; its result resolves the returned Future (or ``reply``, for :meth:`call`)."""
         task_id, future = self.register(name, timeout, reply)
         if task_id is not None:
-            with contextlib.suppress(WorkerLost):  # (_lose() already failed the future)
+            try:
                 self.send((Kind.TASK, task_id, name), payload)
+            except WorkerLost:  # (_lose() already failed the future)
+                pass
         return future
 
     def register(self, name: str, timeout: float | None, reply: Reply | None = None) -> tuple[int | None, Any]:
@@ -241,7 +243,7 @@ class NodeConnection:
     def _handle(self, control: tuple, parts: list[Any]) -> None:
         kind = control[0]
         if kind == Kind.RESULT:
-            batch.resolve(self, ((kind, control[1], len(parts)),), parts)
+            batch.result(self, control[1], parts)
         elif kind in (Kind.ERROR, Kind.REPLIES):
             batch.resolve(self, (control,) if kind == Kind.ERROR else control[1], parts)
         elif kind == Kind.OUTPUT:

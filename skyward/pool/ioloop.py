@@ -74,6 +74,8 @@ class IOLoop:
 
     def park(self, owner: Parked) -> None:
         """Ask ``owner.retake()`` on the loop every :data:`PARK_CHECK` s until it returns True."""
+        if owner in self._parked:  # (the usual case, checked without the lock: only the loop,
+            return  # whose retake() says the owner's stream is read again, takes it out)
         with self._parked_lock:
             if owner in self._parked:
                 return

@@ -77,12 +77,19 @@ class FrameWriter:
 
     def send(self, control: tuple, payload: Payload | None = None) -> None:
         head = pickle.dumps(control, protocol=5)
-        if payload is None:
-            parts: list[Any] = [head]
-            sizes = [len(head)]
+        if payload is None:  # (the usual frames first: one or two parts, one joined write)
+            frame = _ONE.pack(1, len(head)) + head
+        elif not payload.buffers and len(payload.data) < _SMALL_FRAME:
+            frame = b"".join((_TWO.pack(2, len(head), len(payload.data)), head, payload.data))
         else:
-            parts = [head, payload.data, *payload.buffers]
-            sizes = [len(head), len(payload.data), *(memoryview(b).nbytes for b in payload.buffers)]
+            frame = None
+        if frame is not None:
+            with self._lock:
+                self._stream.write(frame)
+                self._stream.flush()
+            return
+        parts = [head, payload.data, *payload.buffers]
+        sizes = [len(head), len(payload.data), *(memoryview(b).nbytes for b in payload.buffers)]
         count = len(parts)
         header = _layout(f"!I{count}Q").pack(count, *sizes)
         with self._lock:
@@ -99,7 +106,7 @@ class FrameWriter:
         """Send a small message unless another thread is writing now (False: not sent). For
         messages that may be skipped (a ping): the caller never waits behind a large frame."""
         head = pickle.dumps(control, protocol=5)
-        frame = _layout("!IQ").pack(1, len(head)) + head
+        frame = _ONE.pack(1, len(head)) + head
         if not self._lock.acquire(blocking=False):
             return False
         try:
@@ -201,7 +208,7 @@ class FrameReader:
 
     def recv(self) -> tuple[tuple, list[bytearray]] | None:
         """Return ``(control, payload_parts)``; payload_parts is empty for plain messages."""
-        if not self._fill(_COUNT.size):
+        if self._hi - self._lo < _COUNT.size and not self._fill(_COUNT.size):  # (checks inlined)
             if self._hi > self._lo:
                 raise EOFError("stream ended inside a frame header")
             return None
@@ -210,21 +217,31 @@ class FrameReader:
             raise EOFError(f"corrupt frame header (parts={count})")
         head = _COUNT.size + _LEN.size * count
         if head <= _CHUNK:
-            if not self._fill(head):
+            if self._hi - self._lo < head and not self._fill(head):
                 raise EOFError("stream ended inside a frame header")
-            lens = _layout(f"!{count}Q").unpack_from(self._buf, self._lo + _COUNT.size)
+            layout = _LENS[count] if count < 3 else _layout(f"!{count}Q")
+            lens = layout.unpack_from(self._buf, self._lo + _COUNT.size)
             self._lo += head
         else:  # a frame with thousands of buffers
             self._lo += _COUNT.size
             lens = _layout(f"!{count}Q").unpack(self._take(head - _COUNT.size))
         self.received += head + sum(lens)
         first = lens[0]
-        if first <= _CHUNK and self._fill(first):  # the control part, unpickled in place
+        # The control part, unpickled in place.
+        if first <= _CHUNK and (self._hi - self._lo >= first or self._fill(first)):
             control = pickle.loads(self._view[self._lo:self._lo + first])
             self._lo += first
         else:
             control = pickle.loads(self._take(first))
-        return control, [self._take(n) for n in lens[1:]]
+        parts = []
+        for n in lens[1:]:
+            lo = self._lo
+            if self._hi - lo >= n:  # (the usual small part, read along with its header: a copy)
+                parts.append(self._buf[lo:lo + n])
+                self._lo = lo + n
+            else:
+                parts.append(self._take(n))
+        return control, parts
 
 
 #: Parts from this size on are received into memory mapped and populated in one go.
@@ -264,3 +281,6 @@ def _layout(fmt: str) -> struct.Struct:
 
 
 _STRUCTS: dict[str, struct.Struct] = {}
+#: The headers of the usual frames (a control part, and a payload), made once.
+_ONE, _TWO = _layout("!IQ"), _layout("!I2Q")
+_LENS = (None, _layout("!Q"), _layout("!2Q"))

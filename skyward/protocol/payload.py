@@ -51,7 +51,12 @@ def is_plain(value: Any, depth: int = 0) -> bool:
     if depth >= 3:
         return False
     if t is tuple or t is list:
-        return not value or (len(value) <= 64 and all(is_plain(v, depth + 1) for v in value))
+        if len(value) > 64:
+            return False
+        for v in value:  # (a loop, not all(): this runs on every call's arguments)
+            if type(v) not in _PLAIN and not is_plain(v, depth + 1):
+                return False
+        return True
     if t is dict:
         return not value or len(value) <= 64 and all(is_plain(k, depth + 1) and is_plain(v, depth + 1) for k, v in value.items())
     if t.__name__ == "ndarray" and t.__module__ == "numpy":
@@ -88,6 +93,8 @@ def dumps_payload(value: Any) -> Payload:
     Plain data (numbers, strings, bytes, numpy arrays, and small containers of them) goes
     through the C pickler, several times faster than cloudpickle's set-up for a small value.
     """
+    if value is None:  # (what most tasks without a result return: made once)
+        return _NONE
     buffers: list[memoryview] = []
 
     def keep(buf: pickle.PickleBuffer) -> bool:
@@ -102,6 +109,9 @@ def dumps_payload(value: Any) -> Payload:
     else:
         data = dumps_by_value(value, buffer_callback=keep)
     return Payload(data, buffers)
+
+
+_NONE = Payload(pickle.dumps(None, protocol=5))
 
 
 def loads_payload(parts: Sequence[Any]) -> Any:

@@ -45,6 +45,8 @@ class Replies:
     def hold(self, control: tuple, payload: Payload | None) -> bool:
         """Hold a RESULT or ERROR of a batched task (True), or leave it to be sent now (False)."""
         task_id = control[1]
+        if not self._owed:  # (no batch owed: a batch's ids are owed before any of its tasks runs)
+            return False
         with self._lock:
             if task_id not in self._owed:
                 return False
