@@ -19,6 +19,7 @@ Mind Python's precedence: ``>>`` binds tighter than ``&``, so write ``(p1 & p2) 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import weakref
@@ -102,15 +103,21 @@ class PendingCompute(Generic[T]):
     def payload(self) -> Payload:
         """Serialize the call for a worker; name the argument at fault when one can't be.
 
-        The function travels as its own pickle, made once per function object and reused for
-        every later call (workers keep the unpickled function by those bytes too), so sending
-        the same function many times costs only its arguments.
+        The function travels as its own pickle, made once per function object (workers keep the
+        unpickled function by those bytes too); a call without arguments is made once, whole.
         """
+        bare = not self.args and not self.kwargs
+        if bare and self.fn in _bare_payloads:
+            return _bare_payloads[self.fn]
         _reject_open_files(self)
         try:
-            return dumps_payload((function_blob(self.fn), self.args, self.kwargs))
+            made = dumps_payload((function_blob(self.fn), self.args, self.kwargs))
         except Exception as exc:
             raise _explain_unpicklable(self, exc) from exc
+        if bare:
+            with contextlib.suppress(TypeError):  # not weak-referenceable (a builtin): not kept
+                _bare_payloads[self.fn] = made
+        return made
 
     def local(self) -> T:
         """Run here and now."""
@@ -294,6 +301,7 @@ def compute(fn: Any = None, /, *, name: str | None = None, timeout: float | None
 
 
 _blobs: weakref.WeakKeyDictionary[Callable[..., Any], bytes] = weakref.WeakKeyDictionary()
+_bare_payloads: weakref.WeakKeyDictionary[Callable[..., Any], Payload] = weakref.WeakKeyDictionary()
 
 
 def function_blob(fn: Callable[..., Any]) -> bytes:
