@@ -27,3 +27,23 @@ def test_the_quick_commands_import_no_heavy_package(args, tmp_path):
     assert "skyward.cli.main" in modules
     heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY)
     assert heavy == [], f"skyward {' '.join(args)} imports {heavy[:10]}"
+
+
+def program(code: str, home: str) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter running ``code``, then ``python -m skyward.cli --version`` in it."""
+    script = code + "\nimport runpy, sys\nsys.argv = ['skyward', '--version']\nrunpy.run_module('skyward.cli', run_name='__main__')\n"
+    return subprocess.run([sys.executable, "-c", script], env=dict(os.environ, SKYWARD_HOME=home),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_command_ends_without_the_interpreters_teardown_once_its_output_is_out(tmp_path):
+    # `skyward exec NAME true` spent ~30 ms after its command had returned in the interpreter's
+    # teardown (freeing every module, joining paramiko's threads): the program ends at once.
+    done = program("import atexit\natexit.register(print, 'teardown ran')", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("skyward ")  # (its output is out, flushed before the end)
+    assert "teardown ran" not in done.stdout
+    # A thread that is not a daemon is still waited for, as Python does.
+    waited = program("import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), "
+                     "print('thread ended', flush=True))).start()", str(tmp_path))
+    assert waited.returncode == 0 and waited.stdout.splitlines()[-1] == "thread ended", waited.stdout

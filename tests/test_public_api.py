@@ -121,9 +121,9 @@ def test_every_documented_import_path_works() -> None:
 
 
 def test_the_command_line_entry_points_work() -> None:
-    """``skyward`` (pyproject's ``skyward.cli:main``) and ``python -m skyward.cli``."""
-    from skyward.cli import main
+    """``skyward`` (pyproject's ``skyward.cli:run``) and ``python -m skyward.cli``."""
+    from skyward.cli import main, run
 
-    assert callable(main)
+    assert callable(main) and callable(run)
     out = subprocess.run([sys.executable, "-m", "skyward.cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and sky.__version__ in out.stdout + out.stderr

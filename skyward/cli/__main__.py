@@ -1,7 +1,5 @@
 """``python -m skyward.cli``: the ``skyward`` command."""
 
-import sys
+from skyward.cli import run
 
-from skyward.cli.main import main
-
-sys.exit(main())
+run()
