@@ -40,6 +40,8 @@ ENDINGS = (FAILED_SETUP, CANCELLED, FAILED_DRIVER, FAILED)
 NOT_FINISHED, NO_SUCH_JOB = 101, 102
 #: Bytes of a node's log that :func:`log_since` sends at most (the rest comes with the next ask).
 LOG_CHUNK = 1_000_000
+#: Seconds a follower started as its job is being queued waits for the job's part on its node.
+APPEAR = 60.0
 
 
 @dataclass(frozen=True)
@@ -223,12 +225,16 @@ def _ids(known: dict[int, JobRow]) -> str:
 
 def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int = -1,
          on_end: Callable[[int, str], None] | None = None,
-         transports: Mapping[int, Transport] | None = None) -> dict[int, tuple[str, int | None]]:
+         transports: Mapping[int, Transport] | None = None,
+         queued: threading.Event | None = None) -> dict[int, tuple[str, int | None]]:
     """Write job ``job_id``'s output, every node's lines as ``[node N] ...``; with ``follow``,
     until it has ended on every node (``on_end(node, state)`` as each node's part ends). Returns
     how it ended on each node that said so (with ``follow``): node -> (state, exit code).
     ``transports`` (by node number) are open connections to ask the nodes over (the caller's:
-    left open); a node without one gets a connection of its own."""
+    left open); a node without one gets a connection of its own. ``queued``: the job is being
+    queued, set once it is: each node's follower starts meanwhile and waits for its part
+    (:data:`APPEAR` seconds at most); one that found none (a node whose tool is older, or had
+    no queue yet) is started again once ``queued`` is set."""
     from skyward.runtime.jobtool import END_MARK
 
     record = cluster_record(name)
@@ -251,11 +257,15 @@ def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int
 
         given = (transports or {}).get(inst.node)
         transport = given or reach(inst)
+        asks = ["1" if follow else "0", str(tail)]
         try:
             # (the follower starts nothing: its group, with the stream's dead man's switch, ends as
             # the stream closes; confirming it would cost a round trip per node at every follow's end)
-            transport.stream(_tool(record, inst.node, "follow", str(job_id), "1" if follow else "0", str(tail)), line,
-                             confirm_gone=False)
+            code = transport.stream(_tool(record, inst.node, "follow", str(job_id), *asks,
+                                          *([f"{APPEAR:g}"] if queued is not None else [])), line, confirm_gone=False)
+            if code == NO_SUCH_JOB and queued is not None and inst.node not in ends:
+                queued.wait()
+                transport.stream(_tool(record, inst.node, "follow", str(job_id), *asks), line, confirm_gone=False)
         finally:
             if given is None:
                 with contextlib.suppress(Exception):
@@ -310,13 +320,13 @@ def _stop_others(record: ClusterRecord, job_id: int, node: int) -> None:
 
 
 def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[str] | None = None,
-               transports: Mapping[int, Transport] | None = None) -> int:
+               transports: Mapping[int, Transport] | None = None, queued: threading.Event | None = None) -> int:
     """Follow job ``job_id`` until it ends (what ``launch -c``/``exec`` do after submitting); returns
     SkyPilot's code for how it ended (0 succeeded, 100 failed, 103 cancelled; ``ended`` gets the
     state). A setup that fails on one node ends the job's part on the others (as SkyPilot's job
     stops at a failed setup). (How it ended comes with the log: a cluster torn down right after
     its last job, ``--down``, cannot be asked again.)
-    ``transports``: open connections to the nodes, as :func:`logs` takes them."""
+    ``transports``: open connections to the nodes, and ``queued``, as :func:`logs` takes them."""
     record = cluster_record(name)
     nodes = sorted(inst.node for inst in record.instances)
     stopping: list[threading.Thread] = []
@@ -327,7 +337,7 @@ def follow_job(name: str, job_id: int, out: IO[str], err: IO[str], ended: list[s
             stopping.append(stop)
             stop.start()
 
-    ends = logs(name, job_id, out, on_end=on_end, transports=transports)
+    ends = logs(name, job_id, out, on_end=on_end, transports=transports, queued=queued)
     for stop in stopping:
         stop.join()
     if not ends:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from skyward.pool.pool import ComputePool
     from skyward.transport import Transport
 
-__all__ = ["JobShape", "SetupBlock", "Workdir", "as_on_cluster", "close_connections", "demand",
+__all__ = ["Follow", "JobShape", "SetupBlock", "Workdir", "as_on_cluster", "close_connections", "demand",
            "kept_connections", "pool_args", "run_directory", "run_on", "setup_done",
            "setup_failed", "setup_hash", "setup_needed", "start_following", "submit_job"]
 
@@ -148,7 +148,7 @@ def close_connections(connections: Mapping[int, Transport]) -> None:
 
 
 def start_following(name: str, job: int, setup_ran: bool, connections: Mapping[int, Transport],
-                    err: IO[str]) -> Callable[[], int]:
+                    err: IO[str], queued: threading.Event | None = None) -> Callable[[], int]:
     """Follow job ``job`` of cluster ``name`` to its end over ``connections`` (the pool's, kept
     open past its detach: :func:`kept_connections`; closed after), in a thread of its own: the
     job's log is read while the pool detaches (the detach confirms each bridge gone, a round
@@ -156,7 +156,8 @@ def start_following(name: str, job: int, setup_ran: bool, connections: Mapping[i
     the job's exit status (:func:`skyward.clusters.jobs.follow_job`; raising what the follow
     raised) and forgets a failed setup (``--fast`` runs it again next time) only then, once the
     detach has written the cluster's record. An interrupt of the wait stops following, never
-    the job (the caller says so)."""
+    the job (the caller says so). ``queued``: the job is still being queued (see
+    :func:`submit_job`), set once it is (:func:`skyward.clusters.jobs.logs`)."""
     from skyward.clusters.jobs import FAILED_SETUP, follow_job
 
     ended: list[str] = []
@@ -165,7 +166,7 @@ def start_following(name: str, job: int, setup_ran: bool, connections: Mapping[i
 
     def run() -> None:
         try:
-            result.append(follow_job(name, job, sys.stdout, err, ended, transports=connections))
+            result.append(follow_job(name, job, sys.stdout, err, ended, transports=connections, queued=queued))
         except BaseException as exc:  # (raised by the wait, in the caller's thread)
             failure.append(exc)
 
@@ -186,6 +187,30 @@ def start_following(name: str, job: int, setup_ran: bool, connections: Mapping[i
         return result[0]
 
     return wait
+
+
+class Follow:
+    """The follow of the job a run submits to cluster ``name`` (``exec``, ``launch -c`` without
+    ``-d``): :meth:`start` as the job is numbered (:func:`submit_job`'s ``numbered``), over the
+    pool's connections kept past its detach; :meth:`end` waits for the job's end (0 when no
+    follow started); :meth:`close` ends a follow begun, with its connections, on a failure."""
+
+    def __init__(self, name: str, err: IO[str]):
+        self.name, self.err = name, err
+        self.connections: dict[int, Transport] = {}
+        self.wait: Callable[[], int] | None = None
+
+    def start(self, pool: ComputePool, job: int, setup_ran: bool) -> threading.Event:
+        self.connections = kept_connections(pool)
+        queued = threading.Event()
+        self.wait = start_following(self.name, job, setup_ran, self.connections, self.err, queued)
+        return queued
+
+    def end(self) -> int:
+        return self.wait() if self.wait is not None else 0
+
+    def close(self) -> None:
+        close_connections(self.connections)
 
 
 def setup_needed(pool: ComputePool, p: SetupBlock) -> bool:
@@ -248,10 +273,13 @@ def demand(accelerator: str | None, cpus: str | None, nodes: int) -> dict[str, A
 
 
 def submit_job(pool: ComputePool, p: JobShape, command: str, env: dict[str, str], cwd: str | None,
-               setup: str | None = None) -> int:
+               setup: str | None = None, numbered: Callable[[int], threading.Event | None] | None = None) -> int:
     """Put ``command`` in the cluster's job queue (every node runs it, ``setup`` first when given,
     detached from this client: it goes on when the client leaves, inside the cluster worker's
-    process tree, so it ends with the cluster); returns the job's id."""
+    process tree, so it ends with the cluster); returns the job's id. ``numbered(job)`` is called
+    once the head has numbered it, before every node queues it (it starts following the job:
+    a follower takes tens of milliseconds to start on a node, as long as the queueing takes);
+    the event it returns, if any, is set once the queueing is over, done or failed."""
     from skyward.compute import compute
     from skyward.runtime.jobqueue import enqueue, new_job
 
@@ -259,5 +287,10 @@ def submit_job(pool: ComputePool, p: JobShape, command: str, env: dict[str, str]
     meta = {"name": p.name, **demand(p.accelerator, p.cpus, run_on(pool, p.nodes) or len(pool.instances) or p.nodes)}
     ids = compute(name="number the job")(new_job)(meta) @ pool
     job = next(i for i in ids if i)
-    compute(name=f"queue job {job}")(enqueue)(job, meta, command, env, cwd, setup) @ pool
+    queued = numbered(job) if numbered is not None else None
+    try:
+        compute(name=f"queue job {job}")(enqueue)(job, meta, command, env, cwd, setup) @ pool
+    finally:
+        if queued is not None:
+            queued.set()
     return job

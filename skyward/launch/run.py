@@ -278,8 +278,8 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
                 from skyward.launch import cluster as clusters
 
                 shape = clusters.pool_args(dict(cluster), shape)
-            connections: Mapping[int, Any] = {}  # (kept open past the detach to follow the job over)
-            following: Callable[[], int] | None = None  # (the wait for the job this run follows)
+            # (the job submitted to a cluster is followed from its numbering on, while the pool detaches)
+            follow = clusters.Follow(str(cluster["name"]), err) if cluster is not None and not detach_run else None
             try:
                 with contextlib.ExitStack() as stack:
                     try:  # entering provisions: a refusal for capacity moves on to the next candidate
@@ -292,17 +292,13 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
                                   f"{following.describe()}\n")
                         continue
                     phase[0] = "setup"
-                    _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err)
-                    if cluster is not None and len(phase) > 1 and not detach_run:
-                        # (the job is followed while the pool detaches: the cluster lets go meanwhile)
-                        connections = clusters.kept_connections(pool)
-                        following = clusters.start_following(str(cluster["name"]), int(phase[1]), bool(phase[2]),
-                                                             connections, err)
+                    _run_stage(pool, p, phase, cluster=cluster, run_setup=run_setup, detach_run=detach_run, err=err,
+                               follow=follow)
             except BaseException:
-                if connections:  # (a follow begun ends with them)
-                    clusters.close_connections(connections)
+                if follow is not None:  # (a follow begun ends with its connections)
+                    follow.close()
                 raise
-            return following() if following is not None else 0
+            return follow.end() if follow is not None else 0
         return 1
     except CommandFailed as exc:
         err.write(f"skyward: {phase[0]} failed on node {exc.node}: {exc}\n")
@@ -323,20 +319,21 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
 
 
 def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[Any], *, cluster: Mapping[str, Any] | None = None,
-               run_setup: bool = True, detach_run: bool = False, err: IO[str] | None = None) -> None:
+               run_setup: bool = True, detach_run: bool = False, err: IO[str] | None = None, follow: Any = None) -> None:
     from skyward.launch.files import unmount_all
 
     mounted: list[str] = []  # the buckets mounted on the nodes: unmounted on every exit path
     try:
         _run_stage_body(pool, p, phase, mounted, cluster=cluster, run_setup=run_setup, detach_run=detach_run,
-                         err=err or sys.stderr)
+                         err=err or sys.stderr, follow=follow)
     finally:
         if mounted and cluster is None:  # (a cluster's job may still use them)
             unmount_all(pool, mounted, err or sys.stderr)
 
 
 def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[Any], mounted: list[str], *,
-                     cluster: Mapping[str, Any] | None, run_setup: bool, detach_run: bool, err: IO[str]) -> None:
+                     cluster: Mapping[str, Any] | None, run_setup: bool, detach_run: bool, err: IO[str],
+                     follow: Any = None) -> None:
     from skyward._shell import shell
     from skyward.launch.blocks import login_shell, on_first
     from skyward.launch.files import sync_files
@@ -367,8 +364,9 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[Any], mounted:
         cluster is None or not cluster.get("fast") or clusters.setup_needed(pool, p)) else None
     if cluster is not None:  # setup runs inside the job (SETTING_UP, FAILED_SETUP), as SkyPilot's
         if setup is not None or p.run.strip():
-            job = clusters.submit_job(pool, p, run_wrap(p.run), env, cwd, setup=wrap(setup) if setup else None)
-            phase += [job, setup is not None]  # (followed once the cluster is let go: see _execute_stage)
+            job = clusters.submit_job(pool, p, run_wrap(p.run), env, cwd, setup=wrap(setup) if setup else None,
+                                      numbered=follow and (lambda job: follow.start(pool, job, setup is not None)))
+            phase += [job, setup is not None]  # (followed from its numbering on: see _execute_stage)
             if setup is not None:
                 clusters.setup_done(pool, p)  # (undone when the followed job ends FAILED_SETUP)
             print(f"Job ID: {job}", flush=True)

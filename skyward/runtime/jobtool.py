@@ -164,19 +164,24 @@ def watch(pid_file: str, pause: float) -> None:
         time.sleep(min(0.005, left))
 
 
-def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int) -> int:
+def follow(base: str, node: int, job: int, *, keep_following: bool, tail: int, appear: float = 0.0) -> int:
     """Write node ``node``'s log of ``job`` to stdout (the last ``tail`` lines first, all when
     negative); with ``keep_following``, until the job has ended there, then its end on stderr as
     ``END_MARK STATUS EXIT_CODE`` (what the follower reports once the cluster may be gone). 102:
-    no such job."""
+    no such job, after waiting up to ``appear`` seconds for it to be queued (a follower started
+    as its job is being queued)."""
     def state() -> tuple[str, int | None] | None:
         found = _state(base, node, job)
         return None if found is None else found[:2]
 
     now = state()
+    looks = pauses()
+    until = time.monotonic() + appear
+    while now is None and time.monotonic() < until:
+        time.sleep(next(looks))
+        now = state()
     if now is None:
         return 102
-    looks = pauses()
     while keep_following and now[0] == q.PENDING:
         time.sleep(next(looks))
         now = state() or now
@@ -274,8 +279,8 @@ def result(base: str, node: int, job: int, wait: float) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``jobqueue.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL | read ID@OFFSET LIMIT |
-    result ID WAIT`` (run by its path). (``read``'s ``ID@OFFSET`` is one word so that a tool of
+    """``jobqueue.py BASE NODE rows | cancel all|ID... | follow ID 0|1 TAIL [APPEAR] | read ID@OFFSET
+    LIMIT | result ID WAIT`` (run by its path). (``read``'s ``ID@OFFSET`` is one word so that a tool of
     before ``read`` fails on it at once, exit 1, and its caller falls back to ``follow``.)"""
     base, node, what, rest = argv[1], int(argv[2]), argv[3], argv[4:]
     if what == "rows":
@@ -290,7 +295,8 @@ def main(argv: list[str]) -> int:
         return 0
     if what == "result":
         return result(base, node, int(rest[0]), float(rest[1]))
-    return follow(base, node, int(rest[0]), keep_following=rest[1] == "1", tail=int(rest[2]))
+    return follow(base, node, int(rest[0]), keep_following=rest[1] == "1", tail=int(rest[2]),
+                  appear=float(rest[3]) if len(rest) > 3 else 0.0)
 
 
 if __name__ == "__main__":
