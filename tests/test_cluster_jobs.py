@@ -347,3 +347,28 @@ def test_a_follower_sees_its_command_end_at_once_not_at_the_end_of_its_pause(tmp
     assert not returned.wait(0.05)  # (the file is there: it waits)
     pid_file.unlink()
     assert returned.wait(30)  # (a fraction of its 600 s pause)
+
+
+def test_a_follower_started_as_its_job_is_queued_waits_for_the_job_then_follows_it(tmp_path: Path, capfd) -> None:
+    # `exec` starts each node's follower as soon as the head has numbered the job, while the nodes
+    # queue it: a follower that looked before its node had queued the job said "no such job" (102).
+    from skyward.runtime import jobqueue, jobtool
+
+    base = str(tmp_path)
+    conn = jobqueue.connect(base)
+    assert jobtool.follow(base, 0, 9, keep_following=True, tail=-1) == 102  # (asked later: at once)
+    said: list[int] = []
+    follower = threading.Thread(target=lambda: said.append(jobtool.follow(base, 0, 9, keep_following=True, tail=-1,
+                                                                          appear=60.0)), daemon=True)
+    follower.start()
+    log = Path(jobqueue.log_path(base, 0, 9))
+    log.parent.mkdir(parents=True)
+    log.write_text("queued late\n")
+    conn.execute("INSERT INTO jobs (id, name, submitted, cpus, gpus, resources, nodes) VALUES (9, 'late', 0, 0.5, 0, "
+                 "'1x[CPU:0.5]', 1)")
+    conn.execute("INSERT INTO tasks (job, node, status, exit_code, owner) VALUES (9, 0, 'SUCCEEDED', 0, ?)", (os.getpid(),))
+    conn.close()
+    follower.join(60)
+    assert said == [0]
+    out = capfd.readouterr()
+    assert out.out == "queued late\n" and f"{jobtool.END_MARK} SUCCEEDED 0" in out.err

@@ -234,7 +234,7 @@ def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int
     left open); a node without one gets a connection of its own. ``queued``: the job is being
     queued, set once it is: each node's follower starts meanwhile and waits for its part
     (:data:`APPEAR` seconds at most); one that found none (a node whose tool is older, or had
-    no queue yet) is started again once ``queued`` is set."""
+    no queue yet) is started again once ``queued`` is set; no line is written before."""
     from skyward.runtime.jobtool import END_MARK
 
     record = cluster_record(name)
@@ -245,6 +245,8 @@ def logs(name: str, job_id: int, out: IO[str], *, follow: bool = True, tail: int
         from skyward.transport import reach
 
         def line(stream: str, text: str) -> None:
+            if queued is not None:
+                queued.wait()
             with lock:
                 if stream == "stderr" and text.startswith(END_MARK + " "):
                     state, code = text.split()[1:3]

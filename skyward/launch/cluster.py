@@ -192,25 +192,29 @@ def start_following(name: str, job: int, setup_ran: bool, connections: Mapping[i
 class Follow:
     """The follow of the job a run submits to cluster ``name`` (``exec``, ``launch -c`` without
     ``-d``): :meth:`start` as the job is numbered (:func:`submit_job`'s ``numbered``), over the
-    pool's connections kept past its detach; :meth:`end` waits for the job's end (0 when no
-    follow started); :meth:`close` ends a follow begun, with its connections, on a failure."""
+    pool's connections kept past its detach; :meth:`queued` once every node has queued it and
+    its id is out (the job's lines come after it); :meth:`end` waits for the job's end (0 when
+    no follow started); :meth:`close` ends a follow begun, with its connections, on a failure."""
 
     def __init__(self, name: str, err: IO[str]):
         self.name, self.err = name, err
         self.connections: dict[int, Transport] = {}
         self.wait: Callable[[], int] | None = None
+        self.done_queueing = threading.Event()
 
-    def start(self, pool: ComputePool, job: int, setup_ran: bool) -> threading.Event:
+    def start(self, pool: ComputePool, job: int, setup_ran: bool) -> None:
         self.connections = kept_connections(pool)
-        queued = threading.Event()
-        self.wait = start_following(self.name, job, setup_ran, self.connections, self.err, queued)
-        return queued
+        self.wait = start_following(self.name, job, setup_ran, self.connections, self.err, self.done_queueing)
+
+    def queued(self) -> None:
+        self.done_queueing.set()
 
     def end(self) -> int:
         return self.wait() if self.wait is not None else 0
 
     def close(self) -> None:
         close_connections(self.connections)
+        self.done_queueing.set()  # (a follower waiting for it ends: its connection is closed)
 
 
 def setup_needed(pool: ComputePool, p: SetupBlock) -> bool:
@@ -273,13 +277,12 @@ def demand(accelerator: str | None, cpus: str | None, nodes: int) -> dict[str, A
 
 
 def submit_job(pool: ComputePool, p: JobShape, command: str, env: dict[str, str], cwd: str | None,
-               setup: str | None = None, numbered: Callable[[int], threading.Event | None] | None = None) -> int:
+               setup: str | None = None, numbered: Callable[[int], None] | None = None) -> int:
     """Put ``command`` in the cluster's job queue (every node runs it, ``setup`` first when given,
     detached from this client: it goes on when the client leaves, inside the cluster worker's
     process tree, so it ends with the cluster); returns the job's id. ``numbered(job)`` is called
-    once the head has numbered it, before every node queues it (it starts following the job:
-    a follower takes tens of milliseconds to start on a node, as long as the queueing takes);
-    the event it returns, if any, is set once the queueing is over, done or failed."""
+    once the head has numbered it, before every node queues it (:meth:`Follow.start`: a follower
+    takes tens of milliseconds to start on a node, as long as the queueing takes)."""
     from skyward.compute import compute
     from skyward.runtime.jobqueue import enqueue, new_job
 
@@ -287,10 +290,7 @@ def submit_job(pool: ComputePool, p: JobShape, command: str, env: dict[str, str]
     meta = {"name": p.name, **demand(p.accelerator, p.cpus, run_on(pool, p.nodes) or len(pool.instances) or p.nodes)}
     ids = compute(name="number the job")(new_job)(meta) @ pool
     job = next(i for i in ids if i)
-    queued = numbered(job) if numbered is not None else None
-    try:
-        compute(name=f"queue job {job}")(enqueue)(job, meta, command, env, cwd, setup) @ pool
-    finally:
-        if queued is not None:
-            queued.set()
+    if numbered is not None:
+        numbered(job)
+    compute(name=f"queue job {job}")(enqueue)(job, meta, command, env, cwd, setup) @ pool
     return job

@@ -370,6 +370,8 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[Any], mounted:
             if setup is not None:
                 clusters.setup_done(pool, p)  # (undone when the followed job ends FAILED_SETUP)
             print(f"Job ID: {job}", flush=True)
+            if follow is not None:
+                follow.queued()
             if detach_run:
                 err.write(f"skyward: job {job} goes on on cluster {pool.name}; follow it with "
                           f"`skyward logs {pool.name} {job}`\n")
