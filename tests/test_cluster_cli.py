@@ -310,8 +310,11 @@ def test_launch_c_and_exec_on_ssh_hosts(home: str, tmp_path: Path, test_hosts, w
     imported = {line.rsplit("|", 1)[1].strip() for line in cli.stderr.splitlines() if line.startswith("import time:")}
     packages = {m.split(".")[0] for m in imported}
     assert "paramiko" in packages and "invoke" not in packages
-    # (nor pydantic: the attach's pool options and Image() are plainly valid, see skyward.pool.options)
+    # (nor pydantic: the attach's pool options and Image() are plainly valid, see skyward.pool.options;
+    # nor the AWS provider, for the task's default cloud, that the attach never used; nor tarfile: no
+    # files are sent)
     assert "pydantic" not in packages
+    assert not {m for m in imported if m.startswith("skyward.providers.aws")} and "tarfile" not in imported
     assert manage.down("hosts") == []
     assert wait_gone(pids, 10) == []
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import os
-import tarfile
 from pathlib import Path
 from typing import IO, Any
 
@@ -115,6 +114,8 @@ def unmount_all(pool: Any, mounted: list[str], err: IO[str]) -> None:
 
 
 def _pack(source: str, what: str) -> bytes:
+    import tarfile  # (here: a run with no files to send, `exec NAME 'cmd'`, loads none of it)
+
     buffer = io.BytesIO()
     size = 0
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
@@ -135,6 +136,7 @@ def _pack(source: str, what: str) -> bytes:
 def _unpack_here(blob: bytes, dest: str, is_dir: bool) -> str:
     """On a node: write the packed files under ``dest`` (a directory, or the file itself),
     each file atomically, so two nodes sharing a home directory never see half a file."""
+    import tarfile
     import tempfile
 
     target = Path(os.path.expandvars(os.path.expanduser(dest)))

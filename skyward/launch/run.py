@@ -263,10 +263,11 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
     try:
         for index, candidate in enumerate(attempts):
             accelerator = candidate.accelerator if candidate is not None else p.accelerator
-            made = provider or make_provider(p, candidate)
+            # (attached to a cluster as it is, `exec`, the pool takes the cluster's own provider: none is made)
+            made = None if (cluster or {}).get("attach_only") else provider or make_provider(p, candidate)
             # Remote nodes copy buckets with boto3 (S3) or a store's own tool: their environment gets it.
             pip = tuple(sorted({name for b in p.buckets for name in b.where.store.pip}))
-            image = Image(pip=pip) if pip and made.name != "local" else None
+            image = Image(pip=pip) if pip and made is not None and made.name != "local" else None
             shape: dict[str, Any] = {"provider": made, "nodes": p.nodes, "image": image,
                      "accelerator": None if p.provider == "local" else accelerator,
                      "processes_per_node": p.processes_per_node}
@@ -278,7 +279,6 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
                 from skyward.launch import cluster as clusters
 
                 shape = clusters.pool_args(dict(cluster), shape)
-            # (the job submitted to a cluster is followed from its numbering on, while the pool detaches)
             follow = clusters.Follow(str(cluster["name"]), err) if cluster is not None and not detach_run else None
             try:
                 with contextlib.ExitStack() as stack:

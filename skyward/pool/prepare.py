@@ -33,7 +33,6 @@ import io
 import os
 import shlex
 import sys
-import tarfile
 import threading
 import time
 import uuid
@@ -199,6 +198,8 @@ class _Preparation:
             return final
         # One archive over SFTP, unpacked beside the target and renamed into place, so a
         # half-copied tree is never used (and two pools racing end up with one copy).
+        import tarfile  # (here: a pool that attaches to a cluster, `exec`, packs nothing)
+
         buffer = io.BytesIO()
         count = 0
         with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
