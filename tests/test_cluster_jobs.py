@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from skyward.clusters import jobs, manage
+from skyward.runtime.jobqueue import TOOL
 from skyward.launch import execute, plan
 from tests.conftest import pid_alive, wait_gone
 from tests.hosts.conftest_fixture import ssh_provider
@@ -110,6 +111,13 @@ def test_jobs_get_ids_in_order_and_the_queue_lists_them(home: str, tmp_path: Pat
     assert all(j["submitted"] <= j["started"] <= j["ended"] for j in shown.values())
     missing = sky("queue", "nothing", cwd=tmp_path)
     assert missing.returncode == 1 and "no cluster by this name" in missing.stderr
+    # A node asked while its worker names its tool (as a job is queued, when `exec` starts its
+    # followers) finds the file empty: no queue there yet (102), not a Python error.
+    record = jobs.cluster_record("dev")
+    tool = Path(f"{record.roots[1]}/c/{record.id}/{TOOL}")
+    named, _ = tool.read_text(), tool.write_text("")
+    assert jobs.run_tool(record, record.instances[1], "rows") == (102, "")
+    tool.write_text(named)
 
 
 def test_logs_status_codes_and_cancel_ends_every_process_on_every_node(home: str, tmp_path: Path) -> None:

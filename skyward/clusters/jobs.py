@@ -72,8 +72,9 @@ def _tool(record: ClusterRecord, node: int, *args: str) -> str:
     """The shell command that runs the queue's script on node ``node`` (exit 102: no queue yet)."""
     base = f"{record.roots[node]}/c/{record.id}"
     path = shlex.quote(f"{base}/{TOOL}")
-    return (f"[ -f {path} ] || exit 102; exec {shlex.quote(record.pythons[node])} -I -S \"$(cat {path})\" "
-            + shlex.join([base, str(node), *args]))
+    # (read once: a file being written as a follower starts, with its job, reads empty, and says 102)
+    return (f"t=$(cat {path} 2>/dev/null); [ -n \"$t\" ] || exit 102; exec {shlex.quote(record.pythons[node])} -I -S "
+            "\"$t\" " + shlex.join([base, str(node), *args]))
 
 
 def each_node(record: ClusterRecord, work: Callable[[Instance], None]) -> None:

@@ -164,8 +164,7 @@ def enqueue(job: int, meta: dict[str, Any], command: str, env: dict[str, str], c
     if info.local_rank:
         return
     base = _cluster_dir()
-    with open(os.path.join(base, TOOL), "w") as f:
-        f.write(_here("runtime/jobtool.py"))
+    _name_tool(base)
     node_env = {k: v for k, v in os.environ.items() if k.startswith(("SKYWARD_", "SKYPILOT_"))}
     spec = json.dumps({"command": command, "setup": setup, "cwd": cwd,
                        "env": {**node_env, **env, "SKYWARD_JOB_ID": str(job)}})
@@ -180,6 +179,18 @@ def enqueue(job: int, meta: dict[str, Any], command: str, env: dict[str, str], c
     finally:
         conn.close()
     schedule(base, info.node)
+
+
+def _name_tool(base: str) -> None:
+    """Name this worker's :mod:`~skyward.runtime.jobtool` in folder ``base`` (:data:`TOOL`): replaced
+    whole, and only when it changed (a follower reads it as the job is being queued)."""
+    path, tool = os.path.join(base, TOOL), _here("runtime/jobtool.py")
+    with contextlib.suppress(OSError), open(path) as f:
+        if f.read() == tool:
+            return
+    with open(f"{path}.{os.getpid()}", "w") as f:
+        f.write(tool)
+    os.replace(f"{path}.{os.getpid()}", path)
 
 
 def schedule(base: str, node: int) -> None:
