@@ -157,3 +157,40 @@ def test_a_cancelled_command_on_the_process_executor_loses_its_whole_tree(tmp_pa
         assert future.cancel()
         assert wait_gone(pids, 5) == []
         assert (sky.shell("echo still usable") >> pool).output == "still usable"
+
+
+def guarded_by_a_counting_guardian(command: str, tmp_path: Path) -> tuple[str, int]:
+    """Run ``command`` under the command guardian as the worker starts it (``python -I -S
+    runtime/_reaper.py PROCS GRACE SHELL SCRIPT_FD STATUS_FD``), its /proc reader counting the
+    scans of every process it makes: (the guardian's status line, the number of scans)."""
+    scans = tmp_path / "scans"
+    procs = tmp_path / "procs.py"  # skyward's reader, each scan noted in a file
+    procs.write_text(f"exec(compile(open({str(ROOT / 'skyward' / '_procs.py')!r}).read(), 'procs', 'exec'))\n"
+                     "whole = scan\n"
+                     f"def scan():\n    open({str(scans)!r}, 'a').write('.')\n    return whole()\n")
+    script = tmp_path / "command.sh"
+    script.write_text(command)
+    fd = os.open(script, os.O_RDONLY)
+    status_r, status_w = os.pipe()
+    try:
+        guardian = subprocess.Popen([sys.executable, "-I", "-S", str(ROOT / "skyward" / "runtime" / "_reaper.py"),
+                                     str(procs), "0.5", "/bin/bash", str(fd), str(status_w)],
+                                    stdin=subprocess.PIPE, pass_fds=(fd, status_w))
+        os.close(status_w)
+        with os.fdopen(status_r) as status:
+            line = status.readline().strip()
+        assert guardian.wait(30) == 0
+    finally:
+        os.close(fd)
+    return line, len(scans.read_text()) if scans.exists() else 0
+
+
+def test_a_command_that_left_nothing_running_ends_without_a_scan_of_every_process(tmp_path: Path) -> None:
+    # Each scan reads every process's /proc stat: with a few hundred processes on the machine,
+    # the guardian of `skyward exec NAME true` spent ~40 ms of CPU scanning before it reported.
+    assert guarded_by_a_counting_guardian("exit 3\n", tmp_path) == ("3 0 0", 0)
+    # What a command leaves running is still found and stopped.
+    pid_file = tmp_path / "left.pid"
+    line, scans = guarded_by_a_counting_guardian(f"sleep 300 & echo $! > {pid_file}\n", tmp_path)
+    assert line == "0 0 0" and scans > 0
+    assert wait_gone([int(pid_file.read_text())], 10) == []
