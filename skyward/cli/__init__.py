@@ -10,11 +10,12 @@ every other; nothing in the package imports it.
 ``skyward --help`` and ``status`` import no paramiko, boto3, pydantic or torch: each command
 imports what it needs when it runs.
 
-The program (:func:`run`) ends as soon as its command has returned: its output flushed and its
-log handlers closed, the process exits without the interpreter's teardown (every module's
-objects freed one by one, paramiko's threads joined: ~30 ms after ``skyward exec NAME true``,
-measured on the test hosts), unless a thread that is not a daemon still runs (then it is
-waited for, as Python does). Everything a command opened is closed before it returns.
+The program (:func:`run`) ends as soon as its command has returned: its output flushed and the
+``atexit`` handlers run (a pool left open is still closed by its own, the live view still gives
+the terminal back, log handlers are closed), the process exits without the rest of the
+interpreter's teardown (every module's objects freed one by one: ~30 ms after ``skyward exec
+NAME true``, measured on the test hosts), unless a thread that is not a daemon still runs (then
+it is waited for, as Python does).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def run() -> NoReturn:
 
 def end(code: int) -> NoReturn:
     """End the process with exit status ``code`` now (see the module docstring)."""
-    import logging
+    import atexit
+    import contextlib
     import os
     import sys
     import threading
@@ -46,5 +48,8 @@ def end(code: int) -> NoReturn:
         sys.stderr.flush()
     except (OSError, ValueError):  # (a closed pipe: the interpreter says so on its way out, as before)
         sys.exit(code)
-    logging.shutdown()
+    atexit._run_exitfuncs()  # (what Python runs first on its way out; the rest is skipped)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
     os._exit(code)
