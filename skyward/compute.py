@@ -27,8 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
-import cloudpickle
-
 from skyward.errors import ConfigError, SerializationError
 from skyward.protocol import Payload, dumps_by_value, dumps_payload
 
@@ -389,7 +387,7 @@ def _explain_unpicklable(p: PendingCompute[Any], exc: Exception) -> Serializatio
         named = [(f"#{i}", a) for i, a in enumerate(p.args)] + list(p.kwargs.items())
     for arg_name, value in named:
         try:
-            cloudpickle.dumps(value, protocol=5)
+            dumps_by_value(value)
         except Exception as arg_exc:
             return SerializationError(
                 f"argument {arg_name!r} of {p.options.name}()",

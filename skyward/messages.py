@@ -20,10 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-import cloudpickle
-
 from skyward.runtime.instance import InstanceInfo
 from skyward.errors import PluginError, RemoteError
+from skyward.protocol import dumps_by_value
 
 __all__ = ["Fatal", "RemoteFailure", "Setup"]
 
@@ -79,7 +78,7 @@ class RemoteFailure:
         text = "".join(tb_module.format_exception(exc))
         pickled: bytes | None
         try:
-            pickled = cloudpickle.dumps(exc, protocol=5)
+            pickled = dumps_by_value(exc)
             pickle.loads(pickled)  # a type whose pickle can't be loaded even here is no better
         except Exception:
             pickled = None

@@ -14,8 +14,6 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-import cloudpickle
-
 
 class Payload:
     """A pickled value: the pickle plus its out-of-band buffers. Serialize once, send many."""
@@ -64,26 +62,40 @@ def is_plain(value: Any, depth: int = 0) -> bool:
     return False
 
 
-class _Pickler(cloudpickle.Pickler):
+_pickler: Any = None
+
+
+def _pickler_class() -> Any:
     """cloudpickle's pickler, except that code keeps the file it came from.
 
     cloudpickle 3.1.3 renames the file of every function it stores by value to
     ``<dynamic-code>`` (for reproducible bytes); a task's remote traceback then shows neither the
     file nor the failing line. Skyward keeps the name: the worker's traceback points at the
     user's own source.
-    """
 
-    def reducer_override(self, obj: Any) -> Any:
-        if type(obj) is types.CodeType:
-            fn, args = cloudpickle.cloudpickle._code_reduce(obj)
-            return fn, tuple(obj.co_filename if a == "<dynamic-code>" else a for a in args)
-        return super().reducer_override(obj)
+    Made on first use: cloudpickle (and the logging, inspect and platform it imports) costs a
+    starting worker about 8 ms of CPU, and a worker needs it only for what it sends by value
+    (an exception, a result that is a function); what it receives imports it as it loads.
+    """
+    global _pickler
+    if _pickler is None:
+        import cloudpickle
+
+        class Pickler(cloudpickle.Pickler):
+            def reducer_override(self, obj: Any) -> Any:
+                if type(obj) is types.CodeType:
+                    fn, args = cloudpickle.cloudpickle._code_reduce(obj)
+                    return fn, tuple(obj.co_filename if a == "<dynamic-code>" else a for a in args)
+                return super().reducer_override(obj)
+
+        _pickler = Pickler
+    return _pickler
 
 
 def dumps_by_value(value: Any, buffer_callback: Any = None) -> bytes:
-    """``cloudpickle.dumps(value, protocol=5)``, keeping functions' file names (see _Pickler)."""
+    """``cloudpickle.dumps(value, protocol=5)``, keeping functions' file names (see _pickler_class)."""
     out = io.BytesIO()
-    _Pickler(out, protocol=5, buffer_callback=buffer_callback).dump(value)
+    _pickler_class()(out, protocol=5, buffer_callback=buffer_callback).dump(value)
     return out.getvalue()
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import cloudpickle
+import pickle
 
 from skyward.runtime import instance as runtime_instance, output as runtime_output
 from skyward.errors import SerializationError, TaskCancelled
@@ -78,7 +78,7 @@ def resolve_function(blob: bytes) -> Callable[..., Any]:
     """Unpickle a task's function once per distinct pickle (see compute.function_blob)."""
     fn = _functions.get(blob)
     if fn is None:
-        fn = cloudpickle.loads(blob)
+        fn = pickle.loads(blob)  # (cloudpickle's by-value parts import it as they load)
         if len(_functions) >= _FUNCTION_CACHE_SIZE:
             _functions.pop(next(iter(_functions)))
         _functions[blob] = fn
