@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import subprocess
 import sys
 import time
@@ -72,6 +73,60 @@ def test_turning_verification_off_accepts_unknown_host_keys(test_hosts, wheelhou
     with pool_on([first, second], wheelhouse, sky.Image(), provider=provider) as pool:
         assert len(pool.worker_pids()) == 2
     assert not leftovers([first, second])
+
+
+_CONNECTS = """
+import json, os, sys
+from skyward.errors import BootstrapError
+from skyward.transport.ssh import SSHTransport
+host, known, times = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+opened = []
+sys.addaudithook(lambda event, args: opened.append(1) if event == "open" and args[0] == known
+                 and "w" not in str(args[1]) else None)  # (read, not rewritten below)
+said = []
+for _ in range(times):
+    t = SSHTransport(host["ip"], user=host["user"], key_filename=host["key"], known_hosts=[known])
+    try:
+        t.connect()
+        said.append("connected")
+    except BootstrapError as exc:
+        said.append(str(exc))
+    finally:
+        t.close()
+    if len(said) == 1 and len(sys.argv) > 4:  # then the file changes: its new version is read
+        with open(known, "w") as f:
+            f.write(sys.argv[4])
+        os.utime(known, ns=(1, os.stat(known).st_mtime_ns + 10**9))
+print(json.dumps({"opened": len(opened), "said": said}))
+"""
+
+
+def connects(host, known: str, times: int, *then: str) -> dict:
+    """Connect to ``host`` ``times`` times in a fresh interpreter, checking keys against ``known``
+    (rewritten with ``then`` after the first, if given): how often the file was opened, and each
+    connect's outcome."""
+    spec = json.dumps({"ip": host.ip, "user": host.user, "key": host.key_path})
+    done = subprocess.run([sys.executable, "-c", _CONNECTS, spec, known, str(times), *then],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_known_hosts_file_is_read_once_while_it_does_not_change(test_hosts, tmp_path):
+    known = tmp_path / "known_hosts"
+    known.write_text(open(test_hosts[0].known_hosts_all).read())
+    assert connects(test_hosts[0], str(known), 3) == {"opened": 1, "said": ["connected"] * 3}
+
+
+def test_a_known_hosts_file_that_changes_is_read_again(test_hosts, tmp_path):
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    known = tmp_path / "known_hosts"
+    known.write_text(open(test_hosts[0].known_hosts_all).read())
+    wrong = f"{test_hosts[0].ip} " + " ".join(other.with_suffix(".pub").read_text().split()[:2]) + "\n"
+    got = connects(test_hosts[0], str(known), 2, wrong)
+    assert got["opened"] == 2 and got["said"][0] == "connected"
+    assert "does not match the one in" in got["said"][1], got
 
 
 # -- building the environment --------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,10 @@ from skyward.transport._ssh_errors import _UnknownHostKey, explain, reject_polic
 __all__ = ["open_client"]
 
 _KEEPALIVE_S = 30
+
+#: known_hosts files as read: path -> ((inode, size, mtime), paramiko HostKeys).
+_read: dict[str, tuple[tuple[int, int, int], Any]] = {}
+_read_lock = threading.Lock()
 
 
 def _quiet_paramiko() -> None:
@@ -49,10 +54,7 @@ def open_client(target: Any, node: int | None, log_tail: Sequence[str]) -> tuple
     _quiet_paramiko()
     client = paramiko.SSHClient()
     if target.verify_host_keys:
-        for path in target.known_hosts:
-            if os.path.isfile(path):
-                # "system" keys are only read, never written back.
-                client.load_system_host_keys(path)
+        _known_keys(client, target)
         client.set_missing_host_key_policy(reject_policy())
     else:
         client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # in memory only
@@ -95,6 +97,44 @@ def _tcp(target: Any) -> socket.socket:
     sock = socket.create_connection((target.address, target.port), timeout=target.connect_timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
+
+
+def _known_keys(client: Any, target: Any) -> None:
+    """Give ``client`` the keys its known_hosts files hold for ``target`` (only read, never
+    written back), as if it had read the files: the first file's key of a type wins.
+
+    Each file is parsed once per version (inode, size, mtime) in this process, not once per
+    connection: a pool's hosts are usually all in one file, so each connection parsed every
+    host's line (25 µs a line; 3 ms a connection for a file of 64 hosts, 0.2 s of a 64-host
+    start, growing with the square of the pool's size).
+    """
+    name = target.address if target.port == 22 else f"[{target.address}]:{target.port}"
+    known = client.get_host_keys()
+    for path in target.known_hosts:
+        had = known.lookup(name) or {}
+        for keytype, key in (_parsed(path).lookup(name) or {}).items():
+            if keytype not in had:
+                known.add(name, keytype, key)
+
+
+def _parsed(path: str) -> Any:
+    """known_hosts file ``path`` as a paramiko HostKeys (empty if it is no file)."""
+    paramiko = require("paramiko", "an SSH connection")
+    try:
+        st = os.stat(path)
+    except OSError:
+        return paramiko.HostKeys()
+    version = (st.st_ino, st.st_size, st.st_mtime_ns)
+    with _read_lock:
+        found = _read.get(path)
+    if found is not None and found[0] == version:
+        return found[1]
+    keys = paramiko.HostKeys()
+    if os.path.isfile(path):
+        keys.load(path)
+    with _read_lock:
+        _read[path] = (version, keys)
+    return keys
 
 
 def _tunnel(target: Any, node: int | None, log_tail: Sequence[str]) -> tuple[Any, Any]:
