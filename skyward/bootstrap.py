@@ -178,7 +178,9 @@ def render(image: Image, *, root: str, skyward_wheel: str, find_links: Sequence[
         _COMMON,
         # printf is a builtin: the values never reach a process list or stdout. Written on
         # every run (the pool deletes it at close) and again after the venv step starts afresh.
-        'write_env() { ( umask 077; mkdir -p "$(dirname "$ENV_FILE")"; ' + write_env + ' > "$ENV_FILE" ); }',
+        # (Builtins only where the folder exists: each process a warm start spares is CPU a host spares.)
+        'write_env() { ( umask 077; [ -d "${ENV_FILE%/*}/" ] || mkdir -p "${ENV_FILE%/*}/"; ' + write_env
+        + ' > "$ENV_FILE" ); }',
         "write_env",
         "if [ -f \"$ENV_DIR/.ready\" ]; then",
         '  printf \'%s environment %s is ready; skipping installs\\n\' "$WARM_PREFIX" "$HASH"',
@@ -239,7 +241,7 @@ in_env() ( . "$ENV_FILE" && if [ -n "$INDEX_URLS" ]; then export UV_EXTRA_INDEX_
 HOST_ARGS=()
 [ ${#HOST_PKGS[@]} -eq 0 ] || HOST_ARGS=(--overrides "$ENV_DIR/.skyward-host-packages")
 
-mkdir -p "$ROOT/envs"
+[ -d "$ROOT/envs" ] || mkdir -p "$ROOT/envs"
 if command -v flock >/dev/null 2>&1; then
   exec 9>"$ROOT/.bootstrap.lock"
   flock -w 1800 9 || fail "timed out waiting for another bootstrap ($ROOT/.bootstrap.lock)"

@@ -504,6 +504,17 @@ def _tiny_wheel(directory: Path) -> Path:
     return path
 
 
+def started_programs(script: Script, host: Host, trace: Path) -> list[str]:
+    """The programs ``script`` starts (execs, by name), run on ``host`` under strace."""
+    done = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(trace), "bash", "-s"],
+                          input=script.text, capture_output=True, text=True, env=host.environ(), cwd=host.tmp,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    execs = [line.split('execve("', 1)[1].split('"', 1)[0] for line in trace.read_text().splitlines()
+             if 'execve("' in line and ") = 0" in line]
+    return [os.path.basename(path) for path in execs[1:]]  # (the first: bash itself)
+
+
 def test_real_build_creates_the_environment_and_then_starts_warm(tmp_path, wheelhouse):
     wheel = _build_skyward_wheel(tmp_path / "wheel1")
     links = [str(wheelhouse), str(_tiny_wheel(tmp_path / "links").parent)]
@@ -534,6 +545,11 @@ def test_real_build_creates_the_environment_and_then_starts_warm(tmp_path, wheel
     assert WARM_PREFIX in warm.stdout
     assert steps(warm.stdout) == [STEP_SKYWARD, STEP_DONE]
     assert warm_s < cold_s / 4, (warm_s, cold_s)
+    # A warm run, with the wheel's hash from the client (as a pool gives it), starts no process
+    # but flock: every pool start pays this on every host.
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()[:16]
+    assert started_programs(render(image, root=host.root, skyward_wheel=str(wheel), find_links=links, no_index=True,
+                                   wheel_sha=sha), host, tmp_path / "execs") == ["flock"]
 
     # The worker command runs in the env with the image's variables exported.
     cmd = worker_command(script, root=host.root).replace(

@@ -141,6 +141,20 @@ def test_cold_pool_builds_the_env_runs_every_operator_and_a_warm_pool_starts_fas
     print(f"\nSSH pool start, 2 hosts: cold {cold:.2f}s, warm {warm:.2f}s ({cold / warm:.1f}x)")
 
 
+def test_a_warm_start_runs_two_commands_on_a_host_the_environment_build_and_the_worker(test_hosts, wheelhouse):
+    # Each command is a session of the host's sshd, its shells and their processes: the CPU a
+    # host pays to start. (sshd, LogLevel VERBOSE, logs each: "Starting session: command ...")
+    host = test_hosts[:1]
+    with pool_on(host, wheelhouse, sky.Image()):  # the host is prepared (warm from now on)
+        pass
+    log = Path(host[0].dir, "sshd.log")
+    before = log.read_text().count("Starting session: command")
+    with pool_on(host, wheelhouse, sky.Image()) as pool:
+        assert add(1, 2) >> pool == 3
+        assert log.read_text().count("Starting session: command") - before == 2
+    assert not leftovers(host)
+
+
 def test_include_env_and_setup_reach_the_tasks_and_setup_runs_once(test_hosts, wheelhouse, tmp_path):
     hosts = test_hosts[:2]
     tag = uuid.uuid4().hex[:10]

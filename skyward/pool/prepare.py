@@ -124,10 +124,14 @@ class _Preparation:
         root = t.expand(p.root)
         wheel = _ship.skyward_wheel()
         wheel_dir = f"{root}/wheels/{wheel.sha256[:16]}"
-        self._sh(f"umask 077 && mkdir -p {shlex.quote(wheel_dir)} {shlex.quote(root + '/bootstrap')} "
-                 f"{shlex.quote(root + '/run')}")
         remote_wheel = f"{wheel_dir}/{wheel.name}"
-        if t.exists(remote_wheel, size=wheel.path.stat().st_size):
+        have = t.exists(remote_wheel, size=wheel.path.stat().st_size)
+        # A host prepared before has the folders: asked by file (no process on the host), the
+        # shell command that makes them runs only where one is missing.
+        if not (have and t.exists(f"{root}/bootstrap") and t.exists(f"{root}/run")):
+            self._sh(f"umask 077 && mkdir -p {shlex.quote(wheel_dir)} {shlex.quote(root + '/bootstrap')} "
+                     f"{shlex.quote(root + '/run')}")
+        if have:
             self.note(f"skyward wheel {wheel.sha256[:16]} already on the host")
         else:
             t.put(str(wheel.path), remote_wheel, mode=0o644)

@@ -27,6 +27,8 @@ needs=(
     "mount:mount"
     "procps:pgrep ps"
     "hostname:hostname"
+    # (tests/test_bootstrap.py counts the programs a warm bootstrap starts)
+    "strace:strace"
     # (tests/test_dashboard.py: a real headless browser and its WebDriver)
     "chromium:chromium"
     "chromium-driver:chromedriver"
