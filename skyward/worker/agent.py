@@ -49,7 +49,7 @@ from skyward.worker.log import log
 from skyward.worker.output import route_output
 from skyward.worker.replies import Replies
 
-if TYPE_CHECKING:  # (a named cluster's worker imports it; a pool's needs none of it: 8 ms less at start)
+if TYPE_CHECKING:  # (a named cluster's worker imports it, in main; a pool's needs none of it: 8 ms less at start)
     from skyward.worker.resident import Link, Resident
 
 SETUP_TIMEOUT = 60.0
@@ -100,8 +100,7 @@ class Agent:
             if self.resident is not None:  # that client is gone: end its session, wait for the next
                 self.resident.cut(session)
                 return
-            # The client is gone; nothing to report to.
-            kill_group_and_exit(0 if self.stopping.is_set() else 2)
+            kill_group_and_exit(0 if self.stopping.is_set() else 2)  # the client is gone: nothing to report to
 
     def send_output(self, task_id: int | None, stream: str, text: str, more: bool = False) -> None:
         self.send((Kind.OUTPUT, task_id, stream, text, more))
@@ -315,8 +314,7 @@ class Agent:
         return None
 
     def _take(self, entries: tuple[tuple[int, str, int], ...], parts: list[Any]) -> None:
-        """A batch of tasks: queued for :meth:`next_task`; their answers go back in batches
-        (a resident worker's one at a time: its ids are the session's)."""
+        """A batch of tasks: queued for :meth:`next_task`; answers go back in batches (a resident's one at a time)."""
         at = 0
         for task_id, name, count in entries:
             inner = task_id if self.resident is None else self.resident.inner(self.session, task_id)
@@ -328,8 +326,7 @@ class Agent:
             self._replies.expect(task_id for task_id, _, _ in entries)
 
     def _next_session(self) -> bool:
-        """(Resident) The client's session is over: cancel its tasks, then wait for the next
-        client; False when the cluster's autostop ends the wait."""
+        """(Resident) The session is over: cancel its tasks, wait for the next client (False: autostop)."""
         assert self.resident is not None and self.executor is not None
         for task in list(self._live):
             self.executor.cancel(task)
@@ -362,8 +359,7 @@ def main(resident_options: dict[str, Any] | None = None) -> int:
     # worker: the first client's connection to its socket.)
     resident = None
     if resident_options is not None:
-        from skyward.worker.resident import Resident, listening
-
+        from skyward.worker.resident import Resident, listening  # (see TYPE_CHECKING above)
         resident = Resident(**resident_options)
         listening()
         first = resident.next_link()
