@@ -378,7 +378,7 @@ def test_the_connection_sends_small_packets_at_once_nagle_off(test_hosts):
         assert transport.run("echo up", timeout=30).stdout.strip() == "up"
         ours = []
         for obj in gc.get_objects():
-            if isinstance(obj, socket.socket) and obj.fileno() != -1 and obj.type == socket.SOCK_STREAM:
+            if issubclass(type(obj), socket.socket) and obj.fileno() != -1 and obj.type == socket.SOCK_STREAM:
                 with contextlib.suppress(OSError):
                     if obj.getpeername() == (host.ip, host.port):
                         ours.append(obj.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
