@@ -151,12 +151,17 @@ def test_the_cli_reports_a_bad_task_file_with_exit_status_2(tmp_path: Path) -> N
 
 
 def test_the_exit_status_is_the_failing_nodes_and_names_it(tmp_path: Path) -> None:
-    task = write(tmp_path, """
+    # Node 1 fails only once node 0 has said its line (a file both nodes see: Local), so the
+    # test waits on that event, not on which worker the machine runs first; what node 0 said
+    # before the failure must still be printed.
+    said = tmp_path / "node0-said"
+    task = write(tmp_path, f"""
         num_nodes: 2
         run: |
           echo "node $SKYPILOT_NODE_RANK here"
-          if [ "$SKYPILOT_NODE_RANK" = 1 ]; then exit 3; fi
-          sleep 60
+          if [ "$SKYPILOT_NODE_RANK" = 0 ]; then touch {said}; sleep 60; fi
+          while [ ! -e {said} ]; do sleep 0.01; done
+          exit 3
     """)
     started = time.monotonic()
     done = cli(str(task), cwd=tmp_path)
