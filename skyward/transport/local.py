@@ -215,7 +215,7 @@ class LocalTransport(Transport):
                 with lock:
                     on_line(name, raw.decode("utf-8", "replace").rstrip("\r\n"))
 
-        pipes = (("stdout", process.stdout), ("stderr", process.stderr))
+        pipes: list[tuple[str, Any]] = [("stdout", process.stdout), ("stderr", process.stderr)]
         threads = [threading.Thread(target=pump, args=pipe, daemon=True) for pipe in pipes]
         for t in threads:
             t.start()
