@@ -7,13 +7,16 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 
 import skyward as sky
 from skyward.messages import Setup
+from skyward.events import NodeStage
 from skyward.protocol import FrameReader, FrameWriter, Kind, dumps_payload
+from skyward.testing import connection
 from tests.conftest import interactive_signals, pid_alive, wait_gone
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -136,3 +139,37 @@ def test_queued_tasks_do_not_start_once_the_pool_closes(tmp_path) -> None:  # ty
     for f in futures:
         with pytest.raises(sky.SkywardError):
             f.result(timeout=5)
+
+
+def test_a_closed_pool_closes_its_pipes_to_its_workers_lost_ones_too() -> None:
+    # Left open, each worker's three pipes were closed by the garbage collector, in whatever
+    # test ran then (ResourceWarning: unclosed file), and held their descriptors until then.
+    lost = threading.Event()
+    with sky.ComputePool(nodes=2, console=False) as pool:
+        pool.subscribe(lambda e: lost.set() if isinstance(e, NodeStage) and e.stage == "lost" else None)
+        channels = [connection(pool, node).channel for node in range(2)]
+        os.kill(pool.worker_pids()[1], signal.SIGKILL)
+        assert lost.wait(30)
+    assert [[s.closed for s in (c.stdin, c.stdout, c.stderr)] for c in channels] == [[True] * 3] * 2
+
+
+COMMANDS = """
+import gc
+from skyward.transport.local import LocalTransport
+here = LocalTransport()
+assert here.run("echo out; echo err >&2").stderr == "err\\n"
+assert here.stream("echo out", lambda stream, line: None) == 0
+try:
+    here.run("sleep 30", timeout=0.1)
+except TimeoutError:
+    pass
+gc.collect()
+print("done")
+"""
+
+
+def test_commands_run_on_this_machine_close_their_pipes() -> None:
+    # Any file object freed unclosed raises here, with where it was made.
+    done = subprocess.run([sys.executable, "-X", "tracemalloc=10", "-W", "error::ResourceWarning", "-c", COMMANDS],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "done\n", "")

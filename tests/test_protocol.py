@@ -5,29 +5,33 @@ no other path tells which one ran."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 
 import pytest
 
 from skyward.protocol import FrameReader, FrameWriter, Kind, dumps_payload, loads_payload
 
 
-def pipe_pair() -> tuple[FrameWriter, FrameReader]:
+@contextlib.contextmanager
+def pipe_pair() -> Iterator[tuple[FrameWriter, FrameReader]]:
     r, w = os.pipe()
-    return FrameWriter(os.fdopen(w, "wb")), FrameReader(os.fdopen(r, "rb"))
+    with os.fdopen(w, "wb") as out, os.fdopen(r, "rb") as into:
+        yield FrameWriter(out), FrameReader(into)
 
 
 def test_control_and_payload_round_trip() -> None:
-    writer, reader = pipe_pair()
-    writer.send((Kind.TASK, 7, "name"), dumps_payload({"x": [1, 2, 3]}))
-    writer.send((Kind.PING,))
-    writer.close()
-    control, parts = reader.recv()  # type: ignore[misc]
-    assert control == (Kind.TASK, 7, "name")
-    assert loads_payload(parts) == {"x": [1, 2, 3]}
-    assert reader.recv() == ((Kind.PING,), [])
-    assert reader.recv() is None
+    with pipe_pair() as (writer, reader):
+        writer.send((Kind.TASK, 7, "name"), dumps_payload({"x": [1, 2, 3]}))
+        writer.send((Kind.PING,))
+        writer.close()
+        control, parts = reader.recv()  # type: ignore[misc]
+        assert control == (Kind.TASK, 7, "name")
+        assert loads_payload(parts) == {"x": [1, 2, 3]}
+        assert reader.recv() == ((Kind.PING,), [])
+        assert reader.recv() is None
 
 
 def test_large_array_goes_out_of_band_and_round_trips() -> None:
@@ -35,11 +39,11 @@ def test_large_array_goes_out_of_band_and_round_trips() -> None:
     data = np.arange(2_000_000, dtype=np.float64)  # 16 MB
     payload = dumps_payload(data)
     assert len(payload.buffers) == 1 and len(payload.data) < 1024  # not copied into the pickle
-    writer, reader = pipe_pair()
-    t = threading.Thread(target=lambda: (writer.send((Kind.RESULT, 1), payload), writer.close()))
-    t.start()
-    control, parts = reader.recv()  # type: ignore[misc]
-    t.join()
+    with pipe_pair() as (writer, reader):
+        t = threading.Thread(target=lambda: (writer.send((Kind.RESULT, 1), payload), writer.close()))
+        t.start()
+        control, parts = reader.recv()  # type: ignore[misc]
+        t.join()
     assert np.array_equal(loads_payload(parts), data)
 
 
@@ -47,8 +51,8 @@ def test_truncated_frame_is_an_error_not_a_clean_end() -> None:
     r, w = os.pipe()
     os.write(w, b"\x00\x00\x00\x01\x00\x00")
     os.close(w)
-    with pytest.raises(EOFError):
-        FrameReader(os.fdopen(r, "rb")).recv()
+    with os.fdopen(r, "rb") as into, pytest.raises(EOFError):
+        FrameReader(into).recv()
 
 
 class _Trickle:

@@ -364,6 +364,11 @@ class NodeConnection:
             if task.timer:
                 task.timer.cancel()
             fail(task.future, ConnectionLost(self.node, "the worker was stopped before the task finished"))
+        # The pipes are closed here, not by the garbage collector (one unclosed file warning
+        # each, in whatever code runs then), once nobody uses them: a descriptor closed under
+        # its reader could be read again when its number is reused (so stderr only once read).
+        if problem is None and self._ended.is_set():
+            self.channel.close(stderr=self._stderr_done.wait(1.0))
         return problem
 
     @property

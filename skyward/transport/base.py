@@ -14,6 +14,7 @@ Guarantees a transport gives:
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -93,6 +94,16 @@ class Channel(ABC):
     def confirm_gone(self, timeout: float = 5.0) -> bool:
         """Wait until no process started through this channel is left; False if some still are.
         Raises ConnectionError when the machine cannot be asked (it is unreachable)."""
+
+    def close(self, *, stderr: bool = True) -> None:
+        """Close this end of ``stdin``, ``stdout`` and (``stderr`` True) ``stderr``, once nobody
+        writes or reads them any more: the process is gone and its streams read to their end."""
+        for stream in self._streams() if stderr else self._streams()[:2]:
+            with contextlib.suppress(OSError, ValueError):  # (a write to a gone reader: closed anyway)
+                stream.close()
+
+    def _streams(self) -> tuple[IO[bytes], IO[bytes], IO[bytes]]:
+        return self.stdin, self.stdout, self.stderr
 
 
 class Transport(ABC):

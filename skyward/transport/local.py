@@ -47,6 +47,10 @@ class LocalChannel(Channel):
         self.stderr = process.stderr
         self.pgid = process.pid  # start_new_session: the worker leads its own group
 
+    def _streams(self) -> tuple[Any, Any, Any]:
+        # (The process's own buffered objects: ``stdout`` is the raw file inside one of them.)
+        return self.process.stdin, self.process.stdout, self.process.stderr
+
     def poll_fd(self) -> int:
         return self.stdout.fileno()
 
@@ -211,8 +215,8 @@ class LocalTransport(Transport):
                 with lock:
                     on_line(name, raw.decode("utf-8", "replace").rstrip("\r\n"))
 
-        threads = [threading.Thread(target=pump, args=(n, p), daemon=True)
-                   for n, p in (("stdout", process.stdout), ("stderr", process.stderr))]
+        pipes: list[tuple[str, Any]] = [("stdout", process.stdout), ("stderr", process.stderr)]
+        threads = [threading.Thread(target=pump, args=pipe, daemon=True) for pipe in pipes]
         for t in threads:
             t.start()
         try:
@@ -231,8 +235,10 @@ class LocalTransport(Transport):
             process.wait()
             with contextlib.suppress(OSError):
                 process.stdin.close()  # type: ignore[union-attr]
-            for t in threads:
+            for t, (_, pipe) in zip(threads, pipes):
                 t.join(5)
+                if not t.is_alive():  # (a pipe still read is left open: its close would wait for that read)
+                    pipe.close()
         return code
 
     def put(self, local_path: str, remote_path: str, *, mode: int | None = None) -> None:
