@@ -116,8 +116,10 @@ def test_jobs_get_ids_in_order_and_the_queue_lists_them(home: str, tmp_path: Pat
     record = jobs.cluster_record("dev")
     tool = Path(f"{record.roots[1]}/c/{record.id}/{TOOL}")
     named, _ = tool.read_text(), tool.write_text("")
-    assert jobs.run_tool(record, record.instances[1], "rows") == (102, "")
-    tool.write_text(named)
+    try:
+        assert jobs.run_tool(record, record.instances[1], "rows") == (102, "")
+    finally:
+        tool.write_text(named)
 
 
 def test_logs_status_codes_and_cancel_ends_every_process_on_every_node(home: str, tmp_path: Path) -> None:
@@ -172,6 +174,7 @@ def test_detach_returns_at_once_and_a_killed_follower_leaves_the_job_running(hom
         assert "stopped following job 3; it goes on" in follower.stderr.read()
     finally:
         follower.kill()
+        follower.communicate(timeout=30)  # (its pipes closed, not left to the garbage collector)
     assert status(tmp_path, 3) == 101
     (tmp_path / "go" / "i").touch()
     until(lambda: status(tmp_path, 3) == 0, 30, "job 3 to succeed")

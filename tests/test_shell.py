@@ -180,6 +180,7 @@ def guarded_by_a_counting_guardian(command: str, tmp_path: Path) -> tuple[str, i
         with os.fdopen(status_r) as status:
             line = status.readline().strip()
         assert guardian.wait(30) == 0
+        guardian.stdin.close()  # (the control pipe the worker would hold: closed only after the end)
     finally:
         os.close(fd)
     return line, len(scans.read_text()) if scans.exists() else 0

@@ -360,7 +360,6 @@ def test_a_connection_warmed_ahead_is_the_one_reach_hands_out_once(test_hosts):
         first.close()
 
 
-
 def test_the_connection_sends_small_packets_at_once_nagle_off(test_hosts):
     """Every exchange over the connection is small packets (a command's exec, a task's frames):
     with Nagle's algorithm on (paramiko's own sockets), one sent while the last is not yet
@@ -385,6 +384,7 @@ def test_the_connection_sends_small_packets_at_once_nagle_off(test_hosts):
         assert ours and all(ours), ours
     finally:
         transport.close()
+
 
 # -- the client killed -------------------------------------------------------------------------------
 
@@ -429,6 +429,7 @@ def test_a_killed_client_leaves_no_worker_on_any_host(test_hosts, wheelhouse, tm
     finally:
         client.send_signal(signal.SIGKILL)
         client.wait()
+        client.stdout.close()
     killed = time.monotonic()
     gone = wait_until(lambda: not leftovers(hosts, r"skyward\.worker|^sleep 4343"), idle_timeout + 5)
     took = time.monotonic() - killed

@@ -202,6 +202,10 @@ class Follow:
         self.wait: Callable[[], int] | None = None
         self.done_queueing = threading.Event()
 
+    def starter(self, pool: ComputePool, setup_ran: bool) -> Callable[[int], None]:
+        """:func:`submit_job`'s ``numbered``: starts the follow of the job it numbered."""
+        return lambda job: self.start(pool, job, setup_ran)
+
     def start(self, pool: ComputePool, job: int, setup_ran: bool) -> None:
         self.connections = kept_connections(pool)
         self.wait = start_following(self.name, job, setup_ran, self.connections, self.err, self.done_queueing)

@@ -38,6 +38,7 @@ from skyward.errors import ConfigError
 
 if TYPE_CHECKING:
     from skyward.events import Event
+    from skyward.launch.cluster import Follow
     from skyward.launch.taskfile.fields import Autostop, JobRecovery
     from skyward.launch.taskfile.mounts import BucketMount
     from skyward.launch.taskfile.resources import Resources
@@ -319,7 +320,7 @@ def _execute_stage(p: LaunchPlan, *, provider: Provider | None, console: bool,
 
 
 def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[Any], *, cluster: Mapping[str, Any] | None = None,
-               run_setup: bool = True, detach_run: bool = False, err: IO[str] | None = None, follow: Any = None) -> None:
+               run_setup: bool = True, detach_run: bool = False, err: IO[str] | None = None, follow: Follow | None = None) -> None:
     from skyward.launch.files import unmount_all
 
     mounted: list[str] = []  # the buckets mounted on the nodes: unmounted on every exit path
@@ -333,7 +334,7 @@ def _run_stage(pool: ComputePool, p: LaunchPlan, phase: list[Any], *, cluster: M
 
 def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[Any], mounted: list[str], *,
                      cluster: Mapping[str, Any] | None, run_setup: bool, detach_run: bool, err: IO[str],
-                     follow: Any = None) -> None:
+                     follow: Follow | None = None) -> None:
     from skyward._shell import shell
     from skyward.launch.blocks import login_shell, on_first
     from skyward.launch.files import sync_files
@@ -365,7 +366,7 @@ def _run_stage_body(pool: ComputePool, p: LaunchPlan, phase: list[Any], mounted:
     if cluster is not None:  # setup runs inside the job (SETTING_UP, FAILED_SETUP), as SkyPilot's
         if setup is not None or p.run.strip():
             job = clusters.submit_job(pool, p, run_wrap(p.run), env, cwd, setup=wrap(setup) if setup else None,
-                                      numbered=follow and (lambda job: follow.start(pool, job, setup is not None)))
+                                      numbered=follow.starter(pool, setup is not None) if follow else None)
             phase += [job, setup is not None]  # (followed from its numbering on: see _execute_stage)
             if setup is not None:
                 clusters.setup_done(pool, p)  # (undone when the followed job ends FAILED_SETUP)
